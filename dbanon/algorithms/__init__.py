@@ -1,0 +1,1 @@
+"""Anonymisation algorithms: pure code, arrays in, group ids out (no database access)."""

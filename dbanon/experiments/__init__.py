@@ -1,0 +1,1 @@
+"""Reproductions of the papers' experiments, writing CSV and PNG."""

@@ -1,0 +1,168 @@
+"""Generalisation hierarchies (taxonomy trees) for categorical quasi-identifiers.
+
+The file format is ARX's: one line per leaf, `value;level1;...;*`, no header. Every line has the
+same depth, so a node is identified by (level, label) and the height of the subtree under a node is
+its level; that is what makes the k-member distance H(A(x, y)) / H(T) a table lookup.
+Numeric attributes need no hierarchy: they generalise to [min, max] ranges.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+class HierarchyError(ValueError):
+    """A hierarchy file or value that cannot be used; the message names the culprit."""
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """A balanced taxonomy tree; node ids are indexes into `labels`, leaves first."""
+
+    name: str
+    labels: tuple[str, ...]
+    levels: tuple[int, ...]
+    parents: tuple[int, ...]  # -1 for the root
+    leaves: dict[str, int] = field(repr=False)
+
+    @property
+    def height(self) -> int:
+        return max(self.levels)
+
+    @property
+    def root(self) -> int:
+        return self.parents.index(-1)
+
+    @classmethod
+    def from_rows(cls, name: str, rows: Sequence[Sequence[str]]) -> Hierarchy:
+        """Build and validate a hierarchy from leaf-to-root rows."""
+        rows = [[cell.strip() for cell in row] for row in rows if any(c.strip() for c in row)]
+        if not rows:
+            raise HierarchyError(f"hierarchy {name!r} is empty")
+        depth = len(rows[0])
+        if depth < 2:
+            raise HierarchyError(
+                f"hierarchy {name!r} needs at least two columns (value;...;*), line 1 has {depth}"
+            )
+        ids: dict[tuple[int, str], int] = {}
+        labels: list[str] = []
+        levels: list[int] = []
+        parents: list[int] = []
+        # Leaves first, then level by level, so a node's id orders it by level.
+        for level in range(depth):
+            for lineno, row in enumerate(rows, 1):
+                if len(row) != depth:
+                    raise HierarchyError(
+                        f"hierarchy {name!r} is ragged: line {lineno} has {len(row)} levels, "
+                        f"line 1 has {depth}"
+                    )
+                if any(cell == "" for cell in row):
+                    raise HierarchyError(f"hierarchy {name!r} line {lineno} has an empty label")
+                key = (level, row[level])
+                if key in ids:
+                    if level == 0:
+                        raise HierarchyError(
+                            f"hierarchy {name!r}: leaf {row[0]!r} appears twice (line {lineno})"
+                        )
+                    continue
+                ids[key] = len(labels)
+                labels.append(row[level])
+                levels.append(level)
+                parents.append(-1)
+        for lineno, row in enumerate(rows, 1):
+            for level in range(depth - 1):
+                child, parent = ids[(level, row[level])], ids[(level + 1, row[level + 1])]
+                if parents[child] not in (-1, parent):
+                    raise HierarchyError(
+                        f"hierarchy {name!r}: node {row[level]!r} has two parents, "
+                        f"{labels[parents[child]]!r} and {row[level + 1]!r} (line {lineno})"
+                    )
+                parents[child] = parent
+        roots = [labels[i] for i, lv in enumerate(levels) if lv == depth - 1]
+        if len(roots) != 1:
+            raise HierarchyError(
+                f"hierarchy {name!r} has {len(roots)} roots ({', '.join(map(repr, roots[:3]))}); "
+                "the last column must be the same on every line"
+            )
+        leaves = {labels[i]: i for i, lv in enumerate(levels) if lv == 0}
+        return cls(name, tuple(labels), tuple(levels), tuple(parents), leaves)
+
+    @classmethod
+    def from_csv(cls, name: str, source: str | Path | io.TextIOBase) -> Hierarchy:
+        """Read ARX's `value;level1;...;*` format from a path or an open text file."""
+        if isinstance(source, (str, Path)):
+            try:
+                with open(source, newline="", encoding="utf-8") as f:
+                    return cls.from_rows(name, list(csv.reader(f, delimiter=";")))
+            except OSError as e:
+                raise HierarchyError(
+                    f"cannot read hierarchy file {str(source)!r}: {e.strerror}"
+                ) from None
+        return cls.from_rows(name, list(csv.reader(source, delimiter=";")))
+
+    @classmethod
+    def flat(cls, name: str, values: Iterable[str]) -> Hierarchy:
+        """The hierarchy of a categorical QI given none: every value generalises to `*`."""
+        return cls.from_rows(name, [[v, "*"] for v in sorted(set(values))])
+
+    def leaf(self, value: str, column: str | None = None) -> int:
+        """Node id of a leaf value, or a HierarchyError that names the value."""
+        try:
+            return self.leaves[value]
+        except KeyError:
+            where = f" (column {column!r})" if column else ""
+            raise HierarchyError(
+                f"value {value!r}{where} is not a leaf of hierarchy {self.name!r}"
+            ) from None
+
+    def ancestors(self, node: int) -> list[int]:
+        """The node and its ancestors up to the root, one per level."""
+        path = [node]
+        while self.parents[path[-1]] != -1:
+            path.append(self.parents[path[-1]])
+        return path
+
+    def ancestor_table(self) -> np.ndarray:
+        """int32[m, height+1]: the ancestor of each node at each level (-1 below the node)."""
+        table = np.full((len(self.labels), self.height + 1), -1, dtype=np.int32)
+        for node in range(len(self.labels)):
+            for anc in self.ancestors(node):
+                table[node, self.levels[anc]] = anc
+        return table
+
+    def lca_table(self) -> np.ndarray:
+        """int32[m, m]: the lowest common ancestor of every pair of nodes."""
+        anc = self.ancestor_table()
+        m = len(self.labels)
+        lca = np.empty((m, m), dtype=np.int32)
+        for a in range(m):
+            for b in range(m):
+                start = max(self.levels[a], self.levels[b])
+                level = start
+                while anc[a, level] != anc[b, level]:
+                    level += 1
+                lca[a, b] = anc[a, level]
+        return lca
+
+    def lca(self, values: Iterable[str]) -> str:
+        """Label of the lowest common ancestor of a set of leaf values."""
+        nodes = {self.leaf(v) for v in values}
+        anc = self.ancestor_table()
+        for level in range(self.height + 1):
+            if len({anc[n, level] for n in nodes}) == 1:
+                return self.labels[anc[next(iter(nodes)), level]]
+        raise AssertionError("a validated hierarchy has one root")
+
+    def generalize(self, value: str, level: int) -> str:
+        """The label of `value` at `level` (0 = the value itself)."""
+        return self.labels[self.ancestors(self.leaf(value))[level]]
+
+    def rows(self) -> list[list[str]]:
+        """The leaf-to-root rows, as in the ARX file."""
+        return [[self.labels[a] for a in self.ancestors(leaf)] for leaf in self.leaves.values()]

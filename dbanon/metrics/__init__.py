@@ -1,0 +1,1 @@
+"""Utility metrics of a release: information loss, class-size statistics."""

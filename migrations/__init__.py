@@ -1,0 +1,1 @@
+"""Alembic migrations of the dbanon catalog (package data: dbanon.migrations)."""

@@ -1,0 +1,90 @@
+"""`dbanon check`: equivalence classes with GROUP BY, on any relation, with exit codes."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import psycopg
+from helpers import cli, cli_json, make_table
+
+
+def classes_in_memory(rows: list[tuple], qi: list[int]) -> Counter:
+    return Counter(tuple(r[i] for i in qi) for r in rows)
+
+
+def test_check_exit_codes_and_figures(conn: psycopg.Connection, dsn: str) -> None:
+    rng = random.Random(7)
+    rows = [(rng.randint(20, 24), rng.choice("ab"), rng.choice("xyz")) for _ in range(200)]
+    make_table(conn, "s", "t", [("age", "int"), ("zip", "text"), ("dx", "text")], rows)
+    classes = classes_in_memory(rows, [0, 1])
+    smallest = min(classes.values())
+
+    code, out = cli_json(dsn, "check", "s.t", "--qi", "age,zip", "--k", str(smallest))
+    assert code == 0 and out["holds"] is True
+    assert out["classes"] == len(classes) and out["min_class_size"] == smallest
+    assert out["rows_in_small_classes"] == 0
+
+    k = smallest + 1
+    code, out = cli_json(dsn, "check", "s.t", "--qi", "age,zip", "--k", str(k))
+    assert code == 1 and out["holds"] is False
+    assert out["rows_in_small_classes"] == sum(n for n in classes.values() if n < k)
+
+    distinct = {c: len({r[2] for r in rows if (r[0], r[1]) == c}) for c in classes}
+    code, out = cli_json(
+        dsn,
+        "check",
+        "s.t",
+        "--qi",
+        "age,zip",
+        "--k",
+        "1",
+        "--sensitive",
+        "dx",
+        "--l",
+        str(min(distinct.values())),
+    )
+    assert code == 0 and out["min_distinct_sensitive"] == min(distinct.values())
+    code, _ = cli_json(dsn, "check", "s.t", "--qi", "age,zip", "--sensitive", "dx", "--l", "4")
+    assert code == 1
+
+
+def test_check_works_on_views_and_odd_identifiers(conn: psycopg.Connection, dsn: str) -> None:
+    rows = [(i % 3, f"v{i % 2}") for i in range(12)]
+    make_table(conn, "Odd Schema", 'Tä"ble', [("Zip Code", "int"), ("sëx", "text")], rows)
+    conn.execute('CREATE VIEW "Odd Schema"."A View" AS SELECT * FROM "Odd Schema"."Tä""ble"')
+    for rel in ('Odd Schema.Tä"ble', "Odd Schema.A View", '"Odd Schema"."A View"'):
+        code, out = cli_json(dsn, "check", rel, "--qi", "Zip Code,sëx", "--k", "2")
+        assert code == 0, rel
+        assert out["classes"] == 6 and out["min_class_size"] == 2
+    code, out = cli_json(dsn, "check", "Odd Schema.A View", "--qi", "Zip Code,sëx", "--k", "3")
+    assert code == 1 and out["rows_in_small_classes"] == 12
+
+
+def test_sql_function_agrees_with_check(conn: psycopg.Connection, dsn: str) -> None:
+    rows = [(i % 5, i % 7) for i in range(100)]
+    make_table(conn, "s", "t", [("a", "int"), ("b", "int")], rows)
+    for k in (2, 3, 4):
+        holds, classes, smallest, small = conn.execute(
+            "SELECT * FROM dbanon.k_anonymity('s.t', ARRAY['a', 'b'], %s)", [k]
+        ).fetchone()
+        code, out = cli_json(dsn, "check", "s.t", "--qi", "a,b", "--k", str(k))
+        assert (holds, classes, smallest, small) == (
+            out["holds"],
+            out["classes"],
+            out["min_class_size"],
+            out["rows_in_small_classes"],
+        )
+
+
+def test_check_errors(conn: psycopg.Connection, dsn: str) -> None:
+    make_table(conn, "s", "t", [("a", "int")], [(1,), (2,)])
+    for args, message in [
+        (["check", "s.nope", "--qi", "a", "--k", "2"], "relation 's.nope' does not exist"),
+        (["check", "s.t", "--qi", "a,b", "--k", "2"], "column 'b' does not exist in s.t"),
+        (["check", "s.t", "--qi", "a"], "name at least one model"),
+        (["check", "s.t", "--qi", "a", "--l", "2"], "--l needs --sensitive"),
+    ]:
+        result = cli(dsn, *args)
+        assert result.exit_code == 2, args
+        assert message in result.stderr
