@@ -14,7 +14,9 @@ from dbanon.algorithms.base import QIArrays
 
 
 def group_loss(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
-    """Per-group loss per row (the bracket of IL(e)), indexed by group id 0..g-1."""
+    """Per-group loss per row (the bracket of IL(e)), indexed by group id 0..g-1 (no gaps)."""
+    if len(qi.hierarchies) != qi.cat.shape[1]:
+        raise ValueError("QIArrays needs a hierarchy per categorical column (use QIArrays.build)")
     gid = np.asarray(gid)
     g = int(gid.max()) + 1 if len(gid) else 0
     loss = np.zeros(g, dtype=np.float64)
@@ -63,7 +65,7 @@ class LossReport:
 
 def loss_report(qi: QIArrays, gid: np.ndarray) -> LossReport:
     """Total-IL, NCP and class-size statistics of a grouping of the rows of `qi`."""
-    gid = np.asarray(gid)
+    gid = np.unique(np.asarray(gid), return_inverse=True)[1].reshape(-1)  # any labels, no gaps
     sizes = np.bincount(gid)
     sizes = sizes[sizes > 0]
     per_row = group_loss(qi, gid)

@@ -1,0 +1,5 @@
+"""`python -m dbanon` is the `dbanon` command."""
+
+from dbanon.cli import main
+
+main()

@@ -1,0 +1,237 @@
+"""Publishing releases end to end, checked independently on the released table."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections import Counter
+from datetime import date, timedelta
+
+import numpy as np
+import psycopg
+import pytest
+from helpers import cli, cli_json, make_table, snapshot
+from psycopg.types.range import Range
+
+from dbanon import release
+from dbanon.hierarchy import Hierarchy
+
+ZIP_ROWS = [
+    ["10115", "101**", "1****", "*"],
+    ["10117", "101**", "1****", "*"],
+    ["10243", "102**", "1****", "*"],
+    ["10245", "102**", "1****", "*"],
+    ["20095", "200**", "2****", "*"],
+    ["20097", "200**", "2****", "*"],
+]
+COLUMNS = [
+    ("Patient ID", "integer PRIMARY KEY"),
+    ("age", "integer"),
+    ("zip", "text"),
+    ("sex", "text"),
+    ("born", "date"),
+    ("diagnosis", "text"),
+]
+
+
+def patients(n: int, seed: int = 1) -> list[tuple]:
+    rng = random.Random(seed)
+    return [
+        (
+            i,
+            rng.randint(18, 90),
+            rng.choice(ZIP_ROWS)[0],
+            rng.choice(["F", "M"]),
+            date(1950, 1, 1) + timedelta(days=rng.randint(0, 20000)),
+            rng.choice(["flu", "asthma", "diabetes", "cancer"]),
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+@pytest.fixture
+def hospital(conn: psycopg.Connection, dsn: str, tmp_path) -> list[tuple]:  # noqa: ANN001
+    rows = patients(300)
+    make_table(conn, "clinic", "patients", COLUMNS, rows)
+    path = tmp_path / "zip.csv"
+    path.write_text("\n".join(";".join(r) for r in ZIP_ROWS) + "\n")
+    assert cli(dsn, "hierarchy", "import", "zip", str(path)).exit_code == 0
+    return rows
+
+
+PUBLISH = [
+    "publish", "patients_k5", "--source", "clinic.patients", "--key", "Patient ID",
+    "--qi", "age,zip,sex,born", "--sensitive", "diagnosis", "--k", "5",
+    "--hierarchy", "zip=zip",
+]  # fmt: skip
+
+
+def released(conn: psycopg.Connection, table: str = "released.patients_k5") -> list[tuple]:
+    schema, name = table.split(".")
+    return conn.execute(
+        psycopg.sql.SQL("SELECT age, zip, sex, born, diagnosis FROM {}").format(
+            psycopg.sql.Identifier(schema, name)
+        )
+    ).fetchall()
+
+
+def test_publish_is_k_anonymous_truthful_and_keyless(
+    conn: psycopg.Connection, dsn: str, hospital: list[tuple]
+) -> None:
+    code, out = cli_json(dsn, *PUBLISH)
+    assert code == 0, out
+    assert out["table"] == "released.patients_k5" and out["rows"] == 300
+    assert out["min_class_size"] >= 5
+
+    cols = [
+        r[0]
+        for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = 'released' AND table_name = 'patients_k5'"
+        ).fetchall()
+    ]
+    assert "Patient ID" not in cols and sorted(cols) == ["age", "born", "diagnosis", "sex", "zip"]
+
+    # Independent check: GROUP BY the released QIs, in SQL.
+    smallest = conn.execute(
+        "SELECT min(n) FROM (SELECT count(*) n FROM released.patients_k5 "
+        "GROUP BY age, zip, sex, born) c"
+    ).fetchone()[0]
+    assert smallest >= 5
+
+    # Truthful: every source row is covered by a released class of the same size budget, and
+    # the sensitive values are released unchanged.
+    rows = released(conn)
+    assert Counter(r[4] for r in rows) == Counter(r[5] for r in hospital)
+    h = Hierarchy.from_rows("zip", ZIP_ROWS)
+    classes = Counter(r[:4] for r in rows)
+    for _, age, z, sex, born, _dx in hospital:
+        assert any(
+            a.lower <= age < a.upper
+            and zl in [h.labels[x] for x in h.ancestors(h.leaf(z))]
+            and sl in (sex, "*")
+            and b.lower <= born < b.upper
+            for (a, zl, sl, b) in classes
+        )
+    assert all(isinstance(r[0], Range) for r in rows)
+    # Not in source order: the sensitive column is not in the source's key order.
+    assert [r[4] for r in rows] != [r[5] for r in hospital]
+
+
+def test_report_and_gcp_recomputed_from_the_release(
+    conn: psycopg.Connection, dsn: str, hospital: list[tuple]
+) -> None:
+    _, out = cli_json(dsn, *PUBLISH)
+    code, rep = cli_json(dsn, "report", "patients_k5")
+    assert code == 0
+    assert rep["classes"] == out["classes"] and rep["gcp"] == pytest.approx(out["gcp"])
+    # NCP from the released table alone: range widths over domain widths, label level / height.
+    rows = released(conn)
+    ages = [r[1] for r in hospital]
+    borns = [r[4] for r in hospital]
+    h = Hierarchy.from_rows("zip", ZIP_ROWS)
+    level = {h.labels[i]: h.levels[i] for i in range(len(h.labels))}
+    total = 0.0
+    for a, z, s, b, _ in rows:
+        total += (a.upper - 1 - a.lower) / (max(ages) - min(ages))
+        total += (b.upper - timedelta(days=1) - b.lower).days / (max(borns) - min(borns)).days
+        total += level[z] / h.height + (1.0 if s == "*" else 0.0)
+    assert rep["gcp"] == pytest.approx(total / (len(rows) * 4))
+    # Discernibility counts the algorithm's groups; classes of the release can only merge them.
+    merged = sum(n * n for n in Counter(r[:4] for r in rows).values())
+    assert 5 * len(rows) <= rep["discernibility"] <= merged
+    assert cli(dsn, "report", "nope").exit_code == 2
+
+
+def test_refresh_follows_the_source(conn: psycopg.Connection, dsn: str, hospital) -> None:  # noqa: ANN001
+    assert cli_json(dsn, *PUBLISH)[0] == 0
+    conn.execute(
+        'INSERT INTO clinic.patients SELECT "Patient ID" + 1000, age, zip, sex, born, diagnosis '
+        'FROM clinic.patients WHERE "Patient ID" <= 50'
+    )
+    code, out = cli_json(dsn, "refresh", "patients_k5")
+    assert code == 0 and out["rows"] == 350
+    assert conn.execute("SELECT count(*) FROM released.patients_k5").fetchone()[0] == 350
+    runs = conn.execute(
+        "SELECT count(*), count(DISTINCT source_fingerprint) FROM dbanon.run"
+    ).fetchone()
+    assert runs == (2, 2)
+
+
+def test_failed_check_keeps_the_previous_release(
+    conn: psycopg.Connection,
+    dsn: str,
+    hospital,
+    monkeypatch: pytest.MonkeyPatch,  # noqa: ANN001
+) -> None:
+    assert cli_json(dsn, *PUBLISH)[0] == 0
+    before = snapshot(conn)
+    # An algorithm that breaks its promise: every row its own group.
+    monkeypatch.setattr(release, "cluster", lambda r, qi: np.arange(qi.n, dtype=np.int32))
+    result = cli(dsn, *PUBLISH)
+    assert result.exit_code == 2
+    assert "failed its check of k-anonymity (k=5)" in result.stderr
+    assert snapshot(conn) == before
+    # A failed refresh is logged against the existing release, and changes nothing else.
+    assert cli(dsn, "refresh", "patients_k5").exit_code == 2
+    after = conn.execute("SELECT status FROM dbanon.run ORDER BY id").fetchall()
+    assert after == [("succeeded",), ("failed",)]
+    assert len(released(conn)) == 300
+
+
+def test_consumer_reads_release_but_not_source(
+    conn: psycopg.Connection, dsn: str, hospital
+) -> None:  # noqa: ANN001, E501
+    role = f"Reader {uuid.uuid4().hex[:8]}"
+    conn.execute(psycopg.sql.SQL("CREATE ROLE {}").format(psycopg.sql.Identifier(role)))
+    try:
+        assert cli_json(dsn, *PUBLISH, "--grant", role)[0] == 0
+        conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+        assert conn.execute("SELECT count(*) FROM released.patients_k5").fetchone()[0] == 300
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT count(*) FROM clinic.patients")
+        conn.execute("RESET ROLE")
+        # Re-publishing re-applies the grant to the new table.
+        assert cli_json(dsn, *PUBLISH, "--grant", role)[0] == 0
+        conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
+        assert conn.execute("SELECT count(*) FROM released.patients_k5").fetchone()[0] == 300
+    finally:
+        conn.execute("RESET ROLE")
+        conn.execute(psycopg.sql.SQL("DROP OWNED BY {}").format(psycopg.sql.Identifier(role)))
+        conn.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(role)))
+
+
+def test_odd_identifiers_publish(conn: psycopg.Connection, dsn: str) -> None:
+    rng = random.Random(3)
+    rows = [
+        (i, rng.randint(1, 9), rng.choice(["a'b", 'c"d', "é f"]), rng.choice("xy"))
+        for i in range(60)
+    ]
+    make_table(
+        conn,
+        "Süß Schema",
+        'My "Table"',
+        [("Row Id", "int PRIMARY KEY"), ("Äge", "int"), ("Wei'rd", "text"), ("S x", "text")],
+        rows,
+    )
+    code, out = cli_json(
+        dsn,
+        "publish",
+        "odd one",
+        "--source",
+        'Süß Schema.My "Table"',
+        "--key",
+        "Row Id",
+        "--qi",
+        "Äge,Wei'rd",
+        "--sensitive",
+        "S x",
+        "--k",
+        "4",
+        "--target",
+        'Out Schema.Rel "1"',
+    )
+    assert code == 0, out
+    assert out["table"] == 'Out Schema.Rel "1"'
+    code, chk = cli_json(dsn, "check", 'Out Schema.Rel "1"', "--qi", "Äge,Wei'rd", "--k", "4")
+    assert code == 0 and chk["min_class_size"] >= 4
