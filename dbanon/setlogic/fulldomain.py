@@ -1,0 +1,898 @@
+"""Full-domain generalisation, searched and released as SQL.
+
+Full-domain generalisation maps every value of a quasi-identifier (QI) to the same level of its
+hierarchy; a *node* of the lattice is one level per QI. This module finds the node of least loss
+whose generalised table satisfies the privacy models, and writes the SELECT that releases it.
+
+Search (`search`): PostgreSQL computes, Python only walks the lattice.
+- The source is read once: its frequency set (GROUP BY the QIs) becomes a temp table, which is
+  joined once to each QI's generalisation map to give `g`: one integer code column per QI and
+  level (the top level, a constant, needs none). A node's equivalence classes are then
+  `GROUP BY` its code columns over `g` (about 20 k rows for Adult rather than 30 k source rows,
+  integers rather than text), and one query returns how many rows sit in classes smaller than k.
+  A node whose classes are far fewer than the rows it was counted from keeps them as a temp
+  class table, and nodes above it roll up from that instead (Flash's roll-up, in SQL). All of
+  it runs in one transaction (a savepoint in the caller's), with JIT off for its hundreds of
+  short queries, and its temp tables are dropped before it returns.
+- Pruning by monotonicity: if a node satisfies k-anonymity with at most B rows in small classes,
+  so does every ancestor (a class of the ancestor is a union of classes of the node, so a small
+  class of the ancestor is made of small classes only); if it fails, so does every descendant.
+  A check's verdict is propagated to its whole up- or down-set at once (numpy over the lattice).
+- Optimality: nodes are visited in increasing order of their generalisation loss, which is
+  separable (a sum over QIs of a per-level loss computed once in SQL) and monotone; with no
+  suppression that loss is the node's loss, so the first node that satisfies every model is the
+  optimum. With suppression the separable loss is a lower bound (suppressed rows cost 1 per QI,
+  the most a value can), so the walk continues until that bound reaches the best loss found;
+  rows suppressed at a checked node are suppressed at all its descendants, which tightens the
+  bound below it.
+  A node of unknown status is resolved by binary search along a chain from it to the top of the
+  lattice (raising first the QI whose next level costs least): the highest failing node found
+  settles the node and its whole down-set, which prunes far more than checking the node itself.
+  For Adult (9 QIs, 12,960 nodes, k=5) about a hundred checks settle the lattice.
+- Models other than k-anonymity are checked with their own `PrivacyModel.check` on the candidate
+  release itself (`release_select` as a subquery), in loss order, without assuming they are
+  monotone under generalisation and suppression (entropy l-diversity, for one, is not: a kept
+  class may absorb a suppressed one).
+
+Loss (`FullDomainResult.loss`) is NCP, in [0, 1]: the mean over rows and QIs of the normalised
+size of the released value: (leaves under the label - 1) / (leaves in the hierarchy - 1) for a
+hierarchy, (interval width within [min, max]) / (max - min) for a numeric interval, 0 for a value
+kept as is, 1 for '*' and for every QI of a suppressed row.
+
+Hierarchies of the lattice, per QI:
+- a stored `Hierarchy` (categorical or not: Adult's age has one) — labels from the catalog's
+  `dbanon.hierarchy_map`, the table search and release both read, so they cannot disagree;
+- numeric (integer, numeric, real, double precision) and date QIs without one — an
+  `IntervalHierarchy`: level 0 the value itself, then `INTERVAL_LEVELS` levels of half-open
+  intervals whose widths are powers of two aligned at 0 (for dates: days since 1970-01-01), the
+  widest being the smallest power of two >= (max - min) / 2, then '*'. Powers of two aligned at
+  0 nest (each interval lies in one interval of the next level), as a hierarchy must, and any
+  value has an interval, including values inserted after the release was made; released as
+  PostgreSQL range values (int8range, numrange, daterange; '*' is the unbounded range '(,)');
+- any other QI without one — flat: the value (as text), then '*'.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.db.catalog import Column, Relation
+from dbanon.errors import DbanonError
+from dbanon.hierarchy import Hierarchy
+from dbanon.models import KAnonymity, PrivacyModel
+from dbanon.models.base import Target
+
+INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
+MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
+EPOCH = sql.SQL("DATE '1970-01-01'")
+
+_INTEGER_TYPES = ("smallint", "integer", "bigint")
+_NUMERIC_TYPES = ("numeric", "real", "double precision")
+
+
+@dataclass(frozen=True)
+class IntervalHierarchy:
+    """The automatic hierarchy of a numeric or date QI: nested power-of-two intervals.
+
+    `base` is 'integer', 'numeric' or 'date'; widths are in the column's unit (days for dates).
+    `low`/`high` are the column's min and max when the hierarchy was made, for NCP only: they do
+    not change where a value falls, so a release stays the same function of its source.
+    """
+
+    column: str
+    base: str
+    widths: tuple[Decimal, ...]
+    low: Decimal
+    high: Decimal
+
+    @property
+    def height(self) -> int:
+        return len(self.widths) + 1
+
+    @property
+    def name(self) -> str:
+        return f"intervals of {self.column}"
+
+    @property
+    def range_type(self) -> str:
+        return {"integer": "int8range", "numeric": "numrange", "date": "daterange"}[self.base]
+
+    def describe(self) -> list[str]:
+        """Human-readable levels, for reports."""
+        return ["value", *(f"width {w}" for w in self.widths), "*"]
+
+
+AnyHierarchy = Hierarchy | IntervalHierarchy
+
+
+@dataclass(frozen=True)
+class FullDomainResult:
+    levels: dict[str, int]  # chosen level per QI column
+    loss: float  # NCP of the chosen node, suppressed rows counting 1 (see the module doc)
+    suppressed: int  # rows in classes smaller than k at that node, left out of the release
+    nodes: int  # lattice size
+    nodes_checked: int  # nodes whose k-anonymity query ran
+    seconds: float
+    # The hierarchies the levels refer to, automatic interval ones included: pass these to
+    # release_select, which cannot rebuild interval widths without the data.
+    hierarchies: dict[str, AnyHierarchy] = field(default_factory=dict, repr=False)
+    model_checks: int = 0  # PrivacyModel.check calls (models other than k-anonymity)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "levels": self.levels,
+            "loss": self.loss,
+            "suppressed": self.suppressed,
+            "nodes": self.nodes,
+            "nodes_checked": self.nodes_checked,
+            "model_checks": self.model_checks,
+            "seconds": self.seconds,
+            "timings": self.timings,
+        }
+
+
+# --- per-QI generalisation ----------------------------------------------------------------------
+
+
+def interval_base(col: Column) -> str | None:
+    """'integer', 'numeric' or 'date' if the column gets an automatic interval hierarchy."""
+    if col.type in _INTEGER_TYPES:
+        return "integer"
+    if col.type.startswith(_NUMERIC_TYPES):
+        return "numeric"
+    if col.type == "date":
+        return "date"
+    return None
+
+
+def _as_number(base: str, ref: sql.Composable) -> sql.Composable:
+    """The value of an interval QI as the number its intervals are cut on."""
+    if base == "date":
+        return sql.SQL("({} - {})").format(ref, EPOCH)
+    if base == "numeric":
+        return sql.SQL("{}::numeric").format(ref)
+    return sql.SQL("{}::bigint").format(ref)
+
+
+def _widths(base: str, low: Decimal, high: Decimal, levels: int) -> tuple[Decimal, ...]:
+    """Interval widths, narrowest first: `levels` powers of two, the widest the smallest one
+    >= (high - low) / 2, so that the values span at most three intervals at that level."""
+    span = high - low
+    if span <= 0 or levels <= 0:
+        return ()
+    top = math.ceil(math.log2(span / 2))
+    widths = [Decimal(2) ** (top - j) for j in range(levels - 1, -1, -1)]
+    if base != "numeric":  # whole units: a width of 1 is the value itself
+        widths = [w for w in widths if w >= 2]
+    return tuple(w.normalize() if w < 1 else w.quantize(Decimal(1)) for w in widths)
+
+
+def interval_hierarchy(
+    conn: psycopg.Connection, source: Relation, col: Column, levels: int = INTERVAL_LEVELS
+) -> IntervalHierarchy:
+    """The automatic hierarchy of a numeric or date QI, from its current min and max."""
+    base = interval_base(col)
+    if base is None:
+        raise DbanonError(f"column {col.name!r} ({col.type}) is not numeric or date")
+    x = _as_number(base, col.ident)
+    low, high = conn.execute(
+        sql.SQL("SELECT min({x})::numeric, max({x})::numeric FROM {src}").format(
+            x=x, src=source.ident
+        )
+    ).fetchone()
+    low, high = low or Decimal(0), high or Decimal(0)
+    return IntervalHierarchy(col.name, base, _widths(base, low, high, levels), low, high)
+
+
+def _bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
+    """Lower end of the interval of `width` holding x: floor(x / width) * width."""
+    return sql.SQL("(floor({x}::numeric / {w}) * {w})").format(x=x, w=sql.Literal(width))
+
+
+def _interval_value(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Composable:
+    """The released range of number x (an interval QI) at a level."""
+    rt = sql.SQL(h.range_type)
+    if level >= h.height:
+        return sql.SQL("'(,)'::{}").format(rt)
+    if level == 0:
+        lo, hi, bounds = x, x, "[]"
+    else:
+        w = h.widths[level - 1]
+        lo = _bin_low(x, w)
+        hi = sql.SQL("({} + {})").format(lo, sql.Literal(w))
+        bounds = "[)"
+    if h.base == "date":
+        lo = sql.SQL("({} + {}::integer)").format(EPOCH, lo)
+        hi = sql.SQL("({} + {}::integer)").format(EPOCH, hi)
+    elif h.base == "integer":
+        lo, hi = sql.SQL("{}::bigint").format(lo), sql.SQL("{}::bigint").format(hi)
+    return sql.SQL("{}({}, {}, {})").format(rt, lo, hi, sql.Literal(bounds))
+
+
+def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Composable:
+    """NCP of number x's interval: its width within [low, high] over high - low."""
+    span = h.high - h.low
+    if span <= 0:
+        return sql.SQL("0::float8")
+    w = h.widths[level - 1]
+    lo = _bin_low(x, w)
+    last = w - 1 if h.base != "numeric" else w  # whole units: [lo, lo + w) ends at lo + w - 1
+    ncp = "((least({lo} + {last}, {hi}) - greatest({lo}, {low})) / {span})::float8"
+    return sql.SQL(ncp).format(
+        lo=lo,
+        last=sql.Literal(last),
+        hi=sql.Literal(h.high),
+        low=sql.Literal(h.low),
+        span=sql.Literal(span),
+    )
+
+
+def _stored_map(h: Hierarchy, level: int) -> sql.Composable:
+    """(value, label) of a stored hierarchy at one level, from the catalog."""
+    return sql.SQL(
+        "(SELECT m.value, m.label FROM dbanon.hierarchy_map m "
+        "JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id "
+        "WHERE h.name = {name} AND m.level = {level})"
+    ).format(name=sql.Literal(h.name), level=sql.Literal(level))
+
+
+def _effective(
+    col: Column, hierarchies: Mapping[str, AnyHierarchy]
+) -> tuple[str, AnyHierarchy | None, int]:
+    """(kind, hierarchy, height) of a QI: 'stored', 'interval' or 'flat'."""
+    h = hierarchies.get(col.name)
+    if isinstance(h, Hierarchy):
+        return "stored", h, h.height
+    if isinstance(h, IntervalHierarchy):
+        return "interval", h, h.height
+    if h is not None:
+        raise DbanonError(f"hierarchy of {col.name!r} is a {type(h).__name__}, not a hierarchy")
+    if interval_base(col) is not None:
+        return "interval", None, -1  # made from the data by search()
+    return "flat", None, 1
+
+
+# --- the release ----------------------------------------------------------------------------
+
+
+def release_select(
+    source: Relation,
+    qi: list[Column],
+    hierarchies: Mapping[str, AnyHierarchy],
+    levels: Mapping[str, int],
+    sensitive: list[str],
+    k: int,
+    *,
+    shuffle: bool = True,
+) -> sql.Composable:
+    """A SELECT of the source generalised to `levels`, classes smaller than k left out.
+
+    It reads the source live, so a VIEW of it stays k-anonymous as the source changes: the class
+    sizes are a window count over the generalised QIs, computed at every read, and rows of a
+    class that is too small are never shown. The row key is not selected; rows come out in
+    random order (`shuffle`), so neither the source order nor the class order leaks. Values a
+    stored hierarchy does not cover (inserted since) are released as its root.
+    Output columns: the QIs (text, or ranges for interval QIs), then the sensitive columns.
+    """
+    joins: list[sql.Composable] = []
+    gen: list[sql.Composable] = []
+    for i, col in enumerate(qi):
+        kind, h, height = _effective(col, hierarchies)
+        if col.name not in levels:
+            raise DbanonError(f"no level given for quasi-identifier {col.name!r}")
+        level = levels[col.name]
+        ref = sql.SQL("s.{}").format(col.ident)
+        if kind == "interval" and h is None:
+            if level > 0:
+                raise DbanonError(
+                    f"level {level} of {col.name!r} needs its interval hierarchy: pass "
+                    "FullDomainResult.hierarchies to release_select"
+                )
+            h = IntervalHierarchy(
+                col.name, interval_base(col) or "numeric", (), Decimal(0), Decimal(0)
+            )
+        if not 0 <= level <= (h.height if h is not None else height):
+            raise DbanonError(f"level {level} of {col.name!r} is outside its hierarchy")
+        if isinstance(h, IntervalHierarchy):
+            x = _as_number(h.base, ref)
+            gen.append(_interval_value(h, x, level))
+        elif level == 0:
+            gen.append(sql.SQL("{}::text").format(ref))
+        elif isinstance(h, Hierarchy) and level < h.height:
+            alias = sql.Identifier(f"dbanon_h{i}")
+            joins.append(
+                sql.SQL("LEFT JOIN {map} {a} ON {a}.value = {ref}::text").format(
+                    map=_stored_map(h, level), a=alias, ref=ref
+                )
+            )
+            gen.append(
+                sql.SQL("coalesce({}.label, {})").format(alias, sql.Literal(h.labels[h.root]))
+            )
+        else:
+            root = h.labels[h.root] if isinstance(h, Hierarchy) else "*"
+            gen.append(sql.SQL("{}::text").format(sql.Literal(root)))
+    names = [c.name for c in qi] + list(sensitive)
+    size = "dbanon_class_size"
+    while size in names:
+        size += "_"
+    inner = sql.SQL(
+        "SELECT {cols}, count(*) OVER (PARTITION BY {part}) AS {size} FROM {src} s {joins}"
+    ).format(
+        cols=sql.SQL(", ").join(
+            [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
+            + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
+        ),
+        part=sql.SQL(", ").join(gen),
+        size=sql.Identifier(size),
+        src=source.ident,
+        joins=sql.SQL(" ").join(joins),
+    )
+    return sql.SQL("SELECT {out} FROM ({inner}) dbanon_classes WHERE {size} >= {k}{order}").format(
+        out=sql.SQL(", ").join(map(sql.Identifier, names)),
+        inner=inner,
+        size=sql.Identifier(size),
+        k=sql.Literal(k),
+        order=sql.SQL(" ORDER BY random()") if shuffle else sql.SQL(""),
+    )
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+# Temp tables of a search (one search at a time per session), all dropped before it returns.
+_PREFIX = "dbanon_fd_"
+# A node counted from a class table of at least ROLLUP_MIN_ROWS rows gets its own class table
+# when it has at most 1/ROLLUP_GAIN as many classes: a table its ancestors roll up from.
+ROLLUP_MIN_ROWS, ROLLUP_GAIN = 1000, 4
+
+
+@dataclass
+class _QI:
+    col: Column
+    kind: str  # 'stored', 'interval' or 'flat'
+    h: AnyHierarchy | None  # None: flat, or an interval hierarchy still to be made from the data
+    height: int
+
+
+def _k_of(models: Sequence[PrivacyModel]) -> int:
+    """The class size below which classes are suppressed: the largest k among the models
+    (k-anonymity, (α,k), (p,k), ... all call it k), 1 when none has one."""
+    ks = [getattr(m, "k", None) for m in models]
+    return max([k for k in ks if isinstance(k, int) and not isinstance(k, bool)] or [1])
+
+
+def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
+    """Search and release read the catalog's copy of a hierarchy: it must be the one given."""
+    row = conn.execute(
+        """SELECT h.height, count(*) FILTER (WHERE m.level = 0) FROM dbanon.hierarchy h
+           LEFT JOIN dbanon.hierarchy_map m ON m.hierarchy_id = h.id WHERE h.name = %s
+           GROUP BY h.id""",
+        [h.name],
+    ).fetchone()
+    if row is None:
+        raise DbanonError(
+            f"hierarchy {h.name!r} of column {col.name!r} is not stored in the catalog "
+            "(import it with `dbanon hierarchy import`)"
+        )
+    if (row[0], row[1]) != (h.height, len(h.leaves)):
+        raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
+
+
+class _Lattice:
+    """The database side of a search: the source's frequency set as integer codes, and the
+    class tables of nodes, each counted by rolling up the smallest table below it."""
+
+    def __init__(self, conn: psycopg.Connection, qis: list[_QI], k: int, with_ncp: bool) -> None:
+        self.conn, self.qis, self.k, self.with_ncp = conn, qis, k, with_ncp
+        self.budget = 0  # rows that may be suppressed, set once the row count is known
+        self.tables: list[str] = []  # every temp table made, to drop
+        self.classes: list[tuple[np.ndarray, sql.Identifier, int]] = []  # (node, table, rows)
+        self.total = 0
+        self.losses: list[np.ndarray] = []  # per QI, the mean NCP of the rows at each level
+
+    def _temp(self, stem: str) -> sql.Identifier:
+        name = f"{_PREFIX}{stem}"
+        self.tables.append(name)
+        return sql.Identifier(name)
+
+    def drop(self) -> None:
+        """Drop the temp tables (on errors, rolling the search's savepoint back does it)."""
+        if self.tables:
+            self.conn.execute(
+                sql.SQL("DROP TABLE {}").format(
+                    sql.SQL(", ").join(map(sql.Identifier, self.tables))
+                )
+            )
+        self.tables = []
+
+    @staticmethod
+    def code(i: int, level: int) -> sql.Identifier:
+        return sql.Identifier(f"c{i}_{level}")
+
+    @staticmethod
+    def ncp(i: int, level: int) -> sql.Identifier:
+        return sql.Identifier(f"r{i}_{level}")
+
+    def columns(self, node: np.ndarray) -> list[sql.Identifier]:
+        """Columns a class table of `node` keeps: codes (and NCP) of the levels at or above
+        the node's, below the top, which are what the node's ancestors group by."""
+        cols = []
+        for i, q in enumerate(self.qis):
+            cols += [self.code(i, lv) for lv in range(int(node[i]), q.height)]
+            if self.with_ncp:
+                cols += [self.ncp(i, lv) for lv in range(max(int(node[i]), 1), q.height)]
+        return cols
+
+    # -- building -----------------------------------------------------------------------------
+
+    def build(self, source: Relation) -> None:
+        """Read the source once (GROUP BY the QIs), then code every level of every QI."""
+        conn, qis = self.conn, self.qis
+        fs = self._temp("fs")
+        qcol = [sql.Identifier(f"q{i}") for i in range(len(qis))]
+        fs_cols = []
+        for q, name in zip(qis, qcol, strict=True):
+            if q.kind == "interval":
+                base = q.h.base if isinstance(q.h, IntervalHierarchy) else interval_base(q.col)
+                expr = _as_number(base or "numeric", q.col.ident)
+            else:  # text, as release_select shows it: classes are equal text, in both;
+                # byte order ("C") makes the sorts and joins on it cheap
+                expr = sql.SQL('{}::text COLLATE "C"').format(q.col.ident)
+            fs_cols.append(sql.SQL("{} AS {}").format(expr, name))
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {fs} AS SELECT {cols}, count(*)::int AS n FROM {src} "
+                "GROUP BY {q}"
+            ).format(
+                fs=fs,
+                cols=sql.SQL(", ").join(fs_cols),
+                src=source.ident,
+                q=sql.SQL(", ").join(qcol),
+            )
+        )
+        self._stats(source, fs, qcol)
+
+        # g: the frequency set with a code per QI and level below the top (and its NCP).
+        codes: list[sql.Composable] = []
+        ncps: list[tuple[sql.Composable, sql.Identifier]] = []  # (expression, name)
+        joins: list[sql.Composable] = []
+        for i, q in enumerate(qis):
+            ref = sql.SQL("fs.{}").format(qcol[i])
+            m = sql.Identifier(f"m{i}")
+            if isinstance(q.h, Hierarchy):
+                joins.append(
+                    sql.SQL("JOIN {t} {m} ON {m}.v = {ref}").format(
+                        t=sql.Identifier(f"{_PREFIX}m{i}"), m=m, ref=ref
+                    )
+                )
+                codes.append(sql.SQL("{}.c0 AS {}").format(m, self.code(i, 0)))
+            else:
+                codes.append(
+                    sql.SQL("dense_rank() OVER (ORDER BY {})::int AS {}").format(
+                        ref, self.code(i, 0)
+                    )
+                )
+            for level in range(1, q.height):
+                c, r = self.code(i, level), self.ncp(i, level)
+                if isinstance(q.h, IntervalHierarchy):
+                    w = sql.Literal(q.h.widths[level - 1])
+                    codes.append(sql.SQL("floor({}::numeric / {})::bigint AS {}").format(ref, w, c))
+                    ncps.append((_interval_ncp(q.h, ref, level), r))
+                else:
+                    codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
+                    ncps.append((sql.SQL("{}.{}").format(m, sql.Identifier(f"r{level}")), r))
+        g = self._temp("g")
+        # n first and NCP only when suppression needs it: narrow rows make GROUP BY faster.
+        cur = conn.execute(
+            sql.SQL("CREATE TEMP TABLE {g} AS SELECT fs.n, {sel} FROM {fs} fs {joins}").format(
+                g=g,
+                sel=sql.SQL(", ").join(
+                    codes + [sql.SQL("{} AS {}").format(e, r) for e, r in ncps if self.with_ncp]
+                ),
+                fs=fs,
+                joins=sql.SQL(" ").join(joins),
+            )
+        )
+        # Only hierarchies with levels between value and top have NCP columns to sum.
+        deep = [
+            j
+            for j, q in zip(joins, (q for q in qis if isinstance(q.h, Hierarchy)), strict=True)
+            if q.height > 1
+        ]
+        self._losses(fs, deep, ncps)
+        self.classes.append((np.zeros(len(qis), dtype=np.int64), g, cur.rowcount))
+
+    def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+        """Row count, NULL QIs (an error), interval hierarchies, hierarchy coverage."""
+        conn = self.conn
+        stats: list[sql.Composable] = [sql.SQL("coalesce(sum(n), 0)::bigint")]
+        for q, name in zip(self.qis, qcol, strict=True):
+            stats.append(
+                sql.SQL("coalesce(sum(n) FILTER (WHERE {} IS NULL), 0)::bigint").format(name)
+            )
+            stats.append(
+                sql.SQL("min({0})::numeric, max({0})::numeric").format(name)
+                if q.kind == "interval"
+                else sql.SQL("NULL, NULL")
+            )
+        row = conn.execute(
+            sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(stats), fs)
+        ).fetchone()
+        self.total = int(row[0])
+        for i, q in enumerate(self.qis):
+            nulls, low, high = row[1 + 3 * i : 4 + 3 * i]
+            if nulls:
+                raise DbanonError(
+                    f"quasi-identifier {q.col.name!r} of {source} is NULL in {nulls} rows; "
+                    "fill or filter them first"
+                )
+            if q.kind == "interval" and q.h is None:
+                base = interval_base(q.col) or "numeric"
+                low = Decimal(0) if low is None else low
+                high = Decimal(0) if high is None else high
+                q.h = IntervalHierarchy(
+                    q.col.name, base, _widths(base, low, high, INTERVAL_LEVELS), low, high
+                )
+                q.height = q.h.height
+            if isinstance(q.h, Hierarchy):
+                self._store_map(i, q.h)
+                missing = conn.execute(
+                    sql.SQL("SELECT {q} FROM {fs} EXCEPT SELECT v FROM {m} LIMIT 1").format(
+                        q=qcol[i], fs=fs, m=sql.Identifier(f"{_PREFIX}m{i}")
+                    )
+                ).fetchone()
+                if missing:
+                    raise DbanonError(
+                        f"value {missing[0]!r} of column {q.col.name!r} is not in hierarchy "
+                        f"{q.h.name!r}"
+                    )
+
+    def _store_map(self, i: int, h: Hierarchy) -> None:
+        """A stored hierarchy's leaves with their code (numbering a level's labels) and NCP
+        (leaves under the label) at each level below the top."""
+        cols: list[sql.Composable] = [sql.SQL("max(code) FILTER (WHERE level = 0) AS c0")]
+        for level in range(1, h.height):
+            cols.append(
+                sql.SQL(
+                    "max(code) FILTER (WHERE level = {l}) AS {c}, "
+                    "max(ncp) FILTER (WHERE level = {l}) AS {r}"
+                ).format(
+                    l=sql.Literal(level),
+                    c=sql.Identifier(f"c{level}"),
+                    r=sql.Identifier(f"r{level}"),
+                )
+            )
+        self.conn.execute(
+            sql.SQL(
+                """CREATE TEMP TABLE {t} AS
+                   SELECT value COLLATE "C" AS v, {cols} FROM (
+                       SELECT m.value, m.level,
+                              dense_rank() OVER (PARTITION BY m.level ORDER BY m.label)::int
+                                  AS code,
+                              (count(*) OVER (PARTITION BY m.level, m.label) - 1)::float8 / {d}
+                                  AS ncp
+                       FROM dbanon.hierarchy_map m
+                       JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
+                       WHERE h.name = {name} AND m.level < {top}) x
+                   GROUP BY value"""
+            ).format(
+                t=self._temp(f"m{i}"),
+                cols=sql.SQL(", ").join(cols),
+                d=sql.Literal(max(len(h.leaves) - 1, 1)),
+                name=sql.Literal(h.name),
+                top=sql.Literal(h.height),
+            )
+        )
+
+    def _losses(
+        self,
+        fs: sql.Identifier,
+        joins: list[sql.Composable],
+        ncps: list[tuple[sql.Composable, sql.Identifier]],
+    ) -> None:
+        """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top)."""
+        sums = [sql.SQL("sum(fs.n * {})").format(e) for e, _ in ncps]
+        values = iter(
+            self.conn.execute(
+                sql.SQL("SELECT {} FROM {} fs {}").format(
+                    sql.SQL(", ").join(sums), fs, sql.SQL(" ").join(joins)
+                )
+            ).fetchone()
+            if sums
+            else ()
+        )
+        for q in self.qis:
+            per = [0.0]
+            per += [float(next(values) or 0) / max(self.total, 1) for _ in range(1, q.height)]
+            per.append(1.0)
+            self.losses.append(np.maximum.accumulate(np.array(per)))  # no rounding wobble
+
+    # -- counting -----------------------------------------------------------------------------
+
+    def count(self, node: np.ndarray) -> tuple[int, float]:
+        """Rows in classes smaller than k at `node` (and the sum of their NCP, if asked).
+
+        Rolls up from the smallest class table of a descendant. When the node fails and has far
+        fewer classes than that table has rows, its own class table is kept too: the walk
+        climbs after a failure, and the nodes it checks next then roll up from it."""
+        below = [c for c in self.classes if np.all(c[0] <= node)]
+        base, table, rows = min(below, key=lambda c: c[2])
+        keys = [self.code(i, int(lv)) for i, lv in enumerate(node) if lv < self.qis[i].height]
+        row_ncp: sql.Composable = sql.SQL("0")
+        if self.with_ncp:
+            terms: list[sql.Composable] = [
+                self.ncp(i, int(lv)) for i, lv in enumerate(node) if 0 < lv < self.qis[i].height
+            ]
+            tops = sum(1 for i, lv in enumerate(node) if lv == self.qis[i].height)
+            row_ncp = sql.SQL(" + ").join([*terms, sql.Literal(float(tops))])
+        if np.array_equal(base, node):
+            classes: sql.Composable = sql.SQL("SELECT n, n * ({r}) AS ls FROM {t}").format(
+                r=row_ncp, t=table
+            )
+        else:
+            group = (
+                sql.SQL(" GROUP BY {}").format(sql.SQL(", ").join(keys)) if keys else sql.SQL("")
+            )
+            classes = sql.SQL("SELECT sum(n) AS n, sum(n * ({r})) AS ls FROM {t}{g}").format(
+                r=row_ncp, t=table, g=group
+            )
+        small, ncp, count = self.conn.execute(
+            sql.SQL(
+                "SELECT coalesce(sum(n) FILTER (WHERE n < {k}), 0), "
+                "coalesce(sum(ls) FILTER (WHERE n < {k}), 0), count(*) FROM ({classes}) c"
+            ).format(k=sql.Literal(self.k), classes=classes)
+        ).fetchone()
+        if small > self.budget and rows >= ROLLUP_MIN_ROWS and count * ROLLUP_GAIN <= rows:
+            keep = sql.SQL(", ").join(self.columns(node))
+            new = self._temp(f"n{len(self.classes)}")
+            self.conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {new} AS SELECT sum(n)::int AS n, {keep} FROM {t} "
+                    "GROUP BY {keep}"
+                ).format(new=new, keep=keep, t=table)
+            )
+            self.classes.append((node.copy(), new, int(count)))
+        return int(small), float(ncp)
+
+
+def search(
+    conn: psycopg.Connection,
+    source: Relation,
+    qi: list[Column],
+    hierarchies: Mapping[str, AnyHierarchy],
+    models: list[PrivacyModel],
+    sensitive: str | None = None,
+    max_suppression: float = 0.0,
+) -> FullDomainResult:
+    """The full-domain generalisation of least loss that satisfies every model.
+
+    Classes smaller than k (the largest k of the models) are suppressed, at most
+    max_suppression x rows of them. Runs in a transaction of its own, or a savepoint in the
+    caller's; commits nothing the caller did not, and leaves no temp table behind. Raises
+    DbanonError naming the culprit on bad input, or when no node satisfies the models.
+    """
+    started = time.perf_counter()
+    if not qi:
+        raise DbanonError("at least one quasi-identifier is needed")
+    names = [c.name for c in qi]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DbanonError(f"quasi-identifier {twice[0]!r} is named twice")
+    if not 0.0 <= max_suppression <= 1.0:
+        raise DbanonError(f"max_suppression must be within [0, 1], got {max_suppression}")
+    for m in models:
+        if m.needs_sensitive and not sensitive:
+            raise DbanonError(f"{m.name} needs a sensitive column")
+    k = _k_of(models)
+    qis = []
+    for col in qi:
+        kind, h, height = _effective(col, hierarchies)
+        if isinstance(h, Hierarchy):
+            _check_stored(conn, h, col)
+        qis.append(_QI(col, kind, h, height))
+    lattice = _Lattice(conn, qis, k, with_ncp=max_suppression > 0)
+    timings: dict[str, float] = {}
+    # One transaction (a savepoint inside the caller's): the temp tables then cost no commit
+    # each, and any error takes them away and leaves the caller's transaction usable.
+    with conn.transaction():
+        # Hundreds of short queries: JIT compiling each (the estimates over fresh temp tables
+        # are wild) would cost far more than running it. Restored at the end.
+        jit = conn.execute("SELECT current_setting('jit')").fetchone()[0]
+        conn.execute("SET LOCAL jit = off")
+        lattice.build(source)
+        timings["build"] = round(time.perf_counter() - started, 4)
+        total = lattice.total
+        if k > total:
+            raise DbanonError(f"k={k} is larger than the {total} rows of {source}")
+        budget = lattice.budget = math.floor(max_suppression * total + 1e-9)
+        eff = {q.col.name: q.h for q in qis if q.h is not None}
+        walk = _Walk(lattice, budget)
+        others = [m for m in models if not isinstance(m, KAnonymity)]
+        model_checks = 0
+
+        def holds(levels: dict[str, int]) -> bool:
+            """The models beyond k, checked on the candidate release itself."""
+            nonlocal model_checks
+            rel = sql.SQL("({}) AS dbanon_candidate").format(
+                release_select(
+                    source, qi, eff, levels, [sensitive] if sensitive else [], k, shuffle=False
+                )
+            )
+            target = Target(rel, names, sensitive)
+            for m in others:
+                model_checks += 1
+                if not m.check(conn, target).holds:
+                    return False
+            return True
+
+        best = walk.run(holds if others else None)
+        timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
+        lattice.drop()
+        conn.execute("SELECT set_config('jit', %s, true)", [jit])
+    if best is None:
+        raise DbanonError(
+            f"no full-domain generalisation of {source} satisfies "
+            f"{', '.join(m.name for m in models)} with at most {budget} suppressed rows"
+        )
+    node, loss, suppressed = best
+    return FullDomainResult(
+        levels={q.col.name: int(lv) for q, lv in zip(qis, node, strict=True)},
+        loss=round(max(0.0, min(1.0, loss)), 12),
+        suppressed=suppressed,
+        nodes=walk.size,
+        nodes_checked=len(walk.counted),
+        seconds=round(time.perf_counter() - started, 4),
+        hierarchies=eff,
+        model_checks=model_checks,
+        timings=timings,
+    )
+
+
+class _Walk:
+    """The lattice walk: nodes in increasing separable loss, statuses settled by binary search
+    on chains and propagated over up- and down-sets."""
+
+    def __init__(self, lattice: _Lattice, budget: int) -> None:
+        self.lattice, self.budget = lattice, budget
+        heights = np.array([q.height for q in lattice.qis], dtype=np.int64)
+        self.heights, d = heights, len(heights)
+        self.size = int(np.prod(heights + 1))
+        if self.size > MAX_LATTICE:
+            raise DbanonError(
+                f"the lattice has {self.size} nodes (more than {MAX_LATTICE}): use fewer "
+                "quasi-identifiers or hierarchies with fewer levels"
+            )
+        # node index -> levels (int8: the lattice, not a level, is what can be big)
+        self.grid = np.indices(tuple(heights + 1), dtype=np.int8).reshape(d, -1).T
+        self.sep = sum(lattice.losses[i][self.grid[:, i]] for i in range(d)) / d
+        self.status = np.zeros(self.size, dtype=np.int8)  # +1 satisfies k in budget, -1 fails
+        self.penalty = np.zeros(self.size)  # a lower bound of each node's suppression loss
+        self.counted: dict[int, tuple[int, float]] = {}
+
+    def evaluate(self, idx: int) -> None:
+        node = self.grid[idx]
+        small, small_ncp = self.counted[idx] = self.lattice.count(node)
+        below = np.all(self.grid <= node, axis=1)
+        if small <= self.budget:
+            self.status[np.all(self.grid >= node, axis=1)] = 1
+        else:
+            self.status[below] = -1
+        if small:
+            # Rows suppressed here are suppressed at every descendant too, where each costs at
+            # least as much (1 per QI instead of a smaller NCP): a bound on their loss.
+            d = len(node)
+            penalty = (small * d - small_ncp) / (self.lattice.total * d)
+            self.penalty[below] = np.maximum(self.penalty[below], penalty)
+
+    def resolve(self, idx: int) -> None:
+        """Binary search the chain from idx to the top that raises the cheapest QI first: the
+        highest failing node it finds settles idx and a large down-set with it."""
+        losses, heights = self.lattice.losses, self.heights
+        node, path = self.grid[idx].copy(), [idx]
+        while True:
+            steps = [
+                (losses[i][node[i] + 1] - losses[i][node[i]], i)
+                for i in range(len(node))
+                if node[i] < heights[i]
+            ]
+            if not steps:
+                break
+            node[min(steps)[1]] += 1
+            path.append(int(np.ravel_multi_index(tuple(node), tuple(heights + 1))))
+        lo, hi = 0, len(path)  # the first satisfying position on the path is in [lo, hi]
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.status[path[mid]] == 0:
+                self.evaluate(path[mid])
+            if self.status[path[mid]] > 0:
+                hi = mid
+            else:
+                lo = mid + 1
+
+    def run(
+        self, holds: Callable[[dict[str, int]], bool] | None
+    ) -> tuple[np.ndarray, float, int] | None:
+        """(node, loss, suppressed rows) of the optimum, or None."""
+        qis, total, d = self.lattice.qis, self.lattice.total, len(self.heights)
+        order = np.lexsort((np.arange(self.size), self.grid.sum(axis=1), np.round(self.sep, 12)))
+        best: tuple[np.ndarray, float, int] | None = None
+        best_loss = math.inf
+        for idx in map(int, order):
+            if self.sep[idx] >= best_loss:
+                break  # a lower bound of this node's loss and of every later node's
+            if self.sep[idx] + self.penalty[idx] >= best_loss:
+                continue
+            if self.status[idx] == 0:
+                self.resolve(idx)
+            if self.status[idx] < 0:
+                continue
+            if self.budget > 0 and idx not in self.counted:
+                self.evaluate(idx)
+            small, small_ncp = self.counted.get(idx, (0, 0.0))
+            loss = float((self.sep[idx] * total * d - small_ncp + small * d) / (total * d))
+            if loss >= best_loss:
+                continue
+            levels = {q.col.name: int(lv) for q, lv in zip(qis, self.grid[idx], strict=True)}
+            if holds is not None and not holds(levels):
+                continue
+            best, best_loss = (self.grid[idx], loss, small), loss
+            if self.budget == 0:
+                break  # no suppression: loss is the order's key, the first node is the optimum
+        return best
+
+
+# --- benchmark ----------------------------------------------------------------------------------
+
+BENCH_QI = [
+    "age",
+    "education",
+    "marital_status",
+    "native_country",
+    "occupation",
+    "race",
+    "income",
+    "sex",
+    "workclass",
+]
+
+
+def bench(conn: psycopg.Connection, rows: int = 30162, k: int = 5) -> dict[str, Any]:
+    """Search Adult's first `rows` rows for k-anonymity without suppression, with ARX's 9 QIs
+    and hierarchies (ARX's Flash: 27-33 ms in memory). Needs demo.adult and the hierarchies
+    (`dbanon demo`, i.e. dbanon.demo.run_demo); `seconds` times `search` alone."""
+    from dbanon.data import ADULT_HIERARCHIES
+    from dbanon.db import catalog
+
+    table = sql.Identifier("dbanon_bench_adult")
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} AS SELECT {} FROM demo.adult ORDER BY id LIMIT {}").format(
+            table, sql.SQL(", ").join(map(sql.Identifier, BENCH_QI)), sql.Literal(rows)
+        )
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(table))
+    try:
+        source = Relation("pg_temp", "dbanon_bench_adult")
+        cols = catalog.columns(conn, source)
+        qi = [cols[c] for c in BENCH_QI]
+        hierarchies = {c: catalog.load_hierarchy(conn, ADULT_HIERARCHIES[c]) for c in BENCH_QI}
+        result = search(conn, source, qi, hierarchies, [KAnonymity(k)])
+    finally:
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table))
+    return {
+        "algorithm": "fulldomain",
+        "rows": rows,
+        "k": k,
+        "qi": BENCH_QI,
+        "server": conn.info.parameter_status("server_version"),
+        **result.summary(),
+    }
