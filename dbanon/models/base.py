@@ -1,14 +1,39 @@
-"""What every privacy model check shares: the equivalence classes of a relation in SQL."""
+"""What every privacy model check shares: the equivalence classes of a relation in SQL.
+
+A check reads the relation through one subquery that renames the columns it needs to fixed
+aliases (q1..qn for the QIs, s for the sensitive attribute, w for the row weight), so that no
+user column name can clash with the names the check itself uses, whatever the names are.
+
+Two conventions hold for every model, in SQL and in memory alike:
+- NULL is a sensitive value of its own. GROUP BY already treats NULL QIs as one class; a class
+  whose sensitive values are all NULL discloses "not recorded" as surely as a homogeneous class
+  discloses its value, and counting NULL keeps a class's value counts summing to its size.
+- With a weight column (`Target.count`) each row stands for `count` rows, so Anatomy's sensitive
+  table (group id, value, count) can be checked as it is published. The weights must be positive
+  whole numbers; anything else is an error naming the column, not a silently wrong verdict.
+"""
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 from psycopg import sql
+
+from dbanon.errors import DbanonError
+
+# One class in memory: sensitive value -> number of rows (entries <= 0 are ignored). Models that
+# read only class sizes accept any single key, e.g. {None: size}.
+Counts = Mapping[Hashable, int]
+
+# Comparisons of computed reals (entropy, EMD, frequency) with their thresholds: a class with
+# exactly l equally frequent values must count as having entropy log(l) despite rounding.
+TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -21,11 +46,12 @@ class CheckResult:
 
 @dataclass(frozen=True)
 class Target:
-    """A relation and the columns a check reads."""
+    """A relation and the columns a check reads; `count` names an optional row-weight column."""
 
     relation: sql.Composable
     qi: Sequence[str]
     sensitive: str | None = None
+    count: str | None = None
 
     @property
     def qi_list(self) -> sql.Composable:
@@ -34,20 +60,110 @@ class Target:
     @property
     def class_label(self) -> sql.Composable:
         """The QI values of a class as one text, to name the worst class in a report."""
-        return sql.SQL("concat_ws(', ', {})").format(
-            sql.SQL(", ").join(
-                sql.SQL("{} || '=' || coalesce({}::text, 'NULL')").format(
-                    sql.Literal(c), sql.Identifier(c)
-                )
-                for c in self.qi
+        return _label(self.qi, [sql.Identifier(c) for c in self.qi])
+
+    # --- the aliased form the checks use -------------------------------------------------------
+
+    @property
+    def aliases(self) -> list[sql.Identifier]:
+        return [sql.Identifier(f"q{i}") for i in range(1, len(self.qi) + 1)]
+
+    @property
+    def alias_list(self) -> sql.Composable:
+        return sql.SQL(", ").join(self.aliases)
+
+    @property
+    def alias_label(self) -> sql.Composable:
+        """`class_label` over the aliased columns q1..qn."""
+        return _label(self.qi, self.aliases)
+
+    def source(self) -> sql.Composable:
+        """The relation with its columns renamed to q1..qn, s and w (1 when unweighted)."""
+        if not self.qi:
+            raise DbanonError("name at least one quasi-identifier column")
+        cols = [
+            sql.SQL("{} AS {}").format(sql.Identifier(c), a)
+            for c, a in zip(self.qi, self.aliases, strict=True)
+        ]
+        if self.sensitive is not None:
+            cols.append(sql.SQL("{} AS s").format(sql.Identifier(self.sensitive)))
+        if self.count is not None:
+            cols.append(sql.SQL("{}::bigint AS w").format(sql.Identifier(self.count)))
+        return sql.SQL("(SELECT {} FROM {}) src").format(sql.SQL(", ").join(cols), self.relation)
+
+    @property
+    def rows(self) -> sql.Composable:
+        """The number of rows an aggregate over `source()` stands for."""
+        return sql.SQL("sum(w)::bigint" if self.count is not None else "count(*)")
+
+    def cells(self, *, rank: bool = False) -> sql.Composable:
+        """Per class and sensitive value, its rows `n`; with `rank`, also its place `pos` in the
+        class by decreasing count (1 = most frequent; ties in any order, as only sums of counts
+        by place are read)."""
+        pos = sql.SQL("")
+        if rank:
+            pos = sql.SQL(", row_number() OVER (PARTITION BY {q} ORDER BY {n} DESC) AS pos").format(
+                q=self.alias_list, n=self.rows
             )
+        return sql.SQL("(SELECT {q}, s, {n} AS n{pos} FROM {src} GROUP BY {q}, s) cells").format(
+            q=self.alias_list, n=self.rows, pos=pos, src=self.source()
         )
+
+    def describe(self, conn: psycopg.Connection) -> str:
+        """The relation as SQL text, for error messages."""
+        return self.relation.as_string(conn)
+
+    def type_category(self, conn: psycopg.Connection, column: str) -> str:
+        """pg_type.typcategory of a column of the relation ('N' numeric, 'S' string, ...)."""
+        cur = conn.execute(
+            sql.SQL("SELECT {} FROM {} LIMIT 0").format(sql.Identifier(column), self.relation)
+        )
+        oid = cur.description[0].type_code
+        return conn.execute("SELECT typcategory FROM pg_type WHERE oid = %s", [oid]).fetchone()[0]
+
+    def validate(self, conn: psycopg.Connection, model: PrivacyModel) -> None:
+        """Clear errors for what the model cannot read: no sensitive column, bad weights."""
+        if model.needs_sensitive and self.sensitive is None:
+            raise DbanonError(f"{model.name} needs a sensitive attribute (--sensitive)")
+        if self.count is None:
+            return
+        if self.type_category(conn, self.count) != "N":
+            raise DbanonError(
+                f"count column {self.count!r} of {self.describe(conn)} must be numeric"
+            )
+        w = sql.Identifier(self.count)
+        bad = conn.execute(
+            sql.SQL(
+                "SELECT count(*), min({w}::text) FROM {rel} "
+                "WHERE {w} IS NULL OR {w} < 1 OR {w} <> trunc({w}::numeric)"
+            ).format(w=w, rel=self.relation)
+        ).fetchone()
+        if bad[0]:
+            raise DbanonError(
+                f"count column {self.count!r} of {self.describe(conn)} must hold positive whole "
+                f"numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
+            )
+
+
+def _label(names: Sequence[str], exprs: Sequence[sql.Composable]) -> sql.Composable:
+    return sql.SQL("concat_ws(', ', {})").format(
+        sql.SQL(", ").join(
+            sql.SQL("{} || '=' || coalesce({}::text, 'NULL')").format(sql.Literal(n), e)
+            for n, e in zip(names, exprs, strict=True)
+        )
+    )
 
 
 class PrivacyModel(ABC):
-    """A privacy criterion checked over the equivalence classes (GROUP BY the QIs)."""
+    """A privacy criterion checked over the equivalence classes (GROUP BY the QIs).
+
+    Each model has two independent forms: `check`, one SQL query over a relation, and
+    `class_holds`, the same criterion over one class's sensitive-value counts in memory, which
+    algorithms use to test candidate partitions and tests use to cross-check the SQL.
+    """
 
     needs_sensitive = False
+    needs_overall = False  # class_holds reads the whole relation's counts (t-closeness)
 
     @property
     @abstractmethod
@@ -56,9 +172,78 @@ class PrivacyModel(ABC):
     @abstractmethod
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult: ...
 
+    def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
+        """Whether one class (sensitive value -> rows) satisfies the model; `overall` is the
+        whole relation's counts, needed only where `needs_overall`."""
+        raise NotImplementedError(f"{self.name} has no in-memory form")
+
+    def holds_in_memory(self, classes: Sequence[Counts]) -> bool:
+        """Whether a partition, given as each class's sensitive-value counts, satisfies it."""
+        overall = merge(classes) if self.needs_overall else None
+        return all(self.class_holds(c, overall) for c in classes)
+
 
 def audit(
     conn: psycopg.Connection, target: Target, models: Sequence[PrivacyModel]
 ) -> list[CheckResult]:
     """Run every model's check on the same relation."""
     return [m.check(conn, target) for m in models]
+
+
+# --- shared SQL --------------------------------------------------------------------------------
+
+
+def class_summary(
+    conn: psycopg.Connection,
+    target: Target,
+    *,
+    source: sql.Composable,
+    per_class: Mapping[str, sql.Composable],
+    failing: sql.Composable,
+    worst: sql.Composable,
+    figures: Mapping[str, sql.Composable],
+) -> tuple[int, int, dict[str, Any], str | None]:
+    """One query: per class (GROUP BY q1..qn over `source`) the `per_class` columns, then the
+    number of classes, of `failing` classes, the `figures` over all classes and the label of the
+    first class by `worst` (ties broken by the QI values, so reports are reproducible)."""
+    query = sql.SQL(
+        """WITH classes AS MATERIALIZED (SELECT {q}, {cols} FROM {source} GROUP BY {q})
+           SELECT count(*), count(*) FILTER (WHERE {failing}), {figs},
+                  (SELECT {label} FROM classes ORDER BY {worst}, {q} LIMIT 1)
+           FROM classes"""
+    ).format(
+        q=target.alias_list,
+        cols=sql.SQL(", ").join(
+            sql.SQL("{} AS {}").format(e, sql.Identifier(n)) for n, e in per_class.items()
+        ),
+        source=source,
+        failing=failing,
+        figs=sql.SQL(", ").join(figures.values()),
+        label=target.alias_label,
+        worst=worst,
+    )
+    row = conn.execute(query).fetchone()
+    return int(row[0]), int(row[1]), dict(zip(figures, row[2:-1], strict=True)), row[-1]
+
+
+# --- shared in-memory helpers -------------------------------------------------------------------
+
+
+def positive(counts: Counts) -> dict[Hashable, int]:
+    """The counts that stand for rows (a Counter may hold zeros after subtraction)."""
+    return {v: int(n) for v, n in counts.items() if n > 0}
+
+
+def merge(classes: Sequence[Counts]) -> Counter:
+    """The whole relation's sensitive-value counts from its classes'."""
+    total: Counter = Counter()
+    for c in classes:
+        total.update(positive(c))
+    return total
+
+
+def entropy(counts: Counts) -> float:
+    """-sum p log p (natural log) of a class's sensitive values; 0 for an empty class."""
+    ns = list(positive(counts).values())
+    size = sum(ns)
+    return -sum(n / size * math.log(n / size) for n in ns) if size else 0.0

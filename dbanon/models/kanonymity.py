@@ -1,4 +1,14 @@
-"""k-anonymity: every equivalence class over the QIs has at least k rows."""
+"""k-anonymity and its sensitive-attribute extensions (alpha,k) and (p,k).
+
+k-anonymity: every equivalence class over the QIs has at least k rows (Sweeney; thesis Def. 2.1).
+(alpha,k)-anonymity (Wong, Li, Fu, Wang, KDD 2006): k-anonymous, and in every class the relative
+frequency of a sensitive value is at most alpha. The paper states it for one chosen sensitive
+value (e.g. "HIV") and generalises it to every value; `value=None` is the general form (the
+default, as dbanon does not presume which value is the sensitive one), `value="HIV"` the
+single-value form, matched on the value's text.
+(p,k)-anonymity (the (theta,k) paper's baseline): k-anonymous, and every class holds at least p
+distinct sensitive values.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,15 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from dbanon.models.base import CheckResult, PrivacyModel, Target
+from dbanon.models.base import (
+    TOLERANCE,
+    CheckResult,
+    Counts,
+    PrivacyModel,
+    Target,
+    class_summary,
+    positive,
+)
 
 
 @dataclass(frozen=True)
@@ -19,21 +37,138 @@ class KAnonymity(PrivacyModel):
         return f"k-anonymity (k={self.k})"
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        query = sql.SQL(
-            """SELECT count(*), coalesce(min(n), 0), coalesce(sum(n) FILTER (WHERE n < {k}), 0),
-                      (array_agg(label ORDER BY n))[1]
-               FROM (SELECT count(*) AS n, {label} AS label FROM {rel} GROUP BY {qi}) classes"""
-        ).format(
-            k=sql.Literal(self.k), label=target.class_label, rel=target.relation, qi=target.qi_list
+        target.validate(conn, self)
+        k = sql.Literal(self.k)
+        classes, failing, figs, worst = class_summary(
+            conn,
+            target,
+            source=target.source(),
+            per_class={"n": target.rows},
+            failing=sql.SQL("n < {}").format(k),
+            worst=sql.SQL("n"),
+            figures={
+                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
+                "rows_in_small_classes": sql.SQL(
+                    "coalesce(sum(n) FILTER (WHERE n < {}), 0)"
+                ).format(k),
+            },
         )
-        classes, smallest, small_rows, worst = conn.execute(query).fetchone()
         return CheckResult(
             self.name,
-            holds=int(small_rows) == 0,
+            holds=failing == 0,
             figures={
-                "classes": int(classes),
-                "min_class_size": int(smallest),
-                "rows_in_small_classes": int(small_rows),
+                "classes": classes,
+                "min_class_size": int(figs["min_class_size"]),
+                "rows_in_small_classes": int(figs["rows_in_small_classes"]),
             },
             worst_class=worst,
         )
+
+    def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
+        return sum(positive(counts).values()) >= self.k
+
+
+@dataclass(frozen=True)
+class AlphaKAnonymity(PrivacyModel):
+    alpha: float
+    k: int
+    value: str | None = None  # None: every sensitive value (the general form)
+    needs_sensitive = True
+
+    @property
+    def name(self) -> str:
+        of = "" if self.value is None else f", value={self.value!r}"
+        return f"(alpha,k)-anonymity (alpha={self.alpha}, k={self.k}{of})"
+
+    @property
+    def _frequency_figure(self) -> str:
+        return "max_frequency" if self.value is None else "max_value_frequency"
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        if self.value is None:
+            top = sql.SQL("max(n)")
+        else:  # rows of the one value; 0 where the class lacks it
+            top = sql.SQL("coalesce(sum(n) FILTER (WHERE s::text = {}), 0)").format(
+                sql.Literal(self.value)
+            )
+        failing = sql.SQL("(n < {k} OR f > {alpha})").format(
+            k=sql.Literal(self.k), alpha=sql.Literal(self.alpha + TOLERANCE)
+        )
+        classes, bad, figs, worst = class_summary(
+            conn,
+            target,
+            source=target.cells(),
+            per_class={
+                "n": sql.SQL("sum(n)::bigint"),
+                "f": sql.SQL("{}::float8 / sum(n)::float8").format(top),
+            },
+            failing=failing,
+            worst=sql.SQL("{} DESC, f DESC, n").format(failing),
+            figures={
+                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
+                "max_frequency": sql.SQL("coalesce(max(f), 0)"),
+            },
+        )
+        return CheckResult(
+            self.name,
+            holds=bad == 0,
+            figures={
+                "min_class_size": int(figs["min_class_size"]),
+                self._frequency_figure: float(figs["max_frequency"]),
+                "classes_failing_alpha_k": bad,
+            },
+            worst_class=worst,
+        )
+
+    def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
+        c = positive(counts)
+        size = sum(c.values())
+        if self.value is None:
+            top = max(c.values(), default=0)
+        else:
+            top = sum(n for v, n in c.items() if v is not None and str(v) == self.value)
+        return size >= self.k and (size == 0 or top / size <= self.alpha + TOLERANCE)
+
+
+@dataclass(frozen=True)
+class PKAnonymity(PrivacyModel):
+    p: int
+    k: int
+    needs_sensitive = True
+
+    @property
+    def name(self) -> str:
+        return f"(p,k)-anonymity (p={self.p}, k={self.k})"
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        failing = sql.SQL("(n < {k} OR d < {p})").format(
+            k=sql.Literal(self.k), p=sql.Literal(self.p)
+        )
+        classes, bad, figs, worst = class_summary(
+            conn,
+            target,
+            source=target.cells(),
+            per_class={"n": sql.SQL("sum(n)::bigint"), "d": sql.SQL("count(*)")},
+            failing=failing,
+            worst=sql.SQL("{} DESC, d, n").format(failing),
+            figures={
+                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
+                "min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)"),
+            },
+        )
+        return CheckResult(
+            self.name,
+            holds=bad == 0,
+            figures={
+                "min_class_size": int(figs["min_class_size"]),
+                "min_distinct_sensitive": int(figs["min_distinct_sensitive"]),
+                "classes_failing_p_k": bad,
+            },
+            worst_class=worst,
+        )
+
+    def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
+        c = positive(counts)
+        return sum(c.values()) >= self.k and len(c) >= self.p
