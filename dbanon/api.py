@@ -12,7 +12,7 @@ from dbanon.db import catalog
 from dbanon.db.connection import connect, resolve_dsn
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
-from dbanon.models import CheckResult, DistinctLDiversity, KAnonymity, PrivacyModel, audit
+from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
 from dbanon.release import Progress, PublishResult, ReleaseSpec, publish, refresh, report
 
@@ -65,27 +65,21 @@ class Database:
         relation: str,
         qi: Sequence[str],
         *,
-        k: int | None = None,
         sensitive: str | None = None,
-        l: int | None = None,  # noqa: E741
+        count: str | None = None,
+        **options: Any,
     ) -> list[CheckResult]:
-        """Audit any table or view against the models the arguments name."""
-        models: list[PrivacyModel] = []
-        if k is not None:
-            if k < 1:
-                raise DbanonError(f"k must be at least 1, got {k}")
-            models.append(KAnonymity(k))
-        if l is not None:
-            if sensitive is None:
-                raise DbanonError("--l needs --sensitive")
-            models.append(DistinctLDiversity(l))
+        """Audit any table or view against the models the options name (see
+        dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, ...)."""
+        models = from_options(**options)
         if not models:
-            raise DbanonError("name at least one model to check (--k, --l)")
+            raise DbanonError("name at least one model to check (--k, --l, --t, ...)")
         try:
             rel = catalog.relation(self.conn, relation)
             cols = catalog.columns(self.conn, rel)
-            catalog.require_columns(cols, rel, [*qi, *([sensitive] if sensitive else [])])
-            return audit(self.conn, Target(rel.ident, list(qi), sensitive), models)
+            extra = [c for c in (sensitive, count) if c]
+            catalog.require_columns(cols, rel, [*qi, *extra])
+            return audit(self.conn, Target(rel.ident, list(qi), sensitive, count), models)
         finally:
             self.conn.rollback()
 

@@ -21,6 +21,7 @@ from dbanon.api import Database
 from dbanon.db import catalog, server
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import HierarchyError
+from dbanon.models import L_KINDS, T_GROUNDS
 from dbanon.release import ALGORITHMS, ReleaseSpec
 
 err = Console(stderr=True)
@@ -178,20 +179,88 @@ def hierarchy_list(c: Ctx) -> None:
 # --- audit --------------------------------------------------------------------------------------
 
 
+def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The privacy-model options shared by `check` and `publish`."""
+    options = [
+        click.option("--l", "l_", type=float, help="l-diversity (needs --sensitive)."),
+        click.option(
+            "--l-kind",
+            type=click.Choice(L_KINDS),
+            default="distinct",
+            show_default=True,
+            help="Which l-diversity.",
+        ),
+        click.option("--c", "c_", type=float, help="c of recursive (c,l)-diversity."),
+        click.option("--t", "t_", type=float, help="t-closeness (Earth Mover's Distance)."),
+        click.option(
+            "--alpha",
+            type=float,
+            help="(alpha,k)-anonymity: no sensitive value above this share of a class.",
+        ),
+        click.option(
+            "--p",
+            "p_",
+            type=int,
+            help="(p,k)-anonymity: at least p distinct sensitive values per class.",
+        ),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
 @main.command()
 @click.argument("relation")
 @click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
-@click.option("--k", type=int, help="Check k-anonymity.")
-@click.option("--sensitive", help="Sensitive column (for --l).")
-@click.option("--l", "l_", type=int, help="Check distinct l-diversity.")
+@click.option("--k", type=int, help="k-anonymity.")
+@click.option("--sensitive", help="Sensitive column (for --l, --t, --alpha, --p).")
+@model_options
+@click.option(
+    "--t-ground",
+    type=click.Choice(T_GROUNDS),
+    default="auto",
+    show_default=True,
+    help="Ground distance of --t: ordered for numeric columns when auto.",
+)
+@click.option("--alpha-value", help="Apply --alpha to this sensitive value only.")
+@click.option(
+    "--count", help="Column giving how many rows each row stands for (e.g. an Anatomy ST table)."
+)
 @click.pass_obj
 @fails_cleanly
 def check(
-    c: Ctx, relation: str, qi: list[str], k: int | None, sensitive: str | None, l_: int | None
+    c: Ctx,
+    relation: str,
+    qi: list[str],
+    k: int | None,
+    sensitive: str | None,
+    l_: float | None,
+    l_kind: str,
+    c_: float | None,
+    t_: float | None,
+    alpha: float | None,
+    p_: int | None,
+    t_ground: str,
+    alpha_value: str | None,
+    count: str | None,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not."""
     with c.db() as db:
-        results = db.check(relation, qi, k=k, sensitive=sensitive, l=l_)
+        results = db.check(
+            relation,
+            qi,
+            sensitive=sensitive,
+            count=count,
+            k=k,
+            l=l_,
+            l_kind=l_kind,
+            c=c_,
+            t=t_,
+            alpha=alpha,
+            p=p_,
+            t_ground=t_ground,
+            alpha_value=alpha_value,
+        )
     holds = all(r.holds for r in results)
     figures: dict[str, Any] = {}
     for r in results:
@@ -239,17 +308,37 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
 @click.option("--key", required=True, help="Its unique row key (never released).")
 @click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
-@click.option("--k", type=int, required=True, help="Smallest equivalence class.")
+@click.option("--k", type=int, help="Smallest equivalence class.")
+@model_options
 @click.option("--algorithm", type=click.Choice(ALGORITHMS), default="kmember", show_default=True)
 @click.option(
     "--hierarchy",
     "hierarchies",
     multiple=True,
     metavar="COL=HIERARCHY",
-    help="Hierarchy for a categorical QI (repeatable); others use a flat one.",
+    help="Hierarchy for a QI (repeatable); categorical QIs without one use a flat one.",
 )
 @click.option("--target", help="SCHEMA.TABLE of the release (default released.NAME).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--as",
+    "as_",
+    type=click.Choice(["table", "view"]),
+    default="table",
+    show_default=True,
+    help="A materialised table, or a live view (fulldomain).",
+)
+@click.option(
+    "--max-suppression",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Share of rows fulldomain may suppress.",
+)
+@click.option(
+    "--seed",
+    type=int,
+    help="Random seed (default: a fresh secret one per run, recorded in the catalog).",
+)
 @click.option(
     "--seeding",
     type=click.Choice(["random", "furthest"]),
@@ -273,11 +362,19 @@ def publish(
     key: str,
     qi: list[str],
     sensitive: list[str],
-    k: int,
+    k: int | None,
+    l_: float | None,
+    l_kind: str,
+    c_: float | None,
+    t_: float | None,
+    alpha: float | None,
+    p_: int | None,
     algorithm: str,
     hierarchies: tuple[str, ...],
     target: str | None,
-    seed: int,
+    as_: str,
+    max_suppression: float,
+    seed: int | None,
     seeding: str,
     grants: tuple[str, ...],
 ) -> None:
@@ -301,6 +398,14 @@ def publish(
         seed=seed,
         seeding=seeding,
         grants=list(grants),
+        l=l_,
+        l_kind=l_kind,
+        c=c_,
+        t=t_,
+        alpha=alpha,
+        p=p_,
+        as_view=as_ == "view",
+        max_suppression=max_suppression,
     )
     with c.db() as db, c.progress() as say:
         result = db.publish(spec, say)
@@ -330,7 +435,8 @@ def report(c: Ctx, name: str) -> None:
     def human() -> None:
         table = Table(title=f"release {name} ({data['table']})", show_header=False)
         rows = [
-            ("algorithm", f"{data['algorithm']} (k={data['k']})"),
+            ("algorithm", data["algorithm"]),
+            ("promises", "; ".join(data["models"])),
             ("rows", str(data["rows"])),
             ("Total-IL", f"{data['total_il']:.1f}"),
             ("NCP (GCP)", f"{data['gcp']:.2%}"),
@@ -339,6 +445,7 @@ def report(c: Ctx, name: str) -> None:
             ("average class size", f"{data['avg_class_size']:.2f}"),
             ("min / max class size", f"{data['min_class_size']} / {data['max_class_size']}"),
             ("run time", f"{data['seconds']:.2f} s"),
+            ("source rows", str(data["source_rows"])),
             ("published at", data["published_at"]),
         ]
         for label, value in rows:
@@ -393,3 +500,117 @@ def bench_kmember(c: Ctx, rows: int, k: int, seed: int) -> None:
             f"GCP {data['gcp']:.2%}"
         ),
     )
+
+
+@bench.command("mondrian")
+@click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
+@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
+@click.option(
+    "--hierarchies/--ordered",
+    default=False,
+    show_default=True,
+    help="ARX hierarchies, or categories as ordered codes (the reference's setting).",
+)
+@click.pass_obj
+@fails_cleanly
+def bench_mondrian(c: Ctx, rows: int, k: int, hierarchies: bool) -> None:
+    """Strict Mondrian on Adult (8 QIs): seconds (best of 20) and GCP."""
+    from dbanon.bench import bench_mondrian as run
+
+    data = run(rows, k, ordered=not hierarchies)
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"mondrian ({data['setting']}): {data['rows']} rows, k={data['k']}: "
+            f"{data['seconds'] * 1000:.1f} ms, GCP {data['gcp']:.2%}"
+        ),
+    )
+
+
+@bench.command("fulldomain")
+@click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
+@click.option("--k", type=click.IntRange(2), default=5, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_fulldomain(c: Ctx, rows: int, k: int) -> None:
+    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 6,480 nodes)."""
+    from dbanon.demo import prepare
+    from dbanon.setlogic.fulldomain import bench as run
+
+    with c.db() as db:
+        prepare(db)
+        data = run(db.conn, rows, k)
+        db.conn.rollback()
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"fulldomain: {data['rows']} rows, k={data['k']}: {data['seconds']:.3f} s, "
+            f"{data['nodes_checked']} of {data['nodes']} nodes checked, loss {data['loss']:.2%}, "
+            f"levels {data['levels']}"
+        ),
+    )
+
+
+@bench.command("check")
+@click.option("--rows", type=click.IntRange(1), default=1_000_000, show_default=True)
+@click.option("--k", type=click.IntRange(1), default=5, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_check(c: Ctx, rows: int, k: int) -> None:
+    """`check` on a generated table (6 QIs; kept in schema dbanon_bench)."""
+    from dbanon.bench import bench_check as run
+
+    with c.db() as db:
+        data = run(db.conn, rows, k)
+        db.conn.rollback()
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"check: {data['rows']} rows, 6 QIs: k-anonymity {data['seconds_k']:.2f} s, "
+            f"distinct l-diversity {data['seconds_l']:.2f} s"
+        ),
+    )
+
+
+@main.group()
+def experiment() -> None:
+    """Reproductions of the papers' experiments (CSV and PNG)."""
+
+
+@experiment.command("kmember")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="results/kmember",
+    show_default=True,
+)
+@click.option("--rows", type=click.IntRange(100, 45222), default=45222, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_kmember(c: Ctx, out_dir: str, rows: int) -> None:
+    """Greedy k-member vs median partitioning on Adult, k = 2..100 (the paper's figs 3, 4)."""
+    from dbanon.experiments.kmember import run
+
+    with c.progress() as say:
+        data = run(out_dir, rows=rows, progress=say)
+
+    def human() -> None:
+        table = Table("algorithm", "k", "Total-IL", "NCP", "classes", "seconds")
+        for r in data["results"]:
+            table.add_row(
+                r["algorithm"],
+                str(r["k"]),
+                f"{r['total_il']:.0f}",
+                f"{r['ncp']:.2%}",
+                str(r["classes"]),
+                f"{r['seconds']:.3f}",
+            )
+        out.print(table)
+        out.print(
+            f"k-member loss lower for every k: {data['kmember_loss_lower_for_every_k']}; "
+            f"k-member slower for every k: {data['kmember_slower_for_every_k']}"
+        )
+        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+
+    c.emit(data, human)

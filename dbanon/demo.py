@@ -48,7 +48,8 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
     return len(rows)
 
 
-def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> PublishResult:
+def prepare(db: Database, progress: Progress | None = None) -> None:
+    """The catalog, demo.adult and the ARX hierarchies (named as their files)."""
     say = progress or (lambda _msg: None)
     say("installing the catalog")
     db.init()
@@ -59,6 +60,10 @@ def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> Pub
             db.conn, Hierarchy.from_csv(name, hierarchy_file(name)), replace=True
         )
     db.conn.commit()
+
+
+def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> PublishResult:
+    prepare(db, progress)
     spec = ReleaseSpec(
         name="adult_k10" if k == 10 else f"adult_k{k}",
         source="demo.adult",

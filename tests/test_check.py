@@ -83,7 +83,7 @@ def test_check_errors(conn: psycopg.Connection, dsn: str) -> None:
         (["check", "s.nope", "--qi", "a", "--k", "2"], "relation 's.nope' does not exist"),
         (["check", "s.t", "--qi", "a,b", "--k", "2"], "column 'b' does not exist in s.t"),
         (["check", "s.t", "--qi", "a"], "name at least one model"),
-        (["check", "s.t", "--qi", "a", "--l", "2"], "--l needs --sensitive"),
+        (["check", "s.t", "--qi", "a", "--l", "2"], "needs a sensitive attribute (--sensitive)"),
     ]:
         result = cli(dsn, *args)
         assert result.exit_code == 2, args

@@ -167,7 +167,7 @@ def test_failed_check_keeps_the_previous_release(
     assert cli_json(dsn, *PUBLISH)[0] == 0
     before = snapshot(conn)
     # An algorithm that breaks its promise: every row its own group.
-    monkeypatch.setattr(release, "cluster", lambda r, qi: np.arange(qi.n, dtype=np.int32))
+    monkeypatch.setattr(release, "cluster", lambda r, qi, *_: np.arange(qi.n, dtype=np.int32))
     result = cli(dsn, *PUBLISH)
     assert result.exit_code == 2
     assert "failed its check of k-anonymity (k=5)" in result.stderr

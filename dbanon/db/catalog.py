@@ -71,14 +71,15 @@ def find_relation(conn: psycopg.Connection, text: str) -> Relation | None:
         row = conn.execute(base + "n.nspname = %s AND c.relname = %s", [schema, name]).fetchone()
     if row is None and '"' in text:
         try:
-            row = conn.execute(
-                base
-                + """c.oid = to_regclass(array_to_string(
-                    ARRAY(SELECT quote_ident(p) FROM unnest(parse_ident(%s)) p), '.'))""",
-                [text],
-            ).fetchone()
+            with conn.transaction():  # a savepoint: a syntax error must not undo the caller's work
+                row = conn.execute(
+                    base
+                    + """c.oid = to_regclass(array_to_string(
+                        ARRAY(SELECT quote_ident(p) FROM unnest(parse_ident(%s)) p), '.'))""",
+                    [text],
+                ).fetchone()
         except psycopg.errors.Error:  # not valid SQL name syntax either
-            conn.rollback()
+            row = None
     return Relation(*row) if row else None
 
 

@@ -53,11 +53,14 @@ def upgrade() -> None:
             spec jsonb NOT NULL,
             target_schema text NOT NULL,
             target_name text NOT NULL,
+            objects text[] NOT NULL DEFAULT '{}',
             created_at timestamptz NOT NULL DEFAULT now(),
             updated_at timestamptz NOT NULL DEFAULT now(),
             UNIQUE (target_schema, target_name)
         );
         COMMENT ON TABLE dbanon.release IS 'Releases and the spec that rebuilds them.';
+        COMMENT ON COLUMN dbanon.release.objects IS
+            'The relations of the release in target_schema (Anatomy publishes two).';
 
         CREATE TABLE dbanon.run (
             id bigserial PRIMARY KEY,
