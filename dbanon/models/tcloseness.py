@@ -22,7 +22,7 @@ costs O(log m), whatever the number m of distinct values.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
@@ -40,9 +40,9 @@ def _order_key(v: Hashable) -> tuple[bool, Hashable]:
     return (v is None, v if v is not None else 0)
 
 
-def is_numeric(values: object) -> bool:
+def is_numeric(values: Iterable[Hashable]) -> bool:
     """Whether values are all numbers (NULL aside): the in-memory rule for ground="auto"."""
-    vals = [v for v in values if v is not None]  # type: ignore[attr-defined]
+    vals = [v for v in values if v is not None]
     return bool(vals) and all(
         isinstance(v, int | float | Decimal | Fraction) and not isinstance(v, bool) for v in vals
     )
