@@ -87,3 +87,16 @@ def test_embedded_server_as_an_ordinary_user(tmp_path: Path) -> None:
         assert status["running"] and owner == "nobody"
     finally:
         assert as_nobody("server", "stop").stdout.strip() == "stopped"
+
+
+def test_data_directory_by_user(monkeypatch) -> None:  # noqa: ANN001
+    from dbanon.db import server
+
+    monkeypatch.setenv("DBANON_HOME", "/somewhere")
+    assert server.data_dir() == Path("/somewhere/pgdata")
+    monkeypatch.delenv("DBANON_HOME")
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert server.data_dir() == Path("/var/lib/dbanon/pgdata")  # never below /root
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setenv("XDG_DATA_HOME", "/home/ann/.local/share")
+    assert server.data_dir() == Path("/home/ann/.local/share/dbanon/pgdata")

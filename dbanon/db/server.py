@@ -16,10 +16,20 @@ import platformdirs
 DATABASE = "dbanon"
 
 
+SYSTEM_HOME = Path("/var/lib/dbanon")
+
+
 def data_dir() -> Path:
-    """`$DBANON_HOME/pgdata`, else the per-user data directory."""
+    """`$DBANON_HOME/pgdata`, else the per-user data directory (for root, /var/lib/dbanon:
+    as root, pgserver runs postgres as a system user and opens every parent of the data
+    directory to it, which must not be /root)."""
     home = os.environ.get("DBANON_HOME")
-    base = Path(home) if home else platformdirs.user_data_path("dbanon")
+    if home:
+        base = Path(home)
+    elif os.geteuid() == 0:
+        base = SYSTEM_HOME
+    else:
+        base = platformdirs.user_data_path("dbanon")
     return base / "pgdata"
 
 
