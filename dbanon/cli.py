@@ -19,7 +19,7 @@ from rich.table import Table
 
 from dbanon.api import Database
 from dbanon.db import catalog, server
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
 from dbanon.models import L_KINDS, T_GROUNDS
 from dbanon.release import ALGORITHMS, ReleaseSpec
@@ -63,8 +63,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             click.echo(f"error: {e}", err=True)
             sys.exit(2)
         except psycopg.Error as e:
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            click.echo(f"error: PostgreSQL: {first}", err=True)
+            click.echo(f"error: PostgreSQL: {first_line(e)}", err=True)
             sys.exit(2)
 
     return wrapper
@@ -533,7 +532,7 @@ def bench_mondrian(c: Ctx, rows: int, k: int, hierarchies: bool) -> None:
 @click.pass_obj
 @fails_cleanly
 def bench_fulldomain(c: Ctx, rows: int, k: int) -> None:
-    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 6,480 nodes)."""
+    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 12,960 nodes)."""
     from dbanon.demo import prepare
     from dbanon.setlogic.fulldomain import bench as run
 

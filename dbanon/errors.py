@@ -7,3 +7,8 @@ class DbanonError(Exception):
 
 class ModelViolation(DbanonError):
     """A release failed its privacy check and was not made visible."""
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message (PostgreSQL's come with DETAIL and HINT lines)."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]

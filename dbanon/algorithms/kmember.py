@@ -69,6 +69,27 @@ def _bracket_with(
 
 
 @njit(cache=True)
+def _absorb(
+    u: int,
+    unum: np.ndarray,
+    ucat: np.ndarray,
+    lca: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    state: np.ndarray,
+) -> None:
+    """Widen the cluster (hi, lo, state) in place by point u's values."""
+    for i in range(unum.shape[1]):
+        x = unum[u, i]
+        if x > hi[i]:
+            hi[i] = x
+        if x < lo[i]:
+            lo[i] = x
+    for j in range(ucat.shape[1]):
+        state[j] = lca[j, state[j], ucat[u, j]]
+
+
+@njit(cache=True)
 def _less(b1: float, i1: int, b2: float, i2: int) -> bool:
     """Key order: cost, then row index (the tie-break of the greedy rule)."""
     return b1 < b2 or (b1 == b2 and i1 < i2)
@@ -360,14 +381,7 @@ def _greedy(
                 while removed[members[nxt[u]]]:
                     nxt[u] += 1
                 low[u] = members[nxt[u]]
-            for i in range(nn):
-                x = unum[u, i]
-                if x > hi[i]:
-                    hi[i] = x
-                if x < lo[i]:
-                    lo[i] = x
-            for j in range(nq):
-                state[j] = lca[j, state[j], ucat[u, j]]
+            _absorb(u, unum, ucat, lca, hi, lo, state)
             gver += 1
             if size > 1 and cnt[u] > 0:
                 # Same point again: the cost just paid is a (stale) lower bound.
@@ -453,17 +467,7 @@ def _greedy(
                 best, best_d = c, d
         gid[r] = best
         removed[r] = True
-        hi = c_hi[best]
-        lo = c_lo[best]
-        state = c_state[best]
-        for i in range(nn):
-            x = unum[u, i]
-            if x > hi[i]:
-                hi[i] = x
-            if x < lo[i]:
-                lo[i] = x
-        for j in range(nq):
-            state[j] = lca[j, state[j], ucat[u, j]]
+        _absorb(u, unum, ucat, lca, c_hi[best], c_lo[best], c_state[best])
         c_size[best] += 1
     return gid
 

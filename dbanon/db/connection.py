@@ -7,7 +7,7 @@ import os
 import psycopg
 
 from dbanon.db import server
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, first_line
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
@@ -20,5 +20,4 @@ def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:
     try:
         return psycopg.connect(resolve_dsn(dsn), **kwargs)
     except psycopg.OperationalError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DbanonError(f"cannot connect to PostgreSQL: {first}") from None
+        raise DbanonError(f"cannot connect to PostgreSQL: {first_line(e)}") from None

@@ -30,7 +30,7 @@ def _algorithms() -> dict[str, Callable[[QIArrays, int], np.ndarray]]:
     from dbanon.algorithms.kmember import kmember
     from dbanon.algorithms.mondrian import mondrian
 
-    return {"kmember": lambda qi, k: kmember(qi, k), "mondrian": lambda qi, k: mondrian(qi, k)}
+    return {"kmember": kmember, "mondrian": mondrian}
 
 
 def run(
