@@ -14,7 +14,16 @@ from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
-from dbanon.release import Progress, PublishResult, ReleaseSpec, publish, refresh, report
+from dbanon.release import (
+    Progress,
+    PublishResult,
+    ReleaseSpec,
+    drop,
+    publish,
+    refresh,
+    releases,
+    report,
+)
 
 
 class Database:
@@ -60,6 +69,29 @@ class Database:
         finally:
             self.conn.rollback()
 
+    def hierarchy(self, name: str) -> dict[str, Any]:
+        """A stored hierarchy as ARX rows (leaf first), with the releases that use it."""
+        try:
+            h = catalog.load_hierarchy(self.conn, name)
+            rows = [[h.labels[n] for n in h.ancestors(leaf)] for leaf in h.leaves.values()]
+            return {
+                "name": name,
+                "height": h.height,
+                "leaves": len(h.leaves),
+                "rows": sorted(rows),
+                "used_by": catalog.hierarchy_users(self.conn, name),
+            }
+        finally:
+            self.conn.rollback()
+
+    def drop_hierarchy(self, name: str) -> None:
+        try:
+            catalog.drop_hierarchy(self.conn, name)
+            self.conn.commit()
+        except BaseException:
+            self.conn.rollback()
+            raise
+
     def check(
         self,
         relation: str,
@@ -83,8 +115,17 @@ class Database:
         finally:
             self.conn.rollback()
 
-    def publish(self, spec: ReleaseSpec, progress: Progress | None = None) -> PublishResult:
-        return publish(self.conn, spec, progress)
+    def publish(
+        self,
+        spec: ReleaseSpec,
+        progress: Progress | None = None,
+        *,
+        replace: bool = False,
+        revoke: Sequence[str] = (),
+    ) -> PublishResult:
+        """Publish a release; an existing name needs `replace` (its grants are kept unless
+        named in `revoke`)."""
+        return publish(self.conn, spec, progress, replace=replace, revoke=revoke)
 
     def refresh(self, name: str, progress: Progress | None = None) -> PublishResult:
         return refresh(self.conn, name, progress)
@@ -94,3 +135,13 @@ class Database:
             return report(self.conn, name)
         finally:
             self.conn.rollback()
+
+    def releases(self) -> list[dict[str, Any]]:
+        try:
+            return releases(self.conn)
+        finally:
+            self.conn.rollback()
+
+    def drop(self, name: str) -> list[str]:
+        """Drop a release's relations and its catalog entry; returns the relations dropped."""
+        return drop(self.conn, name)

@@ -17,12 +17,14 @@ import psycopg
 from rich.console import Console
 from rich.table import Table
 
+from dbanon import methods
 from dbanon.api import Database
 from dbanon.db import catalog, server
 from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
+from dbanon.methods import Option
 from dbanon.models import L_KINDS, T_GROUNDS
-from dbanon.release import ALGORITHMS, ReleaseSpec
+from dbanon.release import ReleaseSpec
 
 err = Console(stderr=True)
 out = Console()
@@ -52,28 +54,82 @@ class Ctx:
             yield lambda msg: status.update(msg)
 
 
+def _error(message: str, code: int) -> None:
+    """An error: one line on stderr, or with --json one JSON object on stdout; then exit."""
+    ctx = click.get_current_context(silent=True)
+    c = ctx.find_object(Ctx) if ctx else None
+    if c is not None and c.json:
+        click.echo(json.dumps({"error": message, "exit": code}))
+    else:
+        click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
 def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn user-facing errors into one line on stderr and exit code 2."""
+    """Turn user-facing errors into one line (or one JSON object) and exit code 2."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (DbanonError, HierarchyError) as e:
-            click.echo(f"error: {e}", err=True)
-            sys.exit(2)
+            _error(str(e), 2)
         except psycopg.Error as e:
-            click.echo(f"error: PostgreSQL: {first_line(e)}", err=True)
-            sys.exit(2)
+            _error(f"PostgreSQL: {first_line(e)}", 2)
 
     return wrapper
+
+
+def _json_anywhere(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        c = ctx.find_object(Ctx)
+        if c is not None:
+            c.json = True
+
+
+class Command(click.Command):
+    """Every command takes --json after its name too (`dbanon check --json ...`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.params.append(
+            click.Option(
+                ["--json"], is_flag=True, expose_value=False, is_eager=True,
+                callback=_json_anywhere, help="Print one JSON object.",
+            )
+        )  # fmt: skip
+
+
+class Group(click.Group):
+    """Subcommands are `Command`s; with --json anywhere, usage errors are JSON too."""
+
+    command_class = Command
+
+    def main(self, args: Any = None, **extra: Any) -> Any:  # noqa: D102
+        argv = list(sys.argv[1:] if args is None else args)
+        if "--json" not in argv:
+            return super().main(argv, **extra)
+        extra.pop("standalone_mode", None)
+        try:
+            return super().main(argv, standalone_mode=False, **extra)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            click.echo(json.dumps({"error": e.format_message(), "exit": e.exit_code}))
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo(json.dumps({"error": "aborted", "exit": 1}))
+            sys.exit(1)
+
+
+Group.group_class = Group
 
 
 def qi_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str]:
     return catalog.parse_list(value) if value else []
 
 
-@click.group()
+@click.group(cls=Group)
 @click.option(
     "--dsn",
     envvar="DBANON_DSN",
@@ -175,6 +231,35 @@ def hierarchy_list(c: Ctx) -> None:
     c.emit({"hierarchies": rows}, human)
 
 
+@hierarchy.command("show")
+@click.argument("name")
+@click.pass_obj
+@fails_cleanly
+def hierarchy_show(c: Ctx, name: str) -> None:
+    """Print hierarchy NAME as ARX rows (value;level1;...;*) and the releases that use it."""
+    with c.db() as db:
+        data = db.hierarchy(name)
+
+    def human() -> None:
+        for row in data["rows"]:
+            click.echo(";".join(row))
+        if data["used_by"]:
+            click.echo(f"# used by: {', '.join(data['used_by'])}", err=True)
+
+    c.emit(data, human)
+
+
+@hierarchy.command("drop")
+@click.argument("name")
+@click.pass_obj
+@fails_cleanly
+def hierarchy_drop(c: Ctx, name: str) -> None:
+    """Remove hierarchy NAME from the catalog (refused while a release uses it)."""
+    with c.db() as db:
+        db.drop_hierarchy(name)
+    c.emit({"dropped": name}, lambda: click.echo(f"dropped hierarchy {name}"))
+
+
 # --- audit --------------------------------------------------------------------------------------
 
 
@@ -185,9 +270,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--l-kind",
             type=click.Choice(L_KINDS),
-            default="distinct",
-            show_default=True,
-            help="Which l-diversity.",
+            help="Which l-diversity (default: distinct; publish: the one the method promises).",
         ),
         click.option("--c", "c_", type=float, help="c of recursive (c,l)-diversity."),
         click.option("--t", "t_", type=float, help="t-closeness (Earth Mover's Distance)."),
@@ -202,6 +285,14 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             type=int,
             help="(p,k)-anonymity: at least p distinct sensitive values per class.",
         ),
+        click.option(
+            "--t-ground",
+            type=click.Choice(T_GROUNDS),
+            default="auto",
+            show_default=True,
+            help="Ground distance of --t: ordered for numeric columns when auto.",
+        ),
+        click.option("--alpha-value", help="Apply --alpha to this sensitive value only."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -215,14 +306,6 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--sensitive", help="Sensitive column (for --l, --t, --alpha, --p).")
 @model_options
 @click.option(
-    "--t-ground",
-    type=click.Choice(T_GROUNDS),
-    default="auto",
-    show_default=True,
-    help="Ground distance of --t: ordered for numeric columns when auto.",
-)
-@click.option("--alpha-value", help="Apply --alpha to this sensitive value only.")
-@click.option(
     "--count", help="Column giving how many rows each row stands for (e.g. an Anatomy ST table)."
 )
 @click.pass_obj
@@ -234,7 +317,7 @@ def check(
     k: int | None,
     sensitive: str | None,
     l_: float | None,
-    l_kind: str,
+    l_kind: str | None,
     c_: float | None,
     t_: float | None,
     alpha: float | None,
@@ -252,7 +335,7 @@ def check(
             count=count,
             k=k,
             l=l_,
-            l_kind=l_kind,
+            l_kind=l_kind or "distinct",
             c=c_,
             t=t_,
             alpha=alpha,
@@ -290,18 +373,49 @@ def check(
 
 
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
-    c.emit(
-        summary,
-        lambda: out.print(
-            f"published {summary['release']!r} as {summary['table']}: {summary['rows']} rows in "
-            f"{summary['classes']} classes (smallest {summary['min_class_size']}), "
-            f"GCP {summary['gcp']:.2%}, {summary['seconds']:.1f} s",
+    def human() -> None:
+        gcp = "" if summary["gcp"] is None else f", GCP {summary['gcp']:.2%}"
+        out.print(
+            f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
+            f"{summary['rows']} rows in {summary['classes']} classes "
+            f"(smallest {summary['min_class_size']}){gcp}, {summary['seconds']:.1f} s",
             markup=False,
-        ),
+        )
+        changes = summary.get("grants") or {}
+        for what in ("added", "revoked"):
+            if changes.get(what):
+                out.print(f"grants {what}: {', '.join(changes[what])}", markup=False)
+        if changes.get("kept"):
+            out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
+
+    c.emit(summary, human)
+
+
+def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """One flag per option any registered method declares (help says which methods take it);
+    publish refuses a flag the chosen method does not take."""
+    seen: dict[str, tuple[Option, list[str]]] = {}
+    for m in methods.methods().values():
+        for o in m.all_options():
+            seen.setdefault(o.name, (o, []))[1].append(m.name)
+    for o, owners in reversed(list(seen.values())):
+        kind: Any = click.Choice(o.choices) if o.choices else o.type
+        default = "" if o.default is None else f"; default {o.default}"
+        fn = click.option(
+            o.flag, "method_" + o.name, type=kind, default=None,
+            help=f"{o.help} [{', '.join(owners)}{default}]",
+        )(fn)  # fmt: skip
+    return fn
+
+
+def methods_help() -> str:
+    return "\n\n".join(
+        f"{m.name}: {m.summary} (promises {', '.join(m.promises)})"
+        for m in methods.methods().values()
     )
 
 
-@main.command()
+@main.command(epilog=None)
 @click.argument("name")
 @click.option("--source", required=True, help="SCHEMA.TABLE to anonymise.")
 @click.option("--key", required=True, help="Its unique row key (never released).")
@@ -309,7 +423,14 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
 @click.option("--k", type=int, help="Smallest equivalence class.")
 @model_options
-@click.option("--algorithm", type=click.Choice(ALGORITHMS), default="kmember", show_default=True)
+@click.option(
+    "--algorithm",
+    type=click.Choice(list(methods.methods())),
+    default=methods.DEFAULT,
+    show_default=True,
+    help="The publishing method (`dbanon methods` lists them).",
+)
+@method_options
 @click.option(
     "--hierarchy",
     "hierarchies",
@@ -319,39 +440,16 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
 )
 @click.option("--target", help="SCHEMA.TABLE of the release (default released.NAME).")
 @click.option(
-    "--as",
-    "as_",
-    type=click.Choice(["table", "view"]),
-    default="table",
-    show_default=True,
-    help="A materialised table, or a live view (fulldomain).",
-)
-@click.option(
-    "--max-suppression",
-    type=float,
-    default=0.0,
-    show_default=True,
-    help="Share of rows fulldomain may suppress.",
-)
-@click.option(
-    "--seed",
-    type=int,
-    help="Random seed (default: a fresh secret one per run, recorded in the catalog).",
-)
-@click.option(
-    "--seeding",
-    type=click.Choice(["random", "furthest"]),
-    default="random",
-    show_default=True,
-    help="How k-member picks each cluster's first record.",
-)
-@click.option(
     "--grant",
     "grants",
     multiple=True,
     metavar="ROLE",
-    help="Role that may read the release (repeatable).",
+    help="Role that may read the release (repeatable; kept on --replace).",
 )
+@click.option(
+    "--revoke", multiple=True, metavar="ROLE", help="Role that no longer may (repeatable)."
+)
+@click.option("--replace", is_flag=True, help="Redefine a release that exists.")
 @click.pass_obj
 @fails_cleanly
 def publish(
@@ -363,51 +461,36 @@ def publish(
     sensitive: list[str],
     k: int | None,
     l_: float | None,
-    l_kind: str,
+    l_kind: str | None,
     c_: float | None,
     t_: float | None,
     alpha: float | None,
     p_: int | None,
+    t_ground: str,
+    alpha_value: str | None,
     algorithm: str,
     hierarchies: tuple[str, ...],
     target: str | None,
-    as_: str,
-    max_suppression: float,
-    seed: int | None,
-    seeding: str,
     grants: tuple[str, ...],
+    revoke: tuple[str, ...],
+    replace: bool,
+    **method_opts: Any,
 ) -> None:
-    """Publish (or re-publish) release NAME of a source table."""
+    """Publish release NAME of a source table (see `dbanon methods`)."""
     hmap: dict[str, str] = {}
     for item in hierarchies:
         column, eq, hname = item.rpartition("=")
         if not eq or not column or not hname:
             raise DbanonError(f"--hierarchy takes COLUMN=HIERARCHY, got {item!r}")
         hmap[column] = hname
-    spec = ReleaseSpec(
-        name=name,
-        source=source,
-        key=key,
-        qi=qi,
-        sensitive=sensitive,
-        k=k,
-        algorithm=algorithm,
-        hierarchies=hmap,
-        target=target,
-        seed=seed,
-        seeding=seeding,
-        grants=list(grants),
-        l=l_,
-        l_kind=l_kind,
-        c=c_,
-        t=t_,
-        alpha=alpha,
-        p=p_,
-        as_view=as_ == "view",
-        max_suppression=max_suppression,
-    )
+    options = {n[len("method_") :]: v for n, v in method_opts.items() if v is not None}
+    spec = ReleaseSpec.from_options(
+        name, source, key, qi, sensitive=sensitive, method=algorithm, k=k, l=l_, l_kind=l_kind,
+        c=c_, t=t_, t_ground=t_ground, alpha=alpha, alpha_value=alpha_value, p=p_,
+        options=options, hierarchies=hmap, target=target, grants=grants,
+    )  # fmt: skip
     with c.db() as db, c.progress() as say:
-        result = db.publish(spec, say)
+        result = db.publish(spec, say, replace=replace, revoke=revoke)
     print_publish(c, result.summary())
 
 
@@ -422,6 +505,14 @@ def refresh(c: Ctx, name: str) -> None:
     print_publish(c, result.summary())
 
 
+def _figure(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str)
+    return "-" if value is None else str(value)
+
+
 @main.command()
 @click.argument("name")
 @click.pass_obj
@@ -432,26 +523,89 @@ def report(c: Ctx, name: str) -> None:
         data = db.report(name)
 
     def human() -> None:
-        table = Table(title=f"release {name} ({data['table']})", show_header=False)
+        table = Table(title=f"release {name}", show_header=False)
+        gcp = data["gcp"]
         rows = [
-            ("algorithm", data["algorithm"]),
+            ("method", data["method"]),
             ("promises", "; ".join(data["models"])),
-            ("rows", str(data["rows"])),
-            ("Total-IL", f"{data['total_il']:.1f}"),
-            ("NCP (GCP)", f"{data['gcp']:.2%}"),
-            ("discernibility", str(data["discernibility"])),
-            ("classes", str(data["classes"])),
-            ("average class size", f"{data['avg_class_size']:.2f}"),
-            ("min / max class size", f"{data['min_class_size']} / {data['max_class_size']}"),
-            ("run time", f"{data['seconds']:.2f} s"),
-            ("source rows", str(data["source_rows"])),
-            ("published at", data["published_at"]),
+            ("objects", ", ".join(data["objects"])),
+            ("rows", _figure(data["rows"])),
+            ("classes", _figure(data["classes"])),
+            ("min class size", _figure(data["min_class_size"])),
+            ("NCP (GCP)", "-" if gcp is None else f"{gcp:.2%}"),
+            ("run time", "-" if data["seconds"] is None else f"{data['seconds']:.2f} s"),
+            ("source rows", _figure(data["source_rows"])),
+            ("published at", _figure(data["published_at"])),
         ]
+        rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
             table.add_row(label, value)
         out.print(table)
+        if data["last_failure"]:
+            f = data["last_failure"]
+            out.print(f"latest run failed at {f['at']}: {f['error']}", markup=False)
+        for w in data["warnings"]:
+            out.print(f"warning: {w}", markup=False)
 
     c.emit(data, human)
+
+
+@main.command("methods")
+@click.pass_obj
+def methods_command(c: Ctx) -> None:
+    """The publishing methods: what each promises and its own options."""
+    data = {"methods": [m.describe() for m in methods.methods().values()]}
+
+    def human() -> None:
+        for m in data["methods"]:
+            out.print(f"[bold]{m['name']}[/]: {m['summary']}")
+            out.print(f"  promises: {', '.join(m['promises'])}", markup=False)
+            for o in m["options"]:
+                choices = f" ({'|'.join(o['choices'])})" if o["choices"] else ""
+                out.print(f"  {o['flag']}{choices}: {o['help']}", markup=False)
+
+    c.emit(data, human)
+
+
+@main.command("releases")
+@click.pass_obj
+@fails_cleanly
+def releases_command(c: Ctx) -> None:
+    """Every release: method, promises, objects, latest run."""
+    with c.db() as db:
+        rows = db.releases()
+
+    def human() -> None:
+        table = Table("name", "method", "promises", "objects", "last run", "at", "rows")
+        for r in rows:
+            missing = " (missing: " + ", ".join(r["missing"]) + ")" if r["missing"] else ""
+            table.add_row(
+                r["name"], r["method"], "; ".join(r["models"]),
+                ", ".join(r["objects"]) + missing, r["last_status"] or "-",
+                r["last_run_at"] or "-", _figure(r["rows"]),
+            )  # fmt: skip
+        out.print(table)
+
+    c.emit({"releases": rows}, human)
+
+
+@main.command("drop")
+@click.argument("name")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.pass_obj
+@fails_cleanly
+def drop_command(c: Ctx, name: str, yes: bool) -> None:
+    """Drop release NAME: its released relations and its catalog entry (runs included)."""
+    if not yes:
+        if c.json or not sys.stdin.isatty():
+            raise DbanonError(f"dropping release {name!r} needs --yes when nobody can be asked")
+        click.confirm(f"drop release {name!r} and its released relations?", abort=True)
+    with c.db() as db:
+        dropped = db.drop(name)
+    c.emit(
+        {"release": name, "dropped": dropped},
+        lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),
+    )
 
 
 # --- demo and benchmarks ------------------------------------------------------------------------

@@ -64,14 +64,14 @@ def prepare(db: Database, progress: Progress | None = None) -> None:
 
 def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> PublishResult:
     prepare(db, progress)
-    spec = ReleaseSpec(
-        name="adult_k10" if k == 10 else f"adult_k{k}",
-        source="demo.adult",
-        key="id",
-        qi=DEMO_QI,
+    spec = ReleaseSpec.from_options(
+        "adult_k10" if k == 10 else f"adult_k{k}",
+        "demo.adult",
+        "id",
+        DEMO_QI,
         sensitive=DEMO_SENSITIVE,
         k=k,
-        algorithm="kmember",
+        method="kmember",
         hierarchies={c: ADULT_HIERARCHIES[c] for c in DEMO_QI if c not in ADULT_NUMERIC},
     )
-    return db.publish(spec, progress)
+    return db.publish(spec, progress, replace=True)  # the demo's own release: run it again

@@ -98,13 +98,17 @@ class Hierarchy:
         """Read ARX's `value;level1;...;*` format from a path or an open text file."""
         if isinstance(source, (str, Path)):
             try:
-                with open(source, newline="", encoding="utf-8") as f:
+                # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first leaf
+                with open(source, newline="", encoding="utf-8-sig") as f:
                     return cls.from_rows(name, list(csv.reader(f, delimiter=";")))
             except OSError as e:
                 raise HierarchyError(
                     f"cannot read hierarchy file {str(source)!r}: {e.strerror}"
                 ) from None
-        return cls.from_rows(name, list(csv.reader(source, delimiter=";")))
+        rows = list(csv.reader(source, delimiter=";"))
+        if rows and rows[0] and rows[0][0].startswith("\ufeff"):
+            rows[0][0] = rows[0][0][1:]
+        return cls.from_rows(name, rows)
 
     @classmethod
     def flat(cls, name: str, values: Iterable[str]) -> Hierarchy:

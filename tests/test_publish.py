@@ -13,8 +13,8 @@ import pytest
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg.types.range import Range
 
-from dbanon import release
 from dbanon.hierarchy import Hierarchy
+from dbanon.methods.kmember import KMember
 
 ZIP_ROWS = [
     ["10115", "101**", "1****", "*"],
@@ -62,7 +62,7 @@ def hospital(conn: psycopg.Connection, dsn: str, tmp_path) -> list[tuple]:  # no
 PUBLISH = [
     "publish", "patients_k5", "--source", "clinic.patients", "--key", "Patient ID",
     "--qi", "age,zip,sex,born", "--sensitive", "diagnosis", "--k", "5",
-    "--hierarchy", "zip=zip",
+    "--hierarchy", "zip=zip", "--ranges", "typed",
 ]  # fmt: skip
 
 
@@ -139,7 +139,7 @@ def test_report_and_gcp_recomputed_from_the_release(
     assert rep["gcp"] == pytest.approx(total / (len(rows) * 4))
     # Discernibility counts the algorithm's groups; classes of the release can only merge them.
     merged = sum(n * n for n in Counter(r[:4] for r in rows).values())
-    assert 5 * len(rows) <= rep["discernibility"] <= merged
+    assert 5 * len(rows) <= rep["method_metrics"]["discernibility"] <= merged
     assert cli(dsn, "report", "nope").exit_code == 2
 
 
@@ -167,8 +167,8 @@ def test_failed_check_keeps_the_previous_release(
     assert cli_json(dsn, *PUBLISH)[0] == 0
     before = snapshot(conn)
     # An algorithm that breaks its promise: every row its own group.
-    monkeypatch.setattr(release, "cluster", lambda r, qi, *_: np.arange(qi.n, dtype=np.int32))
-    result = cli(dsn, *PUBLISH)
+    monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
+    result = cli(dsn, *PUBLISH, "--replace")
     assert result.exit_code == 2
     assert "failed its check of k-anonymity (k=5)" in result.stderr
     assert snapshot(conn) == before
@@ -192,7 +192,7 @@ def test_consumer_reads_release_but_not_source(
             conn.execute("SELECT count(*) FROM clinic.patients")
         conn.execute("RESET ROLE")
         # Re-publishing re-applies the grant to the new table.
-        assert cli_json(dsn, *PUBLISH, "--grant", role)[0] == 0
+        assert cli_json(dsn, *PUBLISH, "--grant", role, "--replace")[0] == 0
         conn.execute(psycopg.sql.SQL("SET ROLE {}").format(psycopg.sql.Identifier(role)))
         assert conn.execute("SELECT count(*) FROM released.patients_k5").fetchone()[0] == 300
     finally:

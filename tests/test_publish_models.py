@@ -129,12 +129,13 @@ def test_anatomy_release_and_refusal(ward: psycopg.Connection, dsn: str) -> None
     ("args", "message"),
     [
         (["--algorithm", "kmember", "--k", "3", "--sensitive", "dx", "--t", "0.2"],
-         "--algorithm kmember cannot promise --t; use --algorithm fulldomain"),
+         "--algorithm kmember cannot promise --t (t-closeness); use --algorithm fulldomain"),
         (["--algorithm", "mondrian", "--sensitive", "dx", "--l", "2"],
          "--algorithm mondrian needs --k"),
         (["--algorithm", "anatomy", "--sensitive", "dx", "--l", "2", "--k", "3"],
          "--algorithm anatomy cannot promise --k"),
-        (["--algorithm", "kmember", "--k", "3", "--as", "view"], "only --algorithm fulldomain"),
+        (["--algorithm", "kmember", "--k", "3", "--as", "view"],
+         "--as does not apply to --algorithm kmember (an option of fulldomain)"),
         (["--algorithm", "mondrian", "--k", "3", "--l", "2"], "needs exactly one --sensitive"),
         (["--algorithm", "fulldomain", "--k", "3", "--sensitive", "dx", "--t", "2"],
          "--t must be in (0, 1], got 2"),
@@ -167,7 +168,7 @@ def test_live_fulldomain_view_on_adult_stays_k_anonymous(
         == "v"
     )
     assert check(dsn, view, "--k", "10", qi=qi)[0] == 0
-    levels = cli_json(dsn, "report", "adult_view")[1]["levels"]
+    levels = cli_json(dsn, "report", "adult_view")[1]["method_metrics"]["levels"]
     # A categorical QI the optimum keeps as is: a new value in it makes a class of its own.
     kept = [c for c in ("workclass", "marital_status", "race", "sex") if levels[c] == 0]
     assert kept, levels

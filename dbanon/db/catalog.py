@@ -7,6 +7,7 @@ psycopg.sql.Identifier, so capitals, spaces, quotes and unicode in names are har
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -51,6 +52,42 @@ def split_name(text: str) -> tuple[str | None, str]:
     """`schema.table` -> (schema, table), taken literally (case, spaces and quotes kept)."""
     schema, dot, name = text.partition(".")
     return (schema, name) if dot else (None, schema)
+
+
+_SQL_PART = re.compile(r'\s*(?:"((?:[^"]|"")+)"|([A-Za-z_][A-Za-z0-9_$]*))\s*')
+
+
+def _sql_name(text: str) -> list[str] | None:
+    """The parts of a name in SQL syntax (`"a.b"."c"`, `s.t`), or None if it is not one."""
+    parts, pos = [], 0
+    while True:
+        m = _SQL_PART.match(text, pos)
+        if m is None:
+            return None
+        parts.append(
+            m.group(1).replace('""', '"') if m.group(1) is not None else m.group(2).lower()
+        )
+        pos = m.end()
+        if pos == len(text):
+            return parts
+        if text[pos] != ".":
+            return None
+        pos += 1
+
+
+def parse_target(text: str) -> tuple[str | None, str]:
+    """A relation that may not exist yet, named as `find_relation` reads names: in SQL syntax
+    when it holds a double quote and is valid SQL (`"a.b"."c"`), else literally, split at the
+    dot (`My Schema.My Table`). More than two parts is an error, never a table named `b.c`."""
+    parts = _sql_name(text) if '"' in text else None
+    if parts is None:
+        parts = text.split(".")
+    if len(parts) > 2 or not all(p.strip() for p in parts):
+        raise DbanonError(
+            f"{text!r} is not SCHEMA.NAME; put a name that holds a dot in double quotes, "
+            'as in "my.schema"."my.table"'
+        )
+    return (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
 
 
 def parse_list(text: str) -> list[str]:
@@ -210,3 +247,25 @@ def list_hierarchies(conn: psycopg.Connection) -> list[dict[str, object]]:
         }
         for r in rows
     ]
+
+
+def hierarchy_users(conn: psycopg.Connection, name: str) -> list[str]:
+    """The releases whose spec names hierarchy `name` for one of their columns."""
+    rows = conn.execute(
+        """SELECT r.name FROM dbanon.release r, jsonb_each_text(r.spec -> 'hierarchies') h
+           WHERE h.value = %s ORDER BY r.name""",
+        [name],
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def drop_hierarchy(conn: psycopg.Connection, name: str) -> None:
+    """Delete a hierarchy, in the caller's transaction; refused while a release uses it."""
+    load_hierarchy(conn, name)  # exists, or a one-line error
+    users = hierarchy_users(conn, name)
+    if users:
+        raise DbanonError(
+            f"hierarchy {name!r} is used by release(s) {', '.join(map(repr, users))}; "
+            "drop or re-publish them first"
+        )
+    conn.execute("DELETE FROM dbanon.hierarchy WHERE name = %s", [name])

@@ -1,0 +1,48 @@
+"""The method registry: every publishing method, by name.
+
+The CLI's `--algorithm` choices, `dbanon methods`, `publish --help` and the README's method table
+all come from here. A method is one module of this package that registers an instance; a method
+kept elsewhere (a plug-in, a test's toy) registers itself the same way.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from dbanon.errors import DbanonError
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+
+__all__ = ["Built", "BuildContext", "Check", "Method", "Option", "get", "methods", "register"]
+
+_REGISTRY: dict[str, Method] = {}
+# The built-in methods, in the order they are listed (the default first).
+BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy")
+DEFAULT = "kmember"
+
+
+def register(method: Method) -> Method:
+    """Add a method (replacing one of the same name); returns it, so it can decorate."""
+    _REGISTRY[method.name] = method
+    return method
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _load_builtin() -> None:
+    for name in BUILTIN:
+        if name not in _REGISTRY:
+            import_module(f"dbanon.methods.{name}")
+
+
+def methods() -> dict[str, Method]:
+    _load_builtin()
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Method:
+    found = methods().get(name)
+    if found is None:
+        raise DbanonError(f"unknown method {name!r} (choose from {', '.join(methods())})")
+    return found

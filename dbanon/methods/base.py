@@ -1,0 +1,218 @@
+"""What a publishing method is: the one interface between the lifecycle and an algorithm.
+
+The lifecycle (dbanon.release) resolves a spec, asks the method to build its relation(s) aside
+under build names, runs the checks the method names before anything is visible, swaps the built
+relations in and records the run. It knows no method by name; a method is one module that
+subclasses `Method` and registers an instance (dbanon.methods.register).
+
+A method declares:
+- `name`, `summary` (one line), the models it can `promises` and those it `requires`;
+- its own `options` (name, type, default, help), which the CLI turns into `publish` flags and
+  the spec stores under `options`;
+- `objects(target)`: the names of the relations it publishes (Anatomy: NAME_qit and NAME_st);
+- `validate(conn, r)`: refusals specific to it, before anything is written;
+- `build(conn, r, ctx)`: CREATE its relations under `ctx.build_name(obj)`; returns metrics;
+- `checks(r, built)`: the independent checks of what it promised, run by the lifecycle. The
+  default checks every promised model on the first object, the released table itself.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import psycopg
+from psycopg import sql
+
+from dbanon.errors import DbanonError, ModelViolation
+from dbanon.models import PrivacyModel
+from dbanon.models.base import CheckResult, Target
+from dbanon.models.specs import MODEL_KINDS, kind_of
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Option:
+    """A method's own option: `--NAME` on the CLI, `options[NAME]` in the spec."""
+
+    name: str  # spec key, snake_case; the CLI flag is --name-with-dashes
+    type: type  # int, float, str or bool
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def coerce(self, value: Any) -> Any:
+        """A value from the CLI or a stored spec, checked; a one-line error naming the flag."""
+        if value is None:
+            return None
+        if self.choices:
+            if value not in self.choices:
+                raise DbanonError(
+                    f"{self.flag} must be one of {', '.join(self.choices)}, got {value!r}"
+                )
+            return value
+        if self.type is bool:
+            if not isinstance(value, bool):
+                raise DbanonError(f"{self.flag} is a flag (true or false), got {value!r}")
+            return value
+        try:
+            if self.type is int and (isinstance(value, bool) or float(value) != int(float(value))):
+                raise ValueError
+            return self.type(value)
+        except (TypeError, ValueError):
+            kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
+            raise DbanonError(f"{self.flag} must be {kind}, got {value!r}") from None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "flag": self.flag,
+            "type": self.type.__name__,
+            "default": self.default,
+            "choices": list(self.choices),
+            "help": self.help,
+        }
+
+
+SEED = Option(
+    "seed", int, None, "Random seed (default: a fresh secret one per run, recorded in the run)."
+)
+
+
+@dataclass(frozen=True)
+class Built:
+    """A relation built aside: `name` in the target schema once swapped in, `build` until then."""
+
+    name: str
+    build: str
+    kind: str = "table"  # 'table' or 'view'
+
+
+@dataclass
+class BuildContext:
+    """What the lifecycle hands a method's build: progress, timing laps and build names."""
+
+    say: Progress
+    lap: Callable[[str], None]
+    build_names: Mapping[str, str]  # object name -> its build name in the target schema
+    built: list[Built] = field(default_factory=list)
+
+    def build_name(self, obj: str) -> str:
+        return self.build_names[obj]
+
+    def made(self, obj: str, kind: str = "table") -> Built:
+        """Record that the relation of `obj` was created under its build name."""
+        b = Built(obj, self.build_names[obj], kind)
+        self.built.append(b)
+        return b
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verification the gate runs on the built relations before they become visible."""
+
+    name: str
+    run: Callable[[psycopg.Connection], CheckResult]
+
+
+def model_check(model: PrivacyModel, target: Target) -> Check:
+    return Check(model.name, lambda conn: model.check(conn, target))
+
+
+class Method(ABC):
+    """A publishing method (see the module docstring)."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    promises: ClassVar[tuple[str, ...]]  # model kinds (dbanon.models.specs.MODEL_KINDS)
+    requires: ClassVar[tuple[str, ...]] = ()  # at least one model of these kinds must be asked
+    options: ClassVar[tuple[Option, ...]] = ()
+    randomised: ClassVar[bool] = False  # takes --seed; a fresh secret seed per run otherwise
+    # The relations it publishes are its QIs generalised (True) or released as they are.
+    generalises: ClassVar[bool] = True
+
+    # --- declared -------------------------------------------------------------------------------
+
+    @classmethod
+    def all_options(cls) -> tuple[Option, ...]:
+        return (*cls.options, SEED) if cls.randomised else cls.options
+
+    @classmethod
+    def option(cls, name: str) -> Option:
+        for o in cls.all_options():
+            if o.name == name:
+                return o
+        raise KeyError(name)
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        return {
+            "name": cls.name,
+            "summary": cls.summary,
+            "promises": list(cls.promises),
+            "promise_options": sorted({MODEL_KINDS[p].option for p in cls.promises}),
+            "requires": list(cls.requires),
+            "options": [o.describe() for o in cls.all_options()],
+        }
+
+    def objects(self, target: str) -> list[str]:
+        """The relations this method publishes for a release whose target is `target`."""
+        return [target]
+
+    # --- the lifecycle's calls --------------------------------------------------------------------
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:  # noqa: B027
+        """Refuse, with a one-line DbanonError, what this method cannot publish."""
+
+    @abstractmethod
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        """CREATE the release's relations under their build names (ctx.made for each); returns
+        the method's own figures for the run record."""
+
+    def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
+        """Every promised model on the first built relation, as consumers will read it."""
+        target = replace(r.target, relation=r.ident(built[0].build))
+        return [model_check(m, target) for m in r.models]
+
+    def figures(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
+    ) -> dict[str, Any]:
+        """rows, classes and min_class_size of the release as consumers read it (the first
+        relation, GROUP BY its QIs), taken from the checks' figures where they have them."""
+        rel = r.ident(built[0].build)
+        if "classes" in checked and "min_class_size" in checked:
+            classes, smallest = checked["classes"], checked["min_class_size"]
+            rows = count_rows(conn, rel)
+        else:
+            rows, classes, smallest = conn.execute(
+                sql.SQL(
+                    "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0) "
+                    "FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
+                ).format(rel, sql.SQL(", ").join(sql.Identifier(c.name) for c in r.qi))
+            ).fetchone()
+        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}
+
+
+def failed(release: str, check: Check, result: CheckResult) -> ModelViolation:
+    return ModelViolation(
+        f"release {release!r} failed its check of {check.name} ({result.figures}, worst class: "
+        f"{result.worst_class}); the previous release is unchanged"
+    )
+
+
+def models_of_kind(models: list[PrivacyModel], *kinds: str) -> list[PrivacyModel]:
+    return [m for m in models if kind_of(m).name in kinds]
+
+
+def count_rows(conn: psycopg.Connection, rel: sql.Composable) -> int:
+    return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(rel)).fetchone()[0])

@@ -1,0 +1,176 @@
+"""The shared path of array methods that group rows (k-member, Mondrian):
+
+stream key, QI (and sensitive) columns out with COPY into numpy arrays; the algorithm returns a
+group id per row (pure code); the ids stream back with COPY into a temporary staging table; one
+CREATE TABLE AS joins source and ids and generalises every QI per group — numeric and date QIs to
+their [min, max] (text or typed range, dbanon.generalise), categorical ones to the label of their
+lowest common ancestor — without the row key, rows in random order.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon import generalise
+from dbanon.algorithms.base import QIArrays
+from dbanon.db import catalog
+from dbanon.db.catalog import Column
+from dbanon.db.stream import copy_in_ids, copy_out
+from dbanon.errors import DbanonError, offenders
+from dbanon.hierarchy import Hierarchy
+from dbanon.methods.base import BuildContext, Method, Option
+from dbanon.metrics.loss import loss_report
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+RANGES = Option(
+    "ranges",
+    str,
+    generalise.DEFAULT_FORM,
+    "Numeric and date QIs as readable text (36-37) or typed ranges (int4range...).",
+    generalise.RANGE_FORMS,
+)
+
+
+def codes(values: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
+    """Integer codes of sensitive values (NULL a value of its own) and the value of each code."""
+    index: dict[str | None, int] = {}
+    out = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, len(values))
+    return out, list(index)
+
+
+def encode(r: Resolved, col: Column, vals: list[Any]) -> tuple[np.ndarray, Hierarchy]:
+    """Leaf ids of a categorical QI's values in its hierarchy (a flat one without); a value
+    the hierarchy lacks is an error naming every missing value."""
+    h = r.hierarchies.get(col.name) or Hierarchy.flat(col.name, vals)
+    lookup = h.leaves
+    codes = np.fromiter((lookup.get(v, -1) for v in vals), dtype=np.int32, count=len(vals))
+    if (codes < 0).any():
+        missing = sorted({vals[i] for i in np.flatnonzero(codes < 0)})
+        raise DbanonError(
+            f"values of column {col.name!r} are not in hierarchy {h.name!r}: {offenders(missing)}"
+        )
+    return codes, h
+
+
+def extract(conn: psycopg.Connection, r: Resolved, with_sensitive: bool) -> tuple[
+    list[str], QIArrays, np.ndarray | None
+]:  # fmt: skip
+    """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
+
+    The sensitive column comes as an array of its values as text (None for NULL)."""
+    exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
+    types = ["text"]
+    for col in r.qi:
+        if r.is_categorical(col):
+            exprs.append(sql.SQL("{}::text").format(col.ident))
+            types.append("text")
+        elif col.kind == catalog.DATE:
+            exprs.append(sql.SQL("extract(epoch FROM {})::float8").format(col.ident))
+            types.append("float8")
+        else:
+            exprs.append(sql.SQL("{}::float8").format(col.ident))
+            types.append("float8")
+    if with_sensitive:
+        exprs.append(sql.SQL("{}::text").format(r.sensitive[0].ident))
+        types.append("text")
+    query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
+    keys, *values = copy_out(conn, query, types)
+    sensitive = np.asarray(values.pop(), dtype=object) if with_sensitive else None
+    numeric, categorical = [], []
+    for col, vals in zip(r.qi, values, strict=True):
+        if r.is_categorical(col):
+            categorical.append(encode(r, col, vals))
+        else:
+            numeric.append(np.asarray(vals, dtype=np.float64))
+    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive
+
+
+def generalised(r: Resolved, col: Column) -> sql.Composable:
+    """Aggregate expression that generalises a QI column over one group."""
+    if col.name in r.hierarchies:
+        return sql.SQL("dbanon.lca({}, array_agg(DISTINCT {}::text))").format(
+            sql.Literal(r.hierarchies[col.name].name), col.ident
+        )
+    if r.is_categorical(col):  # flat hierarchy: the value if the group agrees, else '*'
+        return sql.SQL(
+            "CASE WHEN min({c}::text) = max({c}::text) THEN min({c}::text) ELSE '*' END"
+        ).format(c=col.ident)
+    low, high = (sql.SQL("{}({})").format(sql.SQL(f), col.ident) for f in ("min", "max"))
+    return generalise.closed_range(col, low, high, r.options["ranges"])
+
+
+def materialise(
+    conn: psycopg.Connection, r: Resolved, stage: sql.Identifier, build: sql.Identifier
+) -> None:
+    """CREATE the release table from source + staged group ids, in one statement."""
+    conn.execute(
+        sql.SQL(
+            """CREATE TABLE {build} AS
+               WITH rows AS (
+                   SELECT st.gid, {src_cols} FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
+               ), groups AS (
+                   SELECT gid, {gen} FROM rows GROUP BY gid
+               )
+               SELECT {out} FROM rows JOIN groups g USING (gid) ORDER BY random()"""
+        ).format(
+            build=build,
+            src_cols=sql.SQL(", ").join(
+                sql.SQL("s.{}").format(c.ident) for c in [*r.qi, *r.sensitive]
+            ),
+            src=r.source.ident,
+            stage=stage,
+            key=r.key.ident,
+            gen=sql.SQL(", ").join(
+                sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in r.qi
+            ),
+            out=sql.SQL(", ").join(
+                [sql.SQL("g.{}").format(c.ident) for c in r.qi]
+                + [sql.SQL("rows.{}").format(c.ident) for c in r.sensitive]
+            ),
+        )
+    )
+
+
+class GroupingMethod(Method):
+    """A method whose algorithm maps arrays of QIs to one group id per row."""
+
+    options: ClassVar[tuple[Option, ...]] = (RANGES,)
+
+    def uses_sensitive(self, r: Resolved) -> bool:
+        """Whether the algorithm constrains the sensitive column (it is streamed out then)."""
+        return any(m.needs_sensitive for m in r.models)
+
+    @abstractmethod
+    def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
+        """Group ids (int) of the rows; ValueError for input the algorithm cannot group."""
+
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
+        keys, qi, sensitive = extract(conn, r, self.uses_sensitive(r))
+        ctx.lap("extract")
+        ctx.say(f"clustering with {self.name}")
+        try:
+            gid = self.cluster(r, qi, sensitive)
+        except ValueError as e:
+            raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
+        loss = loss_report(qi, gid)
+        ctx.lap("cluster")
+        ctx.say("materialising the release")
+        stage = sql.Identifier("dbanon_stage")
+        conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
+        )
+        copy_in_ids(conn, stage, keys, gid)
+        conn.execute(sql.SQL("ANALYZE {}").format(stage))
+        built = ctx.made(r.objects[0])
+        materialise(conn, r, stage, r.ident(built.build))
+        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+        ctx.lap("materialise")
+        return loss.as_dict()

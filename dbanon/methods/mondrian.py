@@ -1,0 +1,69 @@
+"""Method `mondrian`: strict multidimensional Mondrian (median cuts; categorical cuts along the
+hierarchy), for k-anonymity and l-diversity; the "centre-point partitioning" baseline."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dbanon.algorithms.base import QIArrays
+from dbanon.errors import DbanonError
+from dbanon.methods import register
+from dbanon.methods.grouped import GroupingMethod, codes
+from dbanon.models.specs import kind_of
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+_L_KINDS = {  # model kind -> Mondrian's name for it
+    "distinct-l-diversity": "distinct",
+    "entropy-l-diversity": "entropy",
+    "recursive-l-diversity": "recursive",
+}
+
+
+class Mondrian(GroupingMethod):
+    name = "mondrian"
+    summary = (
+        "strict multidimensional Mondrian (median cuts; categorical cuts along the hierarchy); "
+        "the centre-point partitioning baseline"
+    )
+    promises = ("k-anonymity", *_L_KINDS)
+    requires = ("k-anonymity",)
+
+    def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
+        from dbanon.algorithms.mondrian import mondrian
+
+        diverse = [m for m in r.models if kind_of(m).name in _L_KINDS]
+        if not diverse:
+            return mondrian(qi, r.k)  # type: ignore[arg-type]
+        model = diverse[0]
+        assert sensitive is not None
+        # Every l-diversity here survives unions, so a table that fails as a whole has no
+        # l-diverse partition: say which value (or how few values) stands in the way.
+        counts = Counter(sensitive.tolist())
+        if not model.class_holds(counts):
+            column = r.sensitive[0].name
+            top, top_rows = counts.most_common(1)[0]
+            why = (
+                f"it has only {len(counts)} distinct values of {column!r}"
+                if len(counts) < model.l  # type: ignore[attr-defined]
+                else f"{column} = {top!r} holds {top_rows / len(sensitive):.1%} of the rows"
+            )
+            raise DbanonError(
+                f"mondrian cannot publish {r.source}: the table is not {model.name} as a whole, "
+                f"so no partition of it can be: {why}"
+            )
+        return mondrian(
+            qi,
+            r.k,  # type: ignore[arg-type]
+            sensitive=codes(sensitive)[0],
+            l=int(np.ceil(model.l)),  # type: ignore[attr-defined]
+            l_kind=_L_KINDS[kind_of(model).name],
+            c=getattr(model, "c", 1.0),
+        )
+
+
+register(Mondrian())
