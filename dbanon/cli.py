@@ -551,10 +551,14 @@ def report(c: Ctx, name: str) -> None:
 
 
 @main.command("methods")
+@click.option("--markdown", is_flag=True, help="The README's method table.")
 @click.pass_obj
-def methods_command(c: Ctx) -> None:
+def methods_command(c: Ctx, markdown: bool) -> None:
     """The publishing methods: what each promises and its own options."""
     data = {"methods": [m.describe() for m in methods.methods().values()]}
+    if markdown:
+        click.echo(methods.markdown_table())
+        return
 
     def human() -> None:
         for m in data["methods"]:

@@ -13,8 +13,8 @@ All of it is one transaction: the previous release stays until the new one is pr
 The spec's JSON shape (`dbanon.release.spec`, version 2):
     {"version": 2, "name": "patients_k5", "source": "clinic.patients", "key": "id",
      "qi": ["age", "zip"], "sensitive": ["diagnosis"], "hierarchies": {"zip": "zip"},
-     "method": "kmember", "models": [{"name": "k-anonymity", "k": 5}],
-     "options": {"seeding": "random", "seed": null, "ranges": "text"},
+     "method": METHOD, "models": [{"name": "k-anonymity", "k": 5}],
+     "options": {OPTION: VALUE, ...},
      "target": "released.patients_k5", "grants": ["analysts"]}
 `models` are the promised privacy models (dbanon.models.specs), `options` the method's own
 options with every default filled in, so a refresh rebuilds exactly what was published.

@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 class FullDomain(Method):
     name = "fulldomain"
     summary = (
-        "full-domain generalisation: the least-loss node of the hierarchy lattice, searched "
-        "with GROUP BY counts in PostgreSQL; --as view publishes a live view that keeps its "
-        "promise as the source changes"
+        "full-domain generalisation: the least-loss node of the hierarchy lattice, searched with "
+        "GROUP BY counts in PostgreSQL and monotonicity pruning; `--as view` publishes a live "
+        "view whose generalisation and suppression are SQL over the source, so it keeps every "
+        "promised model as the source changes"
     )
     promises = tuple(n for n in MODEL_KINDS if n != "frequency-l-diversity")
     requires = ("k-anonymity",)

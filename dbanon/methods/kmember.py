@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 class KMember(GroupingMethod):
     name = "kmember"
     summary = (
-        "greedy k-member clustering (Byun et al. 2007): clusters of k..2k-1 rows, in numba over "
-        "COPY streams; with --p the (p,k) baseline of the (theta,k) paper"
+        "greedy k-member clustering (Byun et al. 2007; Wang & Ma 2011): clusters of k..2k-1 "
+        "rows, in Python (numba) over COPY streams; with `--p` the (p,k) baseline of the "
+        "(θ,k) paper"
     )
     promises = ("k-anonymity", "p-k-anonymity")
     requires = ("k-anonymity", "p-k-anonymity")

@@ -28,7 +28,7 @@ class Mondrian(GroupingMethod):
     name = "mondrian"
     summary = (
         "strict multidimensional Mondrian (median cuts; categorical cuts along the hierarchy); "
-        "the centre-point partitioning baseline"
+        'the "centre-point partitioning" baseline'
     )
     promises = ("k-anonymity", *_L_KINDS)
     requires = ("k-anonymity",)
