@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from dbanon import schedule
 from dbanon.db import catalog
 from dbanon.db.connection import connect, resolve_dsn
 from dbanon.errors import DbanonError
@@ -122,13 +124,50 @@ class Database:
         *,
         replace: bool = False,
         revoke: Sequence[str] = (),
+        wait: float = 0.0,
     ) -> PublishResult:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
-        named in `revoke`)."""
-        return publish(self.conn, spec, progress, replace=replace, revoke=revoke)
+        named in `revoke`); another run of it is waited for up to `wait` seconds."""
+        return publish(self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait)
 
-    def refresh(self, name: str, progress: Progress | None = None) -> PublishResult:
-        return refresh(self.conn, name, progress)
+    def refresh(
+        self, name: str, progress: Progress | None = None, *, wait: float = 0.0
+    ) -> PublishResult:
+        return refresh(self.conn, name, progress, wait=wait)
+
+    def refresh_due(
+        self,
+        *,
+        now: datetime | None = None,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> list[dict[str, Any]]:
+        """Refresh every scheduled release that is due (at `now`, default the present)."""
+        return schedule.refresh_due(self.conn, now=now, force=force, progress=progress)
+
+    def schedule(self, name: str, *, every: str | None = None, cron: str | None = None) -> dict:
+        try:
+            data = schedule.set_schedule(self.conn, name, every=every, cron=cron)
+            self.conn.commit()
+            return data
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def unschedule(self, name: str) -> bool:
+        try:
+            cleared = schedule.clear_schedule(self.conn, name)
+            self.conn.commit()
+            return cleared
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def schedules(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        try:
+            return schedule.schedules(self.conn, now)
+        finally:
+            self.conn.rollback()
 
     def report(self, name: str) -> dict[str, Any]:
         try:

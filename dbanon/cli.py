@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from functools import wraps
 from typing import Any
 
@@ -73,7 +74,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (DbanonError, HierarchyError) as e:
-            _error(str(e), 2)
+            _error(str(e), getattr(e, "exit_code", 2))
         except psycopg.Error as e:
             _error(f"PostgreSQL: {first_line(e)}", 2)
 
@@ -450,6 +451,12 @@ def methods_help() -> str:
     "--revoke", multiple=True, metavar="ROLE", help="Role that no longer may (repeatable)."
 )
 @click.option("--replace", is_flag=True, help="Redefine a release that exists.")
+@click.option(
+    "--wait",
+    type=click.FloatRange(0),
+    default=0,
+    help="Seconds to wait for another run of the release (else exit 3 at once).",
+)
 @click.pass_obj
 @fails_cleanly
 def publish(
@@ -474,6 +481,7 @@ def publish(
     grants: tuple[str, ...],
     revoke: tuple[str, ...],
     replace: bool,
+    wait: float,
     **method_opts: Any,
 ) -> None:
     """Publish release NAME of a source table (see `dbanon methods`)."""
@@ -490,19 +498,141 @@ def publish(
         options=options, hierarchies=hmap, target=target, grants=grants,
     )  # fmt: skip
     with c.db() as db, c.progress() as say:
-        result = db.publish(spec, say, replace=replace, revoke=revoke)
+        result = db.publish(spec, say, replace=replace, revoke=revoke, wait=wait)
     print_publish(c, result.summary())
 
 
 @main.command()
+@click.argument("name", required=False)
+@click.option("--due", is_flag=True, help="Refresh every scheduled release that is due.")
+@click.option("--force", is_flag=True, help="With --due: rebuild even an unchanged source.")
+@click.option(
+    "--now",
+    type=click.DateTime(["%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S",
+                         "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
+    help="With --due: evaluate the schedules at this time (UTC unless it has an offset).",
+)  # fmt: skip
+@click.option(
+    "--wait",
+    type=click.FloatRange(0),
+    default=0,
+    help="Seconds to wait for another run of the release (else exit 3 at once).",
+)
+@click.pass_obj
+@fails_cleanly
+def refresh(
+    c: Ctx, name: str | None, due: bool, force: bool, now: datetime | None, wait: float
+) -> None:
+    """Rebuild release NAME from the source as it is now, or (--due) every release whose
+    schedule says so: for cron, a systemd timer or pg_cron."""
+    if due == bool(name):
+        raise DbanonError("give a release NAME, or --due (not both)")
+    if not due and (force or now):
+        raise DbanonError("--force and --now go with --due")
+    if due:
+        when = now.replace(tzinfo=now.tzinfo or timezone.utc) if now else None
+        with c.db() as db, c.progress() as say:
+            results = db.refresh_due(now=when, force=force, progress=say)
+
+        def human() -> None:
+            for r in results:
+                extra = r.get("error") or r.get("next_due_at") or ""
+                click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
+
+        c.emit({"results": results}, human)
+        if any(r["outcome"] == "failed" for r in results):
+            sys.exit(2)
+        return
+    with c.db() as db, c.progress() as say:
+        result = db.refresh(name, say, wait=wait)  # type: ignore[arg-type]
+    print_publish(c, result.summary())
+
+
+class DefaultGroup(Group):
+    """`dbanon schedule NAME --every ...` is `dbanon schedule set NAME --every ...`."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        if args and args[0] not in self.commands and not args[0].startswith("-"):
+            args = ["set", *args]
+        return super().resolve_command(ctx, args)
+
+
+@main.group("schedule", cls=DefaultGroup)
+def schedule_group() -> None:
+    """When `dbanon refresh --due` refreshes each release."""
+
+
+@schedule_group.command("set")
+@click.argument("name")
+@click.option("--every", help="An interval: '6 hours', '1 day'.")
+@click.option("--cron", "cron_", help="A cron expression: '0 3 * * *'.")
+@click.pass_obj
+@fails_cleanly
+def schedule_set(c: Ctx, name: str, every: str | None, cron_: str | None) -> None:
+    """Schedule release NAME (replacing its schedule)."""
+    with c.db() as db:
+        data = db.schedule(name, every=every, cron=cron_)
+    c.emit(data, lambda: click.echo(f"{name}: every {every}" if every else f"{name}: {cron_}"))
+
+
+@schedule_group.command("clear")
 @click.argument("name")
 @click.pass_obj
 @fails_cleanly
-def refresh(c: Ctx, name: str) -> None:
-    """Rebuild release NAME from the source as it is now (for cron or pg_cron)."""
-    with c.db() as db, c.progress() as say:
-        result = db.refresh(name, say)
-    print_publish(c, result.summary())
+def schedule_clear(c: Ctx, name: str) -> None:
+    """Remove release NAME's schedule."""
+    with c.db() as db:
+        cleared = db.unschedule(name)
+    c.emit({"release": name, "cleared": cleared}, lambda: click.echo(f"{name}: unscheduled"))
+
+
+@schedule_group.command("list")
+@click.pass_obj
+@fails_cleanly
+def schedule_list(c: Ctx) -> None:
+    """Every schedule, the latest run and when each release is next due."""
+    with c.db() as db:
+        rows = db.schedules()
+
+    def human() -> None:
+        table = Table("release", "schedule", "last run", "next due")
+        for r in rows:
+            when = f"every {r['every']}" if r["every"] else r["cron"]
+            table.add_row(r["release"], when, r["last_run_at"] or "-", r["next_due_at"] or "now")
+        out.print(table)
+
+    c.emit({"schedules": rows}, human)
+
+
+@schedule_group.command("install")
+@click.option("--cron", "kind", flag_value="cron", help="A crontab line.")
+@click.option("--systemd", "kind", flag_value="systemd", help="A systemd service and timer.")
+@click.option("--write", type=click.Path(file_okay=False), help="Write the units into DIR.")
+@click.pass_obj
+@fails_cleanly
+def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
+    """Print (or write) what runs `dbanon refresh --due` every few minutes."""
+    from dbanon import schedule as sched
+
+    if kind is None:
+        raise DbanonError("give --cron or --systemd")
+    if kind == "cron":
+        if write:
+            raise DbanonError("--write goes with --systemd; add the cron line with `crontab -e`")
+        line = sched.cron_line(c.dsn)
+        c.emit({"cron": line}, lambda: click.echo(line, nl=False))
+        return
+    units = sched.systemd_units(c.dsn)
+    if write:
+        written = sched.write_units(units, write)
+        c.emit({"written": written}, lambda: click.echo("\n".join(written)))
+        return
+
+    def human() -> None:
+        for name, text in units.items():
+            click.echo(f"# {name}\n{text}")
+
+    c.emit({"units": units}, human)
 
 
 def _figure(value: Any) -> str:

@@ -32,17 +32,19 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import methods
+from dbanon import methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
-from dbanon.errors import SHOWN_OFFENDERS, DbanonError
-from dbanon.hierarchy import Hierarchy, HierarchyError
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
+from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of, to_specs
 
 DEFAULT_SCHEMA = "released"
+# Schemas a release never goes to: the catalog, everybody's, the system's.
+RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
 SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
 COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "seconds", "seed")
@@ -65,6 +67,9 @@ class ReleaseSpec:
     hierarchies: dict[str, str] = field(default_factory=dict)  # column -> hierarchy name
     target: str | None = None
     grants: list[str] = field(default_factory=list)
+    # Types of the key, QI and sensitive columns when last published: a refresh refuses a
+    # column whose type has changed since (an int QI turned text would generalise differently).
+    columns: dict[str, str] = field(default_factory=dict)
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
@@ -319,6 +324,14 @@ def _check_target(
             raise DbanonError(f"{schema}.{obj} exists and is not a dbanon release; choose --target")
 
 
+def _refuse_existing(conn: psycopg.Connection, name: str) -> None:
+    if _release_row(conn, name):
+        raise DbanonError(
+            f"release {name!r} exists: `dbanon refresh {name}` rebuilds it as it is, "
+            "`publish --replace` redefines it"
+        )
+
+
 def resolve(
     conn: psycopg.Connection,
     spec: ReleaseSpec,
@@ -331,11 +344,8 @@ def resolve(
     if not spec.name.strip():
         raise DbanonError("a release needs a name")
     existing = _release_row(conn, spec.name)
-    if existing and not replace:
-        raise DbanonError(
-            f"release {spec.name!r} exists: `dbanon refresh {spec.name}` rebuilds it as it is, "
-            "`publish --replace` redefines it"
-        )
+    if not replace:
+        _refuse_existing(conn, spec.name)
     method = methods.get(spec.method)
     options = _resolve_options(spec, method)
     models = _resolve_models(spec, method)
@@ -350,6 +360,16 @@ def resolve(
     key = catalog.require_columns(cols, source, [spec.key])[0]
     qi = catalog.require_columns(cols, source, spec.qi)
     sensitive = catalog.require_columns(cols, source, spec.sensitive)
+    changed = [
+        f"{c.name!r} was {spec.columns[c.name]}, is {c.type} now"
+        for c in [key, *qi, *sensitive]
+        if c.name in spec.columns and spec.columns[c.name] != c.type
+    ]
+    if changed:
+        raise DbanonError(
+            f"columns of {source} changed type since release {spec.name!r} was published: "
+            f"{'; '.join(changed)}; publish --replace to redefine the release"
+        )
     rows = _check_rows(conn, source, key, qi)
     ks = [m.k for m in models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
     if ks and max(ks) > rows:
@@ -363,6 +383,11 @@ def resolve(
 
     schema, name = catalog.parse_target(spec.target or f"{DEFAULT_SCHEMA}.{spec.name}")
     schema = schema or DEFAULT_SCHEMA
+    if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
+        raise DbanonError(
+            f"a release cannot go to schema {schema!r}: consumers are granted USAGE on the "
+            "release schema; choose a schema of its own"
+        )
     if schema == source.schema:
         raise DbanonError(
             f"the release must go to its own schema, not the source's ({schema!r}): "
@@ -435,11 +460,40 @@ def publish(
     *,
     replace: bool = False,
     revoke: Sequence[str] = (),
+    wait: float = 0.0,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
 
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
-    the roles it was granted to keep reading it unless named in `revoke`."""
+    the roles it was granted to keep reading it unless named in `revoke`. One run at a time per
+    release: another run's lock is waited for up to `wait` seconds, then runs.Busy."""
+    catalog.require_catalog(conn)
+    if not replace:
+        _refuse_existing(conn, spec.name)  # before any run is logged against that release
+    conn.rollback()
+    runs.lock_release(conn, spec.name, wait)
+    try:
+        run_id = runs.start(conn, spec.name)
+        try:
+            return _publish(conn, spec, progress, replace, revoke, run_id)
+        except BaseException as e:
+            conn.rollback()
+            runs.fail(conn, run_id, "failed", first_line(e))
+            raise
+    finally:
+        runs.unlock_release(conn, spec.name)
+
+
+def _publish(
+    conn: psycopg.Connection,
+    spec: ReleaseSpec,
+    progress: Progress | None,
+    replace: bool,
+    revoke: Sequence[str],
+    run_id: int | None,
+) -> PublishResult:
+    """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
+    and the source fingerprint all come from one snapshot of the source."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -450,13 +504,17 @@ def publish(
         timings[name] = round(now - mark[0], 4)
         mark[0] = now
 
+    isolation = conn.isolation_level
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke)
         lap("validate")
-        conn.execute(
-            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(r.target_schema))
-        )
+        if not _schema_exists(conn, r.target_schema):
+            runs.lock_schema(conn, r.target_schema)  # a second first publish waits for this one
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(r.target_schema))
+            )
         ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
         metrics = r.method.build(conn, r, ctx)
         built = ctx.built
@@ -469,16 +527,21 @@ def publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
-        swap(conn, r, built)
+        say("swapping the release in")
+        waited = swap_patiently(conn, r, built)
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, "seconds": seconds}
+        if waited:
+            metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
-        record(conn, r, metrics, timings, fingerprint(conn, r.source))
+        record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
+    finally:
+        conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
         table=f"{r.target_schema}.{r.objects[0]}",
@@ -491,6 +554,12 @@ def publish(
         timings=timings,
         objects=[f"{r.target_schema}.{o}" for o in r.objects],
         grants=r.grant_changes,
+    )
+
+
+def _schema_exists(conn: psycopg.Connection, schema: str) -> bool:
+    return bool(
+        conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
     )
 
 
@@ -508,6 +577,35 @@ def _drop(conn: psycopg.Connection, schema: str, name: str) -> None:
     if rel is not None:
         kind = "VIEW" if rel.kind == "v" else "TABLE"
         conn.execute(sql.SQL("DROP {} {}").format(sql.SQL(kind), rel.ident))
+
+
+SWAP_LOCK_TIMEOUT = "2s"  # per attempt: how long new readers may queue behind the swap
+SWAP_PATIENCE = 120.0  # seconds of attempts before the run gives up, the previous release kept
+
+
+def swap_patiently(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> float:
+    """`swap` under a short lock_timeout, retried with backoff; returns the seconds waited.
+
+    A DROP of the previous release waits for every consumer transaction reading it, and while it
+    waits every new reader queues behind it: with a short timeout readers stall for at most that
+    long per attempt, and the swap tries again once the long reader is gone."""
+    started, delay = time.monotonic(), 0.1
+    while True:
+        try:
+            with conn.transaction():  # a savepoint: a timed-out attempt is undone alone
+                old = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", [SWAP_LOCK_TIMEOUT])
+                swap(conn, r, built)
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
+            return round(time.monotonic() - started, 3) if delay > 0.1 else 0.0
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() - started > SWAP_PATIENCE:
+                raise DbanonError(
+                    f"the swap of release {r.spec.name!r} waited {SWAP_PATIENCE:.0f} s for "
+                    "readers of its previous relations; the previous release is unchanged"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
@@ -533,6 +631,8 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(r.ident(b.name), sql.Identifier(role))
             )
+    if r.grants:
+        runs.lock_schema(conn, r.target_schema)  # concurrent GRANTs on one schema collide
     for role in r.grants:
         conn.execute(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
@@ -547,8 +647,13 @@ def record(
     metrics: dict[str, Any],
     timings: dict[str, float],
     source_fingerprint: str,
+    run_id: int | None = None,
 ) -> None:
-    spec = ReleaseSpec(**{**asdict(r.spec), "options": r.options, "grants": r.grants})
+    """The spec as run (options and grants resolved, column types as found) and the run."""
+    types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
+    spec = ReleaseSpec(
+        **{**asdict(r.spec), "options": r.options, "grants": r.grants, "columns": types}
+    )
     release_id = conn.execute(
         """INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects)
            VALUES (%s, %s::jsonb, %s, %s, %s)
@@ -558,32 +663,10 @@ def record(
            RETURNING id""",
         [r.spec.name, spec.to_json(), r.target_schema, r.target_name, r.objects],
     ).fetchone()[0]
-    conn.execute(
-        """INSERT INTO dbanon.run (release_id, status, started_at, finished_at, source_rows,
-               released_rows, metrics, timings, source_fingerprint)
-           VALUES (%s, 'succeeded', now(), clock_timestamp(), %s, %s, %s::jsonb, %s::jsonb, %s)""",
-        [
-            release_id,
-            r.rows,
-            metrics["rows"],
-            json.dumps(metrics, default=str),
-            json.dumps(timings),
-            source_fingerprint,
-        ],
-    )
-
-
-def record_failure(conn: psycopg.Connection, name: str, error: str) -> None:
-    """Log a failed run of an existing release (a refresh that did not pass), in its own
-    transaction; a release that never succeeded leaves no trace."""
-    row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [name]).fetchone()
-    if row:
-        conn.execute(
-            "INSERT INTO dbanon.run (release_id, status, finished_at, error) "
-            "VALUES (%s, 'failed', clock_timestamp(), %s)",
-            [row[0], error],
-        )
-    conn.commit()
+    runs.finish(
+        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
+        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
+    )  # fmt: skip
 
 
 def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
@@ -594,15 +677,13 @@ def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
     return ReleaseSpec.from_dict(row[0])
 
 
-def refresh(conn: psycopg.Connection, name: str, progress: Progress | None = None) -> PublishResult:
+def refresh(
+    conn: psycopg.Connection, name: str, progress: Progress | None = None, *, wait: float = 0.0
+) -> PublishResult:
     """Rebuild a release from its stored spec against the source as it is now."""
     spec = load_spec(conn, name)
-    try:
-        return publish(conn, spec, progress, replace=True)
-    except (DbanonError, HierarchyError, psycopg.Error) as e:
-        conn.rollback()
-        record_failure(conn, name, str(e))
-        raise
+    conn.rollback()
+    return publish(conn, spec, progress, replace=True, wait=wait)
 
 
 # --- the catalog of releases --------------------------------------------------------------------
