@@ -474,8 +474,8 @@ def build_fulldomain(
         found.hierarchies,
         found.levels,
         [c.name for c in r.sensitive],
-        int(r.spec.k),
-    )  # type: ignore[arg-type]
+        r.models,
+    )
     built = Built(r.target_name, "view" if r.spec.as_view else "table")
     # security_barrier: a consumer's own (leaky) WHERE functions run only on rows the view
     # shows, never on rows of the classes it suppresses.
