@@ -218,7 +218,12 @@ def check_optimal(
     assert result.nodes_checked <= result.nodes
 
     query = release_select(
-        SRC, cols, result.hierarchies, result.levels, [sensitive] if sensitive else [], k
+        SRC,
+        cols,
+        result.hierarchies,
+        result.levels,
+        [sensitive] if sensitive else [],
+        models or [KAnonymity(k)],  # at the optimum, nothing beyond the small classes goes
     )
     sizes = released_classes(conn, query, qi)
     assert min(sizes, default=k) >= k
@@ -266,7 +271,7 @@ def test_suppression_limit_is_respected(conn: psycopg.Connection) -> None:
         budget = math.floor(max_suppression * len(rows))
         result = search(conn, SRC, cols, {ZIP: ZIP_H}, [KAnonymity(4)], None, max_suppression)
         assert result.suppressed <= budget
-        query = release_select(SRC, cols, result.hierarchies, result.levels, [DX], 4)
+        query = release_select(SRC, cols, result.hierarchies, result.levels, [DX], [KAnonymity(4)])
         sizes = released_classes(conn, query, [AGE, ZIP, SEX])
         assert min(sizes) >= 4 and sum(sizes) == len(rows) - result.suppressed
         losses.append(result.loss)
@@ -339,7 +344,7 @@ def test_numeric_and_date_intervals(conn: psycopg.Connection) -> None:
     node = tuple(result.levels[c] for c in qi)
     assert node in argbest and result.loss == pytest.approx(best, abs=1e-9)
     assert result.suppressed == suppressed[node]
-    query = release_select(SRC, cols, result.hierarchies, result.levels, [], 3)
+    query = release_select(SRC, cols, result.hierarchies, result.levels, [], [KAnonymity(3)])
     got = Counter(tuple(r) for r in conn.execute(query))
     expected = Counter(
         tuple(generalise(h, v, lv) for h, v, lv in zip(hs, r[1:], node, strict=True)) for r in rows
@@ -382,7 +387,9 @@ def test_interval_values_contain_the_value(conn: psycopg.Connection) -> None:
         conn.execute("INSERT INTO s.t VALUES (%s, %s, %s)", row)
         for level in range(3):
             levels = {c: min(level, hs[c].height) for c in hs}
-            got = conn.execute(release_select(rel, cols, hs, levels, [], 1)).fetchone()
+            got = conn.execute(
+                release_select(rel, cols, hs, levels, [], [KAnonymity(1)])
+            ).fetchone()
             for value, released, c in zip(row, got, hs, strict=True):
                 assert value in released, (c, level)
                 lv = levels[c]
@@ -405,7 +412,8 @@ def test_view_stays_k_anonymous_as_the_source_changes(conn: psycopg.Connection) 
     conn.execute('CREATE SCHEMA "Rel ease"')
     conn.execute(
         sql.SQL("CREATE VIEW {} AS {}").format(
-            release, release_select(SRC, cols, result.hierarchies, result.levels, [DX], k)
+            release,
+            release_select(SRC, cols, result.hierarchies, result.levels, [DX], [KAnonymity(k)]),
         )
     )
     cols_out = [
@@ -499,7 +507,7 @@ def test_bad_input_names_the_culprit_and_leaves_no_tables(
     with pytest.raises(DbanonError, match="max_suppression"):
         search(conn, SRC, cols, hs, [KAnonymity(2)], max_suppression=1.5)
     with pytest.raises(DbanonError, match="needs its interval hierarchy"):
-        release_select(SRC, cols, hs, {AGE: 1, ZIP: 0, SEX: 0}, [], 2)
+        release_select(SRC, cols, hs, {AGE: 1, ZIP: 0, SEX: 0}, [], [KAnonymity(2)])
     # In the caller's transaction: nothing committed, temp tables gone, transaction usable.
     with psycopg.connect(dsn) as tx:
         tx.execute("CREATE TABLE uncommitted (x int)")

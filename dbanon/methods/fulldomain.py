@@ -55,7 +55,7 @@ class FullDomain(Method):
         ctx.lap("search")
         select = release_select(
             r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
-            r.k,  # type: ignore[arg-type]
+            r.models,
         )  # fmt: skip
         as_view = r.options["as"] == "view"
         built = ctx.made(r.objects[0], "view" if as_view else "table")

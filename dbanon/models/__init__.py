@@ -4,6 +4,8 @@ Models are a layer of their own (as in ARX): algorithms produce groupings, model
 relations. Every publish runs its model's check on the built release before it becomes visible,
 and `dbanon check` runs the same checks on any table or view. Each model also has an in-memory
 form over per-class sensitive-value counts (`class_holds`, `holds_in_memory`) for algorithms.
+The SQL criterion (`class_test`) also filters: `kept_classes` selects the classes to keep so
+that a relation satisfies every model, which live views evaluate at each read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 from numbers import Real
 
 from dbanon.errors import DbanonError
-from dbanon.models.base import CheckResult, Counts, PrivacyModel, Target, audit
+from dbanon.models.base import CheckResult, ClassTest, Counts, PrivacyModel, Target, audit
 from dbanon.models.kanonymity import AlphaKAnonymity, KAnonymity, PKAnonymity
 from dbanon.models.ldiversity import (
     DistinctLDiversity,
@@ -20,14 +22,17 @@ from dbanon.models.ldiversity import (
     FrequencyLDiversity,
     RecursiveCLDiversity,
 )
+from dbanon.models.suppression import kept_classes
 from dbanon.models.tcloseness import GROUNDS, TCloseness
 
 __all__ = [
     "CheckResult",
+    "ClassTest",
     "Counts",
     "PrivacyModel",
     "Target",
     "audit",
+    "kept_classes",
     "KAnonymity",
     "AlphaKAnonymity",
     "PKAnonymity",

@@ -30,9 +30,15 @@ Search (`search`): PostgreSQL computes, Python only walks the lattice.
   settles the node and its whole down-set, which prunes far more than checking the node itself.
   For Adult (9 QIs, 12,960 nodes, k=5) about a hundred checks settle the lattice.
 - Models other than k-anonymity are checked with their own `PrivacyModel.check` on the candidate
-  release itself (`release_select` as a subquery), in loss order, without assuming they are
-  monotone under generalisation and suppression (entropy l-diversity, for one, is not: a kept
-  class may absorb a suppressed one).
+  release itself (`release_select` with the k filter alone, as a subquery), in loss order,
+  without assuming they are monotone under generalisation and suppression (entropy l-diversity,
+  for one, is not: a kept class may absorb a suppressed one). At the node found, the release's
+  own filters of those models (below) therefore suppress nothing more when it is published.
+
+Release (`release_select`): one SELECT that generalises the live source and suppresses, at every
+read, each class that breaks any promised model, so that a VIEW keeps every promise (not only k)
+whatever is inserted, updated or deleted later; t-closeness is kept against the distribution of
+the rows the view shows (dbanon.models.suppression).
 
 Loss (`FullDomainResult.loss`) is NCP, in [0, 1]: the mean over rows and QIs of the normalised
 size of the released value: (leaves under the label - 1) / (leaves in the hierarchy - 1) for a
@@ -70,6 +76,7 @@ from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import KAnonymity, PrivacyModel
 from dbanon.models.base import Target
+from dbanon.models.suppression import kept_classes
 
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
@@ -271,18 +278,27 @@ def release_select(
     hierarchies: Mapping[str, AnyHierarchy],
     levels: Mapping[str, int],
     sensitive: list[str],
-    k: int,
+    models: Sequence[PrivacyModel],
     *,
     shuffle: bool = True,
 ) -> sql.Composable:
-    """A SELECT of the source generalised to `levels`, classes smaller than k left out.
+    """A SELECT of the source generalised to `levels`, every class that breaks a model left out.
 
-    It reads the source live, so a VIEW of it stays k-anonymous as the source changes: the class
-    sizes are a window count over the generalised QIs, computed at every read, and rows of a
-    class that is too small are never shown. The row key is not selected; rows come out in
-    random order (`shuffle`), so neither the source order nor the class order leaks. Values a
-    stored hierarchy does not cover (inserted since) are released as its root.
+    It reads the source live, so a VIEW of it keeps every promise as the source changes: the
+    classes are formed and judged at every read, and rows of a class that breaks any model
+    (smaller than the largest k of the models, not l-diverse, too far from the distribution of
+    the rows shown, ...) are never shown; see dbanon.models.suppression for how t-closeness is
+    kept against the distribution of what remains. Models that read a sensitive column read the
+    first of `sensitive`. The row key is not selected; rows come out in random order
+    (`shuffle`), so neither the source order nor the class order leaks. Values a stored
+    hierarchy does not cover (inserted since) are released as its root.
     Output columns: the QIs (text, or ranges for interval QIs), then the sensitive columns.
+
+    Shape: the source is read once. Classes smaller than the largest k go by a window count
+    over the generalised QIs (k-anonymity alone needs no more). With other models, the rows
+    left are kept in a MATERIALIZED CTE, each numbered with its class (dense_rank over the same
+    sort, in which NULLs are peers, so matching rows to classes by number is NULL-safe); the
+    models judge the classes from that CTE (`kept_classes`), and rows are selected by number.
     """
     joins: list[sql.Composable] = []
     gen: list[sql.Composable] = []
@@ -321,29 +337,59 @@ def release_select(
         else:
             root = h.labels[h.root] if isinstance(h, Hierarchy) else "*"
             gen.append(sql.SQL("{}::text").format(sql.Literal(root)))
+    needs = [m for m in models if m.needs_sensitive]
+    if needs and not sensitive:
+        raise DbanonError(f"{needs[0].name} needs a sensitive column")
     names = [c.name for c in qi] + list(sensitive)
-    size = "dbanon_class_size"
-    while size in names:
-        size += "_"
-    inner = sql.SQL(
-        "SELECT {cols}, count(*) OVER (PARTITION BY {part}) AS {size} FROM {src} s {joins}"
+    size, cls = (_fresh(n, names) for n in ("dbanon_class_size", "dbanon_class"))
+    # Any k-anonymity is implied by the largest k, which a window count enforces row by row.
+    others = [m for m in models if not isinstance(m, KAnonymity)]
+    gen_list = sql.SQL(", ").join(gen)
+    sized = sql.SQL(
+        "SELECT {cols}, count(*) OVER (PARTITION BY {gen}) AS {size}{number} FROM {src} s {joins}"
     ).format(
         cols=sql.SQL(", ").join(
             [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
             + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
         ),
-        part=sql.SQL(", ").join(gen),
+        gen=gen_list,
         size=sql.Identifier(size),
+        # the same sort as the count's partitions: no second sort
+        number=sql.SQL(", dense_rank() OVER (ORDER BY {}) AS {}").format(
+            gen_list, sql.Identifier(cls)
+        )
+        if others
+        else sql.SQL(""),
         src=source.ident,
         joins=sql.SQL(" ").join(joins),
     )
-    return sql.SQL("SELECT {out} FROM ({inner}) dbanon_classes WHERE {size} >= {k}{order}").format(
-        out=sql.SQL(", ").join(map(sql.Identifier, names)),
-        inner=inner,
-        size=sql.Identifier(size),
-        k=sql.Literal(k),
-        order=sql.SQL(" ORDER BY random()") if shuffle else sql.SQL(""),
+    out = sql.SQL(", ").join(map(sql.Identifier, names))
+    order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
+    large = sql.SQL("({sized}) dbanon_classes WHERE {size} >= {k}").format(
+        sized=sized, size=sql.Identifier(size), k=sql.Literal(_k_of(models))
     )
+    if not others:
+        return sql.SQL("SELECT {out} FROM {large}{order}").format(out=out, large=large, order=order)
+    rows = sql.Identifier("dbanon_rows")
+    target = Target(rows, [cls], sensitive[0] if needs else None)
+    return sql.SQL(
+        """WITH {rows} AS MATERIALIZED (SELECT {out}, {cls} FROM {large})
+           SELECT {out} FROM {rows} WHERE {cls} IN ({kept}){order}"""
+    ).format(
+        rows=rows,
+        out=out,
+        cls=sql.Identifier(cls),
+        large=large,
+        kept=kept_classes(target, others),
+        order=order,
+    )
+
+
+def _fresh(name: str, taken: Sequence[str]) -> str:
+    """`name`, with underscores appended until it is not one of `taken`."""
+    while name in taken:
+        name += "_"
+    return name
 
 
 # --- the search ---------------------------------------------------------------------------------
@@ -724,7 +770,13 @@ def search(
             nonlocal model_checks
             rel = sql.SQL("({}) AS dbanon_candidate").format(
                 release_select(
-                    source, qi, eff, levels, [sensitive] if sensitive else [], k, shuffle=False
+                    source,
+                    qi,
+                    eff,
+                    levels,
+                    [sensitive] if sensitive else [],
+                    [KAnonymity(k)],  # the other models are what is being tested
+                    shuffle=False,
                 )
             )
             target = Target(rel, names, sensitive)
