@@ -74,7 +74,11 @@ def test_version_1_specs_are_migrated_and_refresh(v1_dsn: str) -> None:
     ]
     assert specs["v1_kmember"]["options"] == {"ranges": "typed", "seeding": "furthest", "seed": 7}
     assert specs["v1_mondrian"]["models"][1] == {"name": "entropy-l-diversity", "l": 2.0}
-    assert specs["v1_fulldomain"]["options"] == {"as": "view", "max_suppression": 0.01}
+    assert specs["v1_fulldomain"]["options"] == {
+        "ranges": "typed",
+        "as": "view",
+        "max_suppression": 0.01,
+    }
     assert specs["v1_fulldomain"]["models"][1]["name"] == "t-closeness"
     # Anatomy promised frequency l-diversity whatever its --l-kind said.
     assert specs["v1_anatomy"]["models"] == [{"name": "frequency-l-diversity", "l": 3.0}]

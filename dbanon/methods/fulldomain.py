@@ -3,6 +3,8 @@
 The least-loss node of the hierarchy lattice is found with GROUP BY counts and monotonicity
 pruning (dbanon.setlogic.fulldomain); the release is one SELECT over the source, materialised as
 a table or published as a live view (`--as view`) that generalises and suppresses at every read.
+Interval and calendar levels read as k-member's and Mondrian's ranges do (`--ranges text|typed`,
+dbanon.generalise), so a column reads the same whichever method published it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from psycopg import sql
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Method, Option
+from dbanon.methods.grouped import RANGES
 from dbanon.models.specs import MODEL_KINDS
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ class FullDomain(Method):
             ("table", "view"),
         ),
         Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1)."),
+        RANGES,
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
@@ -56,6 +60,7 @@ class FullDomain(Method):
         select = release_select(
             r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
             r.models,
+            ranges=r.options["ranges"],
         )  # fmt: skip
         as_view = r.options["as"] == "view"
         built = ctx.made(r.objects[0], "view" if as_view else "table")
