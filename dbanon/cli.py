@@ -508,10 +508,9 @@ def publish(
 @click.option("--force", is_flag=True, help="With --due: rebuild even an unchanged source.")
 @click.option(
     "--now",
-    type=click.DateTime(["%Y-%m-%d %H:%M:%S%z", "%Y-%m-%dT%H:%M:%S%z", "%Y-%m-%d %H:%M:%S",
-                         "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d"]),
-    help="With --due: evaluate the schedules at this time (UTC unless it has an offset).",
-)  # fmt: skip
+    callback=lambda _c, _p, v: _timestamp(v),
+    help="With --due: evaluate the schedules at this ISO time (UTC unless it has an offset).",
+)
 @click.option(
     "--wait",
     type=click.FloatRange(0),
@@ -546,6 +545,15 @@ def refresh(
     with c.db() as db, c.progress() as say:
         result = db.refresh(name, say, wait=wait)  # type: ignore[arg-type]
     print_publish(c, result.summary())
+
+
+def _timestamp(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not an ISO time such as 2026-11-22T03:00") from None
 
 
 class DefaultGroup(Group):

@@ -26,12 +26,15 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
         for c in ADULT_COLUMNS
     )
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(rel))
-    conn.execute(
-        sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})").format(
-            rel, cols
+    if catalog.find_relation(conn, f"{schema}.{table}") is not None:
+        # Emptied, not dropped: views and releases over the demo table keep working.
+        conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(rel))
+    else:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})"
+            ).format(rel, cols)
         )
-    )
     rows = adult_rows()
     with (
         conn.cursor() as cur,

@@ -511,10 +511,7 @@ def _publish(
         r = resolve(conn, spec, replace=replace, revoke=revoke)
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
-            runs.lock_schema(conn, r.target_schema)  # a second first publish waits for this one
-            conn.execute(
-                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(r.target_schema))
-            )
+            _create_schema(conn, r.target_schema)
         ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
         metrics = r.method.build(conn, r, ctx)
         built = ctx.built
@@ -535,6 +532,7 @@ def _publish(
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
+        say("recording the run")
         record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
         conn.commit()
     except BaseException:
@@ -555,6 +553,17 @@ def _publish(
         objects=[f"{r.target_schema}.{o}" for o in r.objects],
         grants=r.grant_changes,
     )
+
+
+def _create_schema(conn: psycopg.Connection, schema: str) -> None:
+    """CREATE SCHEMA, where another run may be creating it too: the second waits for the first
+    (a schema lock), and a schema that appeared meanwhile is taken as it is (a savepoint)."""
+    runs.lock_schema(conn, schema)
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    except psycopg.errors.UniqueViolation:
+        pass  # created by a run that committed after this one's snapshot
 
 
 def _schema_exists(conn: psycopg.Connection, schema: str) -> bool:
