@@ -125,15 +125,31 @@ class Database:
         replace: bool = False,
         revoke: Sequence[str] = (),
         wait: float = 0.0,
+        allow_composition: bool = False,
     ) -> PublishResult:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
         named in `revoke`); another run of it is waited for up to `wait` seconds."""
-        return publish(self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait)
+        return publish(
+            self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
+            allow_composition=allow_composition,
+        )  # fmt: skip
 
     def refresh(
-        self, name: str, progress: Progress | None = None, *, wait: float = 0.0
+        self,
+        name: str,
+        progress: Progress | None = None,
+        *,
+        wait: float = 0.0,
+        regroup: bool = False,
+        allow_composition: bool = False,
     ) -> PublishResult:
-        return refresh(self.conn, name, progress, wait=wait)
+        """Rebuild a release as its spec says; `regroup` starts its groups over for this run
+        (refused if a consumer keeping earlier releases could then break the promise, unless
+        `allow_composition`)."""
+        return refresh(
+            self.conn, name, progress, wait=wait, regroup=regroup,
+            allow_composition=allow_composition,
+        )  # fmt: skip
 
     def refresh_due(
         self,

@@ -452,6 +452,12 @@ def methods_help() -> str:
 )
 @click.option("--replace", is_flag=True, help="Redefine a release that exists.")
 @click.option(
+    "--allow-composition",
+    is_flag=True,
+    help="With --replace: publish even if intersecting it with earlier releases breaks "
+    "the promise.",
+)
+@click.option(
     "--wait",
     type=click.FloatRange(0),
     default=0,
@@ -481,6 +487,7 @@ def publish(
     grants: tuple[str, ...],
     revoke: tuple[str, ...],
     replace: bool,
+    allow_composition: bool,
     wait: float,
     **method_opts: Any,
 ) -> None:
@@ -498,7 +505,10 @@ def publish(
         options=options, hierarchies=hmap, target=target, grants=grants,
     )  # fmt: skip
     with c.db() as db, c.progress() as say:
-        result = db.publish(spec, say, replace=replace, revoke=revoke, wait=wait)
+        result = db.publish(
+            spec, say, replace=replace, revoke=revoke, wait=wait,
+            allow_composition=allow_composition,
+        )  # fmt: skip
     print_publish(c, result.summary())
 
 
@@ -517,10 +527,23 @@ def publish(
     default=0,
     help="Seconds to wait for another run of the release (else exit 3 at once).",
 )
+@click.option("--regroup", is_flag=True, help="Start the groups over for this run.")
+@click.option(
+    "--allow-composition",
+    is_flag=True,
+    help="Publish even if intersecting it with earlier releases breaks the promise.",
+)
 @click.pass_obj
 @fails_cleanly
 def refresh(
-    c: Ctx, name: str | None, due: bool, force: bool, now: datetime | None, wait: float
+    c: Ctx,
+    name: str | None,
+    due: bool,
+    force: bool,
+    now: datetime | None,
+    wait: float,
+    regroup: bool,
+    allow_composition: bool,
 ) -> None:
     """Rebuild release NAME from the source as it is now, or (--due) every release whose
     schedule says so: for cron, a systemd timer or pg_cron."""
@@ -543,7 +566,13 @@ def refresh(
             sys.exit(2)
         return
     with c.db() as db, c.progress() as say:
-        result = db.refresh(name, say, wait=wait)  # type: ignore[arg-type]
+        result = db.refresh(
+            name,  # type: ignore[arg-type]
+            say,
+            wait=wait,
+            regroup=regroup,
+            allow_composition=allow_composition,
+        )
     print_publish(c, result.summary())
 
 

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import methods, runs
+from dbanon import composition, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -146,6 +146,9 @@ class Resolved:
     grant_changes: dict[str, list[str]]  # kept, added, revoked: roles compared with before
     rows: int
     seed: int | None  # the run's seed, for randomised methods
+    regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
+    release_id: int | None = None  # None for a first publish
+    new_source: bool = False  # redefined on another source or key: its earlier groups are moot
 
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.target_schema, name)
@@ -338,6 +341,7 @@ def resolve(
     *,
     replace: bool = False,
     revoke: Sequence[str] = (),
+    regroup: bool = False,
 ) -> Resolved:
     """Check the spec against the live database; raise DbanonError naming what is wrong."""
     catalog.require_catalog(conn)
@@ -417,7 +421,10 @@ def resolve(
     }
     r = Resolved(
         spec, method, source, key, qi, sensitive, hierarchies, models, options, schema, name,
-        objects, previous, grants, changes, rows, seed,
+        objects, previous, grants, changes, rows, seed, regroup,
+        existing[0] if existing else None,
+        bool(existing) and (existing[1].get("source"), existing[1].get("key"))
+        != (spec.source, spec.key),
     )  # fmt: skip
     method.validate(conn, r)
     return r
@@ -461,6 +468,8 @@ def publish(
     replace: bool = False,
     revoke: Sequence[str] = (),
     wait: float = 0.0,
+    regroup: bool = False,
+    allow_composition: bool = False,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
 
@@ -475,10 +484,13 @@ def publish(
     try:
         run_id = runs.start(conn, spec.name)
         try:
-            return _publish(conn, spec, progress, replace, revoke, run_id)
+            return _publish(
+                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition
+            )
         except BaseException as e:
             conn.rollback()
-            runs.fail(conn, run_id, "failed", first_line(e))
+            runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                      first_line(e))  # fmt: skip
             raise
     finally:
         runs.unlock_release(conn, spec.name)
@@ -491,6 +503,8 @@ def _publish(
     replace: bool,
     revoke: Sequence[str],
     run_id: int | None,
+    regroup: bool,
+    allow_composition: bool,
 ) -> PublishResult:
     """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
     and the source fingerprint all come from one snapshot of the source."""
@@ -508,7 +522,9 @@ def _publish(
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
-        r = resolve(conn, spec, replace=replace, revoke=revoke)
+        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup)
+        if r.new_source and r.release_id is not None:
+            composition.forget(conn, r.release_id)
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
@@ -524,6 +540,7 @@ def _publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
+        composed = compose(conn, r, allow_composition)
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
@@ -532,8 +549,11 @@ def _publish(
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
+        if composed is not None:
+            metrics["composition"] = composed.as_dict()
         say("recording the run")
-        record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
+        release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
+        keep_map(conn, r, release_id)
         conn.commit()
     except BaseException:
         conn.rollback()
@@ -553,6 +573,55 @@ def _publish(
         objects=[f"{r.target_schema}.{o}" for o in r.objects],
         grants=r.grant_changes,
     )
+
+
+class Refused(DbanonError):
+    """The run would let a consumer who keeps earlier releases break the promise: exit 4."""
+
+    exit_code = 4
+
+
+def compose(
+    conn: psycopg.Connection, r: Resolved, allow: bool
+) -> composition.Composition | None:
+    """Measure what intersecting this release with the earlier ones leaves a persisting row;
+    refuse the run when that breaks the promised k or l (p), unless allowed."""
+    stage = r.method.group_map(r)
+    if stage is None or r.release_id is None:
+        return None
+    sens = r.sensitive[0] if r.sensitive else None
+    needed = composition.values_needed(r.models)
+    found = composition.measure(
+        conn, r.release_id, r.source, r.key, sens, stage, r.k or 1, needed
+    )
+    if found is None or allow or not (found.rows_below_k or found.rows_below_l):
+        return found
+    problems = []
+    if found.rows_below_k:
+        problems.append(
+            f"{found.rows_below_k} of {found.persisting} persisting rows to fewer than k={r.k} "
+            f"plausible rows (as few as {found.min_plausible_rows})"
+        )
+    if found.rows_below_l:
+        problems.append(
+            f"{found.rows_below_l} persisting rows to fewer than {needed} plausible sensitive "
+            f"values (as few as {found.min_plausible_values})"
+        )
+    raise Refused(
+        f"release {r.spec.name!r}: a consumer who keeps the earlier releases could narrow "
+        f"{' and '.join(problems)}; the previous release is kept (refresh with the "
+        "persist policy, or --allow-composition to publish anyway)"
+    )
+
+
+def keep_map(conn: psycopg.Connection, r: Resolved, release_id: int) -> None:
+    """Store this run's private row-to-group map (or drop a stale one)."""
+    stage = r.method.group_map(r)
+    if stage is None:
+        composition.forget(conn, release_id)
+    else:
+        sens = r.sensitive[0] if r.sensitive else None
+        composition.store(conn, release_id, r.source, r.key, sens, stage)
 
 
 def _create_schema(conn: psycopg.Connection, schema: str) -> None:
@@ -657,7 +726,7 @@ def record(
     timings: dict[str, float],
     source_fingerprint: str,
     run_id: int | None = None,
-) -> None:
+) -> int:
     """The spec as run (options and grants resolved, column types as found) and the run."""
     types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
     spec = ReleaseSpec(
@@ -676,6 +745,7 @@ def record(
         conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
         metrics=metrics, timings=timings, fingerprint=source_fingerprint,
     )  # fmt: skip
+    return release_id
 
 
 def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
@@ -687,12 +757,21 @@ def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
 
 
 def refresh(
-    conn: psycopg.Connection, name: str, progress: Progress | None = None, *, wait: float = 0.0
+    conn: psycopg.Connection,
+    name: str,
+    progress: Progress | None = None,
+    *,
+    wait: float = 0.0,
+    regroup: bool = False,
+    allow_composition: bool = False,
 ) -> PublishResult:
     """Rebuild a release from its stored spec against the source as it is now."""
     spec = load_spec(conn, name)
     conn.rollback()
-    return publish(conn, spec, progress, replace=True, wait=wait)
+    return publish(
+        conn, spec, progress, replace=True, wait=wait, regroup=regroup,
+        allow_composition=allow_composition,
+    )  # fmt: skip
 
 
 # --- the catalog of releases --------------------------------------------------------------------

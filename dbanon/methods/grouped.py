@@ -10,14 +10,17 @@ lowest common ancestor — without the row key, rows in random order.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import generalise
+from dbanon import composition, generalise
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.persist import persist_groups
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import copy_in_ids, copy_out
@@ -26,9 +29,19 @@ from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.metrics.loss import loss_report
 
+STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at commit
+
 if TYPE_CHECKING:
     from dbanon.release import Resolved
 
+POLICY = Option(
+    "refresh_policy",
+    str,
+    "persist",
+    "On refresh: keep persisting rows in their groups (safe when releases are intersected), "
+    "or regroup from scratch.",
+    ("persist", "regroup"),
+)
 RANGES = Option(
     "ranges",
     str,
@@ -141,7 +154,7 @@ def materialise(
 class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
-    options: ClassVar[tuple[Option, ...]] = (RANGES,)
+    options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
 
     def uses_sensitive(self, r: Resolved) -> bool:
         """Whether the algorithm constrains the sensitive column (it is streamed out then)."""
@@ -155,15 +168,25 @@ class GroupingMethod(Method):
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
         keys, qi, sensitive = extract(conn, r, self.uses_sensitive(r))
         ctx.lap("extract")
-        ctx.say(f"clustering with {self.name}")
+        previous = None
+        if r.options["refresh_policy"] == "persist" and not r.regroup:
+            previous = composition.previous_groups(conn, r.spec.name, keys)
         try:
-            gid = self.cluster(r, qi, sensitive)
+            if previous is None:
+                ctx.say(f"clustering with {self.name}")
+                gid = self.cluster(r, qi, sensitive)
+            else:
+                ctx.say(f"clustering the new rows with {self.name}; persisting rows keep groups")
+                gid = persist_groups(
+                    qi, previous, lambda q, s: self.cluster(r, q, s), self._holds(r, sensitive),
+                    sensitive, r.k or 2,
+                )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         loss = loss_report(qi, gid)
         ctx.lap("cluster")
         ctx.say("materialising the release")
-        stage = sql.Identifier("dbanon_stage")
+        stage = STAGE
         conn.execute(
             sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
         )
@@ -171,6 +194,21 @@ class GroupingMethod(Method):
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.ident(built.build))
-        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
         ctx.lap("materialise")
-        return loss.as_dict()
+        metrics: dict[str, Any] = loss.as_dict()
+        if previous is not None:
+            metrics["persisting_rows"] = int((previous >= 0).sum())
+        return metrics
+
+    def group_map(self, r: Resolved) -> sql.Composable:
+        return STAGE
+
+    @staticmethod
+    def _holds(r: Resolved, sensitive: np.ndarray | None) -> Callable[[np.ndarray], bool]:
+        """Whether a group of rows keeps every promised model, in memory."""
+
+        def holds(rows: np.ndarray) -> bool:
+            counts = Counter(sensitive[rows].tolist()) if sensitive is not None else {0: len(rows)}
+            return all(m.class_holds(counts) for m in r.models)
+
+        return holds

@@ -9,7 +9,7 @@ import numpy as np
 from dbanon.algorithms.base import QIArrays
 from dbanon.methods import register
 from dbanon.methods.base import Option
-from dbanon.methods.grouped import RANGES, GroupingMethod, codes
+from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod, codes
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -27,6 +27,7 @@ class KMember(GroupingMethod):
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (
         RANGES,
+        POLICY,
         Option(
             "seeding", str, "random", "How each cluster's first record is picked.",
             ("random", "furthest"),
