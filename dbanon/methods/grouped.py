@@ -59,12 +59,16 @@ def encode(r: Resolved, col: Column, vals: list[Any]) -> tuple[np.ndarray, Hiera
     return codes, h
 
 
-def extract(conn: psycopg.Connection, r: Resolved, with_sensitive: bool) -> tuple[
-    list[str], QIArrays, np.ndarray | None
-]:  # fmt: skip
+def extract(
+    conn: psycopg.Connection,
+    r: Resolved,
+    with_sensitive: bool,
+    sensitive: tuple[sql.Composable, str] | None = None,
+) -> tuple[list[str], QIArrays, np.ndarray | None]:
     """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
 
-    The sensitive column comes as an array of its values as text (None for NULL)."""
+    The sensitive column comes as an array of its values (None for NULL): as text, or as
+    `sensitive` says (an expression over the source's columns and its COPY type)."""
     exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
     types = ["text"]
     for col in r.qi:
@@ -78,8 +82,9 @@ def extract(conn: psycopg.Connection, r: Resolved, with_sensitive: bool) -> tupl
             exprs.append(sql.SQL("{}::float8").format(col.ident))
             types.append("float8")
     if with_sensitive:
-        exprs.append(sql.SQL("{}::text").format(r.sensitive[0].ident))
-        types.append("text")
+        expr, kind = sensitive or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
+        exprs.append(expr)
+        types.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
     keys, *values = copy_out(conn, query, types)
     sensitive = np.asarray(values.pop(), dtype=object) if with_sensitive else None
@@ -147,19 +152,34 @@ class GroupingMethod(Method):
         """Whether the algorithm constrains the sensitive column (it is streamed out then)."""
         return any(m.needs_sensitive for m in r.models)
 
+    def sensitive_stream(self, r: Resolved) -> tuple[sql.Composable, str] | None:
+        """How the sensitive column streams out (expression, COPY type); None: as text."""
+        return None
+
+    def encode_sensitive(self, conn: psycopg.Connection, r: Resolved, values: np.ndarray) -> Any:
+        """What `cluster` receives as `sensitive`: by default the streamed values as they are."""
+        return values
+
     @abstractmethod
-    def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
-        """Group ids (int) of the rows; ValueError for input the algorithm cannot group."""
+    def cluster(
+        self, r: Resolved, qi: QIArrays, sensitive: Any
+    ) -> np.ndarray | tuple[np.ndarray, dict[str, Any]]:
+        """Group ids (int) of the rows, or (ids, the algorithm's own figures for the run
+        record); ValueError for input the algorithm cannot group."""
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, qi, sensitive = extract(conn, r, self.uses_sensitive(r))
+        with_sensitive = self.uses_sensitive(r)
+        keys, qi, sensitive = extract(conn, r, with_sensitive, self.sensitive_stream(r))
+        if with_sensitive:
+            sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
         ctx.say(f"clustering with {self.name}")
         try:
-            gid = self.cluster(r, qi, sensitive)
+            out = self.cluster(r, qi, sensitive)
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
+        gid, figures = out if isinstance(out, tuple) else (out, {})
         loss = loss_report(qi, gid)
         ctx.lap("cluster")
         ctx.say("materialising the release")
@@ -173,4 +193,4 @@ class GroupingMethod(Method):
         materialise(conn, r, stage, r.ident(built.build))
         conn.execute(sql.SQL("DROP TABLE {}").format(stage))
         ctx.lap("materialise")
-        return loss.as_dict()
+        return {**loss.as_dict(), **figures}
