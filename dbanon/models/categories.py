@@ -54,10 +54,15 @@ class Categories:
     width: float | None = None
 
     def __post_init__(self) -> None:
-        if (self.hierarchy is None) == (self.width is None):
+        if self.hierarchy is None and self.width is None:
             raise DbanonError(
-                "(θ,k)-anonymity reads the sensitive column's categories from "
-                "--sensitive-hierarchy COL=NAME or, for a numeric column, --category-width W"
+                "(θ,k)-anonymity needs the sensitive column's categories: "
+                "--sensitive-hierarchy COL=NAME, or --category-width W for a numeric column"
+            )
+        if self.hierarchy is not None and self.width is not None:
+            raise DbanonError(
+                "--sensitive-hierarchy and --category-width both give categories: "
+                "give one, not both"
             )
         if self.width is not None and self.level is not None:
             raise DbanonError("--category-level applies to --sensitive-hierarchy, not intervals")
