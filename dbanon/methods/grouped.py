@@ -63,12 +63,12 @@ def extract(
     conn: psycopg.Connection,
     r: Resolved,
     with_sensitive: bool,
-    sensitive: tuple[sql.Composable, str] | None = None,
+    stream: tuple[sql.Composable, str] | None = None,
 ) -> tuple[list[str], QIArrays, np.ndarray | None]:
     """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
 
     The sensitive column comes as an array of its values (None for NULL): as text, or as
-    `sensitive` says (an expression over the source's columns and its COPY type)."""
+    `stream` says (an expression over the source's columns and its COPY type)."""
     exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
     types = ["text"]
     for col in r.qi:
@@ -82,7 +82,7 @@ def extract(
             exprs.append(sql.SQL("{}::float8").format(col.ident))
             types.append("float8")
     if with_sensitive:
-        expr, kind = sensitive or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
+        expr, kind = stream or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
         exprs.append(expr)
         types.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
