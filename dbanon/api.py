@@ -16,6 +16,7 @@ from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
+from dbanon.models.categories import named_hierarchy
 from dbanon.release import (
     Progress,
     PublishResult,
@@ -101,10 +102,15 @@ class Database:
         *,
         sensitive: str | None = None,
         count: str | None = None,
+        sensitive_hierarchies: dict[str, str] | None = None,
         **options: Any,
     ) -> list[CheckResult]:
         """Audit any table or view against the models the options name (see
-        dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, ...)."""
+        dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, theta, ...); the (θ,k)
+        model reads its categories from `sensitive_hierarchies` ({column: hierarchy})."""
+        named = named_hierarchy(sensitive_hierarchies, [sensitive] if sensitive else [])
+        if named is not None:
+            options["sensitive_hierarchy"] = named
         models = from_options(**options)
         if not models:
             raise DbanonError("name at least one model to check (--k, --l, --t, ...)")

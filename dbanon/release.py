@@ -40,6 +40,7 @@ from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
+from dbanon.models.categories import named_hierarchy
 from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of, to_specs
 
 DEFAULT_SCHEMA = "released"
@@ -103,20 +104,27 @@ class ReleaseSpec:
         alpha: float | None = None,
         alpha_value: str | None = None,
         p: int | None = None,
+        theta: int | None = None,
+        sensitive_hierarchies: dict[str, str] | None = None,
+        category_level: int | None = None,
+        category_width: float | None = None,
         options: dict[str, Any] | None = None,
         hierarchies: dict[str, str] | None = None,
         target: str | None = None,
         grants: Sequence[str] = (),
     ) -> ReleaseSpec:
         """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
-        them; without --l-kind, the l-diversity the method promises first."""
+        them; without --l-kind, the l-diversity the method promises first. The sensitive
+        hierarchy (COL=NAME) and category level or width are parameters of the (θ,k) model."""
         if l_kind is None:
             kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
                      if p_.endswith("-l-diversity")]  # fmt: skip
             l_kind = kinds[0] if kinds else "distinct"
         models = from_options(
             k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
-            alpha_value=alpha_value, p=p,
+            alpha_value=alpha_value, p=p, theta=theta,
+            sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
+            category_level=category_level, category_width=category_width,
         )  # fmt: skip
         return cls(
             name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),

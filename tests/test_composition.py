@@ -145,8 +145,8 @@ def test_persisting_rows_keep_their_groups_and_small_groups_merge() -> None:
     previous[[10, 11, 12, 13, 14, 15, 16]] = -1  # group 1 lost 7 of its rows: 3 left, new rows
     qi = _qi(ages)
 
-    def cluster(q: QIArrays, _s: object) -> np.ndarray:
-        return np.zeros(q.n, dtype=np.int32)  # the new rows form one group
+    def cluster(rows: np.ndarray) -> np.ndarray:
+        return np.zeros(len(rows), dtype=np.int32)  # the new rows form one group
 
     gid = persist_groups(qi, previous, cluster, lambda rows: len(rows) >= 5, k=5)
     groups = Counter(gid.tolist())
@@ -162,7 +162,7 @@ def test_new_rows_that_cannot_group_alone_join_the_nearest_group() -> None:
     qi = _qi([1, 2, 3, 4, 5, 50, 51, 52, 53, 54, 4, 52])
     previous = np.array([0] * 5 + [1] * 5 + [-1, -1])
 
-    def cluster(_q: QIArrays, _s: object) -> np.ndarray:
+    def cluster(_rows: np.ndarray) -> np.ndarray:
         raise ValueError("too few")
 
     gid = persist_groups(qi, previous, cluster, lambda rows: len(rows) >= 5, k=5)

@@ -14,6 +14,7 @@ from helpers import cli, cli_json, make_table, snapshot
 from psycopg.types.range import Range
 
 from dbanon.hierarchy import Hierarchy
+from dbanon.methods import grouped
 from dbanon.methods.kmember import KMember
 
 ZIP_ROWS = [
@@ -167,7 +168,9 @@ def test_failed_check_keeps_the_previous_release(
     assert cli_json(dsn, *PUBLISH)[0] == 0
     before = snapshot(conn)
     # An algorithm that breaks its promise: every row its own group.
+    # An algorithm that breaks its promise: every row its own group, regrouped or persisting.
     monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
+    monkeypatch.setattr(grouped, "persist_groups", lambda qi, *_: np.arange(qi.n, dtype=np.int32))
     result = cli(dsn, *PUBLISH, "--replace")
     assert result.exit_code == 2
     assert "failed its check of k-anonymity (k=5)" in result.stderr

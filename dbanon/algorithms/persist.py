@@ -26,7 +26,7 @@ import numpy as np
 from dbanon.algorithms.base import QIArrays
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
-Cluster = Callable[[QIArrays, np.ndarray | None], np.ndarray]
+Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
 _CHUNK = 2048  # rows per block when placing leftover rows (bounded memory: block x groups)
 
 
@@ -60,15 +60,12 @@ def _distance(
 
 
 def persist_groups(
-    qi: QIArrays,
-    previous: np.ndarray,
-    cluster: Cluster,
-    holds: Holds,
-    sensitive: np.ndarray | None = None,
-    k: int = 2,
+    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2
 ) -> np.ndarray:
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
-    new row). Raises ValueError when no grouping at all satisfies the models."""
+    new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
+    they cannot be grouped on their own). Raises ValueError when no grouping satisfies the
+    models."""
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
@@ -78,8 +75,7 @@ def persist_groups(
     new = np.flatnonzero(~old)
     if len(new) >= k:
         try:
-            part = None if sensitive is None else sensitive[new]
-            sub = np.asarray(cluster(subset(qi, new), part))
+            sub = np.asarray(cluster(new))
             gid[new] = sub + groups
             groups += int(sub.max()) + 1
         except ValueError:

@@ -18,7 +18,6 @@ from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.methods.grouped import RANGES
-from dbanon.models.specs import MODEL_KINDS
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -32,7 +31,10 @@ class FullDomain(Method):
         "view whose generalisation and suppression are SQL over the source, so it keeps every "
         "promised model as the source changes"
     )
-    promises = tuple(n for n in MODEL_KINDS if n != "frequency-l-diversity")
+    promises = (
+        "k-anonymity", "distinct-l-diversity", "entropy-l-diversity", "recursive-l-diversity",
+        "t-closeness", "alpha-k-anonymity", "p-k-anonymity",
+    )  # fmt: skip
     requires = ("k-anonymity",)
     options: ClassVar[tuple[Option, ...]] = (
         Option(

@@ -24,6 +24,7 @@ from dbanon.models.ldiversity import (
 )
 from dbanon.models.suppression import kept_classes
 from dbanon.models.tcloseness import GROUNDS, TCloseness
+from dbanon.models.thetak import ThetaKAnonymity
 
 __all__ = [
     "CheckResult",
@@ -41,6 +42,7 @@ __all__ = [
     "RecursiveCLDiversity",
     "FrequencyLDiversity",
     "TCloseness",
+    "ThetaKAnonymity",
     "L_KINDS",
     "T_GROUNDS",
     "from_options",
@@ -83,12 +85,18 @@ def from_options(
     p: int | None = None,
     alpha_value: str | None = None,
     t_ground: str = "auto",
+    theta: int | None = None,
+    sensitive_hierarchy: str | None = None,
+    category_level: int | None = None,
+    category_width: float | None = None,
 ) -> list[PrivacyModel]:
     """The models that `dbanon check` options name, validated, in a fixed order.
 
     --k alone is k-anonymity; --alpha and --p add (alpha,k) and (p,k), which need --k; --l with
     --l-kind picks the l-diversity (--c only with recursive); --t is t-closeness, --t-ground its
-    ground distance. An empty list means no model was named: the caller says so.
+    ground distance; --theta is (θ,k), its categories from --sensitive-hierarchy (the hierarchy's
+    name) at --category-level, or numeric intervals of --category-width. An empty list means no
+    model was named: the caller says so.
     """
     models: list[PrivacyModel] = []
     if l_kind not in L_KINDS:
@@ -129,4 +137,21 @@ def from_options(
         raise DbanonError(f"--c only applies to --l-kind recursive, not {l_kind}")
     if t is not None:
         models.append(TCloseness(_fraction("t", t), t_ground))
+    if theta is not None:
+        if k is None:
+            raise DbanonError("--theta needs --k: (θ,k)-anonymity is k-anonymity and more")
+        th = _whole("theta", theta, least=2)
+        if th > int(k):
+            raise DbanonError(
+                f"--theta {th} is larger than --k {k}: a class of k rows cannot hold θ groups"
+            )
+        level = None if category_level is None else _whole("category-level", category_level)
+        width = None if category_width is None else _number("category-width", category_width)
+        models.append(ThetaKAnonymity(th, int(k), sensitive_hierarchy, level, width))
+    else:
+        given = {"sensitive-hierarchy": sensitive_hierarchy, "category-level": category_level,
+                 "category-width": category_width}  # fmt: skip
+        for flag, value in given.items():
+            if value is not None:
+                raise DbanonError(f"--{flag} is a parameter of (θ,k)-anonymity: give --theta")
     return models
