@@ -4,6 +4,8 @@ and district hierarchies, and a (θ,k) release of it (θ=3, the paper's setting)
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from psycopg import sql
 
 from dbanon.api import Database
@@ -30,9 +32,9 @@ def load_table(
     db: Database,
     schema: str,
     table: str,
-    columns: list[str],
-    numeric: set[str] | frozenset[str],
-    rows: list[tuple],
+    columns: Sequence[str],
+    numeric: Collection[str],
+    rows: Sequence[tuple],
 ) -> int:
     """(Re)load SCHEMA.TABLE (an `id` identity key, then `columns`) with `rows`. An existing
     table is emptied, not dropped: views and releases over the demo table keep working."""
@@ -70,7 +72,7 @@ def load_table(
 
 def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
     """(Re)load SCHEMA.TABLE with Adult's 45,222 rows."""
-    return load_table(db, schema, table, ADULT_COLUMNS, set(ADULT_NUMERIC), adult_rows())
+    return load_table(db, schema, table, ADULT_COLUMNS, ADULT_NUMERIC, adult_rows())
 
 
 def prepare(db: Database, progress: Progress | None = None) -> None:
@@ -105,7 +107,7 @@ def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> Pub
 def load_hospital(db: Database, rows: int, schema: str = "demo", table: str = "hospital") -> int:
     """(Re)load SCHEMA.TABLE with `rows` generated patients."""
     return load_table(
-        db, schema, table, HOSPITAL_COLUMNS, set(HOSPITAL_NUMERIC), hospital_rows(rows)
+        db, schema, table, HOSPITAL_COLUMNS, HOSPITAL_NUMERIC, hospital_rows(rows)
     )
 
 
