@@ -418,10 +418,13 @@ def check(
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
     def human() -> None:
         gcp = "" if summary["gcp"] is None else f", GCP {summary['gcp']:.2%}"
+        classes = (
+            "" if summary["classes"] is None
+            else f" in {summary['classes']} classes (smallest {summary['min_class_size']})"
+        )  # fmt: skip
         out.print(
             f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
-            f"{summary['rows']} rows in {summary['classes']} classes "
-            f"(smallest {summary['min_class_size']}){gcp}, {summary['seconds']:.1f} s",
+            f"{summary['rows']} rows{classes}{gcp}, {summary['seconds']:.1f} s",
             markup=False,
         )
         changes = summary.get("grants") or {}
@@ -462,7 +465,14 @@ def methods_help() -> str:
 @click.argument("name")
 @click.option("--source", required=True, help="SCHEMA.TABLE to anonymise.")
 @click.option("--key", required=True, help="Its unique row key (never released).")
-@click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
+@click.option(
+    "--qi",
+    "--columns",
+    "qi",
+    required=True,
+    callback=qi_list,
+    help="Quasi-identifier columns, a,b,c (--columns: the columns a noise method perturbs).",
+)
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
 @click.option("--k", type=int, help="Smallest equivalence class.")
 @model_options

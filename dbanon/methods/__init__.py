@@ -16,7 +16,7 @@ __all__ = ["Built", "BuildContext", "Check", "Method", "Option", "get", "methods
 
 _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
-BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak")
+BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise")
 DEFAULT = "kmember"
 
 
