@@ -770,6 +770,38 @@ def report(c: Ctx, name: str) -> None:
     c.emit(data, human)
 
 
+@main.command()
+@click.argument("source")
+@click.argument("release")
+@click.option("--columns", required=True, callback=qi_list, help="Columns to cluster on, a,b.")
+@click.option("--clusters", type=click.IntRange(2), required=True, help="Number of clusters.")
+@click.option(
+    "--algorithm",
+    type=click.Choice(["kmeans", "agglomerative"]),
+    default="kmeans",
+    show_default=True,
+    help="k-means, or Ward agglomerative on a 10-nearest-neighbour graph (Chameleon's stand-in).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def compare(
+    c: Ctx, source: str, release: str, columns: list[str], clusters: int, algorithm: str, seed: int
+) -> None:
+    """Misclassification of clustering perturbed RELEASE vs SOURCE (rows paired through the
+    catalog's private map, clusters matched by the Hungarian method)."""
+    with c.db() as db:
+        data = db.compare(source, release, columns, clusters, algorithm, seed)
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"{algorithm}, {clusters} clusters on {', '.join(columns)}: "
+            f"misclassification {data['misclassification']:.2%} of {data['rows']} rows; SEC "
+            + ", ".join(f"{k} {v:.2%}" for k, v in data["sec"].items())
+        ),
+    )
+
+
 @main.command("methods")
 @click.option("--markdown", is_flag=True, help="The README's method table.")
 @click.pass_obj
