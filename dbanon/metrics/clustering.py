@@ -46,4 +46,4 @@ def misclassification(a: np.ndarray, b: np.ndarray) -> float:
     table = np.zeros((ia.max() + 1, ib.max() + 1), dtype=np.int64)
     np.add.at(table, (ia, ib), 1)
     rows, cols = linear_sum_assignment(table, maximize=True)
-    return 1.0 - table[rows, cols].sum() / len(a)
+    return float(len(a) - table[rows, cols].sum()) / len(a)
