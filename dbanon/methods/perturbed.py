@@ -14,7 +14,7 @@ secret, the normalisation and (ina) the reference points are kept in the catalog
 (dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key,
 for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so a row that
 has not changed gets exactly the values it had: a consumer who keeps two releases learns
-nothing from the pair. `redraw` (or `refresh --regroup`) draws everything anew: averaging
+nothing from the pair. `regroup` (or `refresh --regroup`) draws everything anew: averaging
 r releases then divides the noise variance of unchanged rows by r.
 """
 
@@ -52,8 +52,8 @@ DROP = Option("drop", str, None, "Source columns left out of the release, a,b,c.
 POLICY = Option(
     "refresh_policy", str, "persist",
     "On refresh: the same secret (and reference points), so unchanged rows keep their noise "
-    "(persist), or new noise (redraw: averaging releases then shrinks the noise).",
-    ("persist", "redraw"),
+    "(persist), or new noise (regroup: averaging releases then shrinks the noise).",
+    ("persist", "regroup"),
 )  # fmt: skip
 
 
