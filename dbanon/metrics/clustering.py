@@ -27,7 +27,7 @@ def cluster(x: np.ndarray, k: int, algorithm: str = "kmeans", seed: int = 0) -> 
     std = x.std(0)
     z = (x - x.mean(0)) / np.where(std > 0, std, 1.0)
     if algorithm == "kmeans":
-        return KMeans(n_clusters=k, n_init=10, random_state=seed).fit_predict(z)
+        return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(z)
     graph = kneighbors_graph(z, min(NEIGHBOURS, len(z) - 1), include_self=False)
     return AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=graph).fit_predict(z)
 
