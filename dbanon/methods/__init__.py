@@ -62,6 +62,7 @@ def markdown_table() -> str:
             + (f" ({', '.join(k.split('-')[0] for k in kinds)})" if flag == "--l" else "")
             for flag, kinds in by_flag.items()
         )
+        promises = promises or "no class model: checks of its own"
         options = ", ".join(f"`{o.flag}`" for o in m.all_options()) or "-"
         default = " (default)" if m.name == DEFAULT else ""
         lines.append(f"| `{m.name}`{default} | {promises} | {options} | {m.summary} |")
