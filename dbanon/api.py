@@ -191,6 +191,24 @@ class Database:
         finally:
             self.conn.rollback()
 
+    def compare(
+        self,
+        source: str,
+        release: str,
+        columns: Sequence[str],
+        clusters: int,
+        algorithm: str = "kmeans",
+        seed: int = 0,
+    ) -> dict[str, Any]:
+        """Misclassification of a clustering of a perturbed release against its source (rows
+        paired through the catalog's private map; clusters matched by the Hungarian method)."""
+        from dbanon.compare import compare
+
+        try:
+            return compare(self.conn, source, release, columns, clusters, algorithm, seed)
+        finally:
+            self.conn.rollback()
+
     def report(self, name: str) -> dict[str, Any]:
         try:
             return report(self.conn, name)

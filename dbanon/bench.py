@@ -194,3 +194,53 @@ def bench_check(conn: psycopg.Connection, rows: int = 1_000_000, k: int = 5) -> 
         out.setdefault("classes", result.figures.get("classes"))
     out["seconds"] = out["seconds_k"]
     return out
+
+
+def bench_ina(conn: psycopg.Connection, rows: int = 1_000_000, sample: int = 200) -> dict[str, Any]:
+    """`publish --algorithm ina` end to end in PostgreSQL on a generated table of `rows` rows
+    and 4 numeric columns in 5 clusters (made once, kept in schema dbanon_bench): sample,
+    stream out, perturb, stream in, verify, swap, record. Peak RSS is this process's (the
+    server's memory is not counted); run each size in a process of its own."""
+    import resource
+
+    from psycopg import sql
+
+    from dbanon.release import ReleaseSpec, publish
+
+    table = sql.Identifier("dbanon_bench", f"ina_{rows}")
+    conn.execute("CREATE SCHEMA IF NOT EXISTS dbanon_bench")
+    conn.execute(
+        sql.SQL(
+            """CREATE TABLE IF NOT EXISTS {} AS
+               SELECT g AS id, {} FROM generate_series(1, {}) g"""
+        ).format(
+            table,
+            sql.SQL(", ").join(
+                sql.SQL(
+                    "10.0 * (g % 5) * {i} + ((hashint4(g + {j}) & 65535) / 65536.0 - 0.5) * 6 "
+                    "AS {c}"
+                ).format(i=sql.Literal(i + 1), j=sql.Literal(7 * i), c=sql.Identifier(c))
+                for i, c in enumerate("abcd")
+            ),
+            sql.Literal(rows),
+        )
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(table))
+    conn.commit()
+    spec = ReleaseSpec.from_options(
+        f"bench_ina_{rows}", f"dbanon_bench.ina_{rows}", "id", list("abcd"), method="ina",
+        options={"sample": sample, "seed": 0}, target=f"dbanon_bench_out.ina_{rows}",
+    )  # fmt: skip
+    started = time.perf_counter()
+    result = publish(conn, spec, replace=True)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "rows": rows,
+        "seconds": round(seconds, 3),
+        "rows_per_minute": round(rows / seconds * 60),
+        "peak_rss_mb": round(peak, 1),
+        "msec": result.metrics["msec"],
+        "reference_points": result.metrics["reference_points"],
+        "timings": result.timings,
+    }

@@ -418,10 +418,13 @@ def check(
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
     def human() -> None:
         gcp = "" if summary["gcp"] is None else f", GCP {summary['gcp']:.2%}"
+        classes = (
+            "" if summary["classes"] is None
+            else f" in {summary['classes']} classes (smallest {summary['min_class_size']})"
+        )  # fmt: skip
         out.print(
             f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
-            f"{summary['rows']} rows in {summary['classes']} classes "
-            f"(smallest {summary['min_class_size']}){gcp}, {summary['seconds']:.1f} s",
+            f"{summary['rows']} rows{classes}{gcp}, {summary['seconds']:.1f} s",
             markup=False,
         )
         changes = summary.get("grants") or {}
@@ -462,7 +465,14 @@ def methods_help() -> str:
 @click.argument("name")
 @click.option("--source", required=True, help="SCHEMA.TABLE to anonymise.")
 @click.option("--key", required=True, help="Its unique row key (never released).")
-@click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
+@click.option(
+    "--qi",
+    "--columns",
+    "qi",
+    required=True,
+    callback=qi_list,
+    help="Quasi-identifier columns, a,b,c (--columns: the columns a noise method perturbs).",
+)
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
 @click.option("--k", type=int, help="Smallest equivalence class.")
 @model_options
@@ -760,6 +770,38 @@ def report(c: Ctx, name: str) -> None:
     c.emit(data, human)
 
 
+@main.command()
+@click.argument("source")
+@click.argument("release")
+@click.option("--columns", required=True, callback=qi_list, help="Columns to cluster on, a,b.")
+@click.option("--clusters", type=click.IntRange(2), required=True, help="Number of clusters.")
+@click.option(
+    "--algorithm",
+    type=click.Choice(["kmeans", "agglomerative"]),
+    default="kmeans",
+    show_default=True,
+    help="k-means, or Ward agglomerative on a 10-nearest-neighbour graph (Chameleon's stand-in).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def compare(
+    c: Ctx, source: str, release: str, columns: list[str], clusters: int, algorithm: str, seed: int
+) -> None:
+    """Misclassification of clustering perturbed RELEASE vs SOURCE (rows paired through the
+    catalog's private map, clusters matched by the Hungarian method)."""
+    with c.db() as db:
+        data = db.compare(source, release, columns, clusters, algorithm, seed)
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"{algorithm}, {clusters} clusters on {', '.join(columns)}: "
+            f"misclassification {data['misclassification']:.2%} of {data['rows']} rows; SEC "
+            + ", ".join(f"{k} {v:.2%}" for k, v in data["sec"].items())
+        ),
+    )
+
+
 @main.command("methods")
 @click.option("--markdown", is_flag=True, help="The README's method table.")
 @click.pass_obj
@@ -976,6 +1018,27 @@ def bench_fulldomain(c: Ctx, rows: int, k: int) -> None:
     )
 
 
+@bench.command("ina")
+@click.option("--rows", type=click.IntRange(1000), default=1_000_000, show_default=True)
+@click.option("--sample", type=click.IntRange(2), default=200, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_ina(c: Ctx, rows: int, sample: int) -> None:
+    """`publish --algorithm ina` end to end on a generated table (4 numeric columns; kept in
+    schema dbanon_bench): rows per minute and this process's peak memory."""
+    from dbanon.bench import bench_ina as run
+
+    with c.db() as db:
+        data = run(db.conn, rows, sample)
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"ina: {data['rows']} rows in {data['seconds']:.2f} s "
+            f"({data['rows_per_minute']:,} rows/min), peak RSS {data['peak_rss_mb']:.0f} MB"
+        ),
+    )
+
+
 @bench.command("check")
 @click.option("--rows", type=click.IntRange(1), default=1_000_000, show_default=True)
 @click.option("--k", type=click.IntRange(1), default=5, show_default=True)
@@ -1037,6 +1100,63 @@ def experiment_kmember(c: Ctx, out_dir: str, rows: int) -> None:
             f"k-member slower for every k: {data['kmember_slower_for_every_k']}"
         )
         out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
+@experiment.command("ina")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False), default="results/ina", show_default=True
+)
+@click.option("--points", type=click.IntRange(100), default=10_000, show_default=True)
+@click.option("--copies", type=click.IntRange(1), default=10, show_default=True)
+@click.option("--small", is_flag=True, help="A quick setting: k = 2, 3; samples 50, 200.")
+@click.option(
+    "--bound",
+    type=click.Choice(["paper", "strict"]),
+    default="paper",
+    show_default=True,
+    help="The paper's noise (d per attribute) or the strict one (d / sqrt(m)).",
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_ina(
+    c: Ctx, out_dir: str, points: int, copies: int, small: bool, bound: str, seed: int
+) -> None:
+    """INA on synthetic 2-D clusters, k = 2..6, samples 50..1000 (the paper's tables 1-3),
+    beside the paper's numbers and uniform noise at the same security."""
+    from dbanon.experiments.ina import KS, SAMPLES, TABLES, run
+
+    ks, samples = ((2, 3), (50, 200)) if small else (KS, SAMPLES)
+    with c.progress() as say:
+        data = run(out_dir, ks, samples, points, copies, bound, seed, say)
+
+    def human() -> None:
+        by = {(r["k"], r["sample"]): r for r in data["results"]}
+        for field, title in TABLES:
+            table = Table(title=title)
+            table.add_column("sample")
+            for k in ks:
+                table.add_column(f"k={k} ours | paper")
+            for s in samples:
+                cells = []
+                for k in ks:
+                    r = by[k, s]
+                    paper = "-" if r[f"paper_{field}"] is None else f"{r[f'paper_{field}']:.2f}"
+                    extra = f" (uniform {r[f'uniform_{field}']:.2f})" if field != "msec" else ""
+                    cells.append(f"{r[field]:.2f} | {paper}{extra}")
+                table.add_row(str(s), *cells)
+            out.print(table)
+        table = Table(title="uniform noise at 2 % security: misclassification (%)")
+        table.add_column("k")
+        table.add_column("k-means")
+        table.add_column("agglomerative")
+        for b in data["baseline_2pct"]:
+            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['agglomerative']:.2f}")
+        out.print(table)
+        out.print(f"trends: {json.dumps(data['trends'])}", markup=False)
+        out.print(f"wrote {', '.join(data['csv'] + data['plots'])}", markup=False)
 
     c.emit(data, human)
 

@@ -186,8 +186,8 @@ class PublishResult:
     release: str
     table: str  # the first released relation
     rows: int
-    classes: int
-    min_class_size: int
+    classes: int | None  # None: a release without equivalence classes (perturbed values)
+    min_class_size: int | None
     gcp: float | None
     seconds: float
     metrics: dict[str, Any]
@@ -562,6 +562,7 @@ def _publish(
         say("recording the run")
         release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
         keep_map(conn, r, release_id)
+        r.method.recorded(conn, r, release_id)
         conn.commit()
     except BaseException:
         conn.rollback()
@@ -698,7 +699,7 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
     """Replace the previous release by the built one and grant consumers read access."""
     for schema, name in r.previous:  # checked in resolve: each is the release's own, or gone
         _drop(conn, schema, name)
-    promise = ", ".join(m.name for m in r.models)
+    promise = ", ".join(m.name for m in r.models) or "no equivalence-class model"
     for b in built:
         kind = sql.SQL("VIEW" if b.kind == "view" else "TABLE")
         conn.execute(

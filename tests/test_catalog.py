@@ -16,7 +16,7 @@ def test_init_is_idempotent_and_downgrade_removes_everything(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA keep_me; CREATE TABLE keep_me.t (x int)")
         first = cli(dsn, "init")
-        assert first.exit_code == 0 and "0004" in first.stdout
+        assert first.exit_code == 0 and "0005" in first.stdout
         before = snapshot(conn)
         assert cli(dsn, "init").exit_code == 0
         assert snapshot(conn) == before

@@ -137,7 +137,7 @@ def test_methods_lists_every_method_and_the_readme_agrees() -> None:
     listed = {m["name"]: m for m in json.loads(out.stdout)["methods"]}
     assert set(listed) == set(methods.methods())
     for m in listed.values():
-        assert m["promises"] and m["summary"]
+        assert m["summary"] and (m["promises"] or m["name"] in ("ina", "noise"))
     assert {o["flag"] for o in listed["kmember"]["options"]} >= {"--seed", "--seeding"}
     # The README's method table is the registry's, as `dbanon methods --markdown` prints it.
     table = CliRunner().invoke(main, ["methods", "--markdown"]).stdout.strip()

@@ -16,7 +16,7 @@ __all__ = ["Built", "BuildContext", "Check", "Method", "Option", "get", "methods
 
 _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
-BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak")
+BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise")
 DEFAULT = "kmember"
 
 
@@ -62,6 +62,7 @@ def markdown_table() -> str:
             + (f" ({', '.join(k.split('-')[0] for k in kinds)})" if flag == "--l" else "")
             for flag, kinds in by_flag.items()
         )
+        promises = promises or "no class model: checks of its own"
         options = ", ".join(f"`{o.flag}`" for o in m.all_options()) or "-"
         default = " (default)" if m.name == DEFAULT else ""
         lines.append(f"| `{m.name}`{default} | {promises} | {options} | {m.summary} |")

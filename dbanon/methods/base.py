@@ -13,7 +13,10 @@ A method declares:
 - `validate(conn, r)`: refusals specific to it, before anything is written;
 - `build(conn, r, ctx)`: CREATE its relations under `ctx.build_name(obj)`; returns metrics;
 - `checks(r, built)`: the independent checks of what it promised, run by the lifecycle. The
-  default checks every promised model on the first object, the released table itself.
+  default checks every promised model on the first object, the released table itself; a
+  method that promises no model (noise) names checks of its own;
+- `recorded(conn, r, release_id)`: keep private state once the run is recorded (same
+  transaction; e.g. a noise secret), by default nothing.
 """
 
 from __future__ import annotations
@@ -189,11 +192,17 @@ class Method(ABC):
         methods whose groups persist across refreshes (dbanon.composition); None otherwise."""
         return None
 
+    def recorded(  # noqa: B027
+        self, conn: psycopg.Connection, r: Resolved, release_id: int
+    ) -> None:
+        """Keep what the method's next run needs, in the run's transaction (release_id known)."""
+
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
         """rows, classes and min_class_size of the release as consumers read it (the first
-        relation, GROUP BY its QIs), taken from the checks' figures where they have them."""
+        relation, GROUP BY its QIs), taken from the checks' figures where they have them. A method
+        whose release has no classes (noise) gives None for classes and min_class_size."""
         rel = r.ident(built[0].build)
         if "classes" in checked and "min_class_size" in checked:
             classes, smallest = checked["classes"], checked["min_class_size"]

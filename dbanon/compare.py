@@ -1,0 +1,103 @@
+"""`dbanon compare`: how well a perturbed release keeps the source's clusters.
+
+A perturbed release carries no key; each of its rows has a `dbanon_row` id, and the catalog's
+private map (dbanon.noise_map, never granted) gives that row's source key. Source and release
+rows are paired through it, both sides clustered by the same algorithm, clusters matched by the
+Hungarian method, and the share of rows in unmatched clusters reported (dbanon.metrics).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.db import catalog
+from dbanon.errors import DbanonError
+from dbanon.methods.perturbed import ROW
+from dbanon.metrics.clustering import ALGORITHMS, cluster, misclassification
+
+
+def paired(
+    conn: psycopg.Connection, source: str, release: str, columns: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The columns of every released row and of its source row, in the same order."""
+    catalog.require_catalog(conn)
+    row = conn.execute(
+        "SELECT id, spec, target_schema, objects FROM dbanon.release WHERE name = %s "
+        "OR target_schema || '.' || objects[1] = %s",
+        [release, release],
+    ).fetchone()
+    if row is None:
+        raise DbanonError(f"release {release!r} does not exist (see `dbanon releases`)")
+    release_id, spec, schema, objects = row
+    src = catalog.relation(conn, source)
+    if str(src) != str(catalog.relation(conn, spec["source"])):
+        raise DbanonError(f"release {release!r} was published from {spec['source']}, not {src}")
+    rel = catalog.relation(conn, f"{schema}.{objects[0]}")
+    rel_cols = catalog.columns(conn, rel)
+    if ROW not in rel_cols:
+        raise DbanonError(f"release {release!r} is not a perturbed release (no {ROW} column)")
+    catalog.require_columns(rel_cols, rel, list(columns))
+    src_cols = catalog.columns(conn, src)
+    catalog.require_columns(src_cols, src, list(columns))
+    key = sql.Identifier(spec["key"])
+    pick = [sql.SQL("s.{}::float8").format(sql.Identifier(c)) for c in columns]
+    pick += [sql.SQL("r.{}::float8").format(sql.Identifier(c)) for c in columns]
+    rows = conn.execute(
+        sql.SQL(
+            """SELECT {pick} FROM {rel} r
+               JOIN dbanon.noise_map m ON m.release_id = %s AND m.row_id = r.{row}
+               JOIN {src} s ON s.{key}::text = m.key"""
+        ).format(
+            pick=sql.SQL(", ").join(pick),
+            rel=rel.ident,
+            row=sql.Identifier(ROW),
+            src=src.ident,
+            key=key,
+        ),  # fmt: skip
+        [release_id],
+    ).fetchall()
+    if not rows:
+        raise DbanonError(f"no row of release {release!r} pairs with a row of {src}")
+    data = np.array(rows, dtype=np.float64)
+    if np.isnan(data).any():
+        raise DbanonError("NULL values in the compared columns")
+    m = len(columns)
+    return data[:, :m], data[:, m:]
+
+
+def compare(
+    conn: psycopg.Connection,
+    source: str,
+    release: str,
+    columns: Sequence[str],
+    clusters: int,
+    algorithm: str = "kmeans",
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Misclassification of `algorithm` with `clusters` clusters, source vs release."""
+    if algorithm not in ALGORITHMS:
+        raise DbanonError(f"--algorithm must be one of {', '.join(ALGORITHMS)}")
+    if not columns:
+        raise DbanonError("name the columns to cluster on (--columns)")
+    original, perturbed = paired(conn, source, release, columns)
+    if not 2 <= clusters <= len(original):
+        raise DbanonError(f"--clusters must be in [2, {len(original)}], got {clusters}")
+    a = cluster(original, clusters, algorithm, seed)
+    b = cluster(perturbed, clusters, algorithm, seed)
+    sec = (perturbed - original).var(0) / original.var(0)
+    return {
+        "source": source,
+        "release": release,
+        "columns": list(columns),
+        "clusters": clusters,
+        "algorithm": algorithm,
+        "rows": len(original),
+        "misclassification": float(misclassification(a, b)),
+        "sec": {c: float(v) for c, v in zip(columns, sec, strict=True)},
+        "pairing": "dbanon_row -> key via the private map dbanon.noise_map",
+    }

@@ -1,0 +1,321 @@
+"""The shared path of methods that perturb values instead of grouping rows (ina, noise).
+
+The perturbed columns are the release's `--qi` (alias `--columns`), numeric, never NULL.
+One pass: a server-side cursor reads (key, columns) in batches; the method's `noise` turns a
+batch into perturbed values (pure code, dbanon.algorithms.ina); data security is accumulated
+(dbanon.metrics.security) and the batch goes back with binary COPY into a staging table
+(dbanon_row, key, columns). Python holds one batch at a time, whatever the table's size.
+One CREATE TABLE AS then joins the staged values with the source's other columns (unchanged,
+typed as they are; never the key, nor the columns `--drop` names), ordered by `dbanon_row`:
+a random 63-bit row id drawn per run, so the order says nothing of the source's.
+
+The noise is a keyed pseudo-random function of the row key and a secret (prf_uniform). The
+secret, the normalisation and (ina) the reference points are kept in the catalog
+(dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key,
+for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so a row that
+has not changed gets exactly the values it had: a consumer who keeps two releases learns
+nothing from the pair. `regroup` (or `refresh --regroup`) draws everything anew: averaging
+r releases then divides the noise variance of unchanged rows by r.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.algorithms.ina import prf_uniform
+from dbanon.db import catalog
+from dbanon.errors import DbanonError
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.metrics.security import Security
+from dbanon.models.base import CheckResult
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+ROW = "dbanon_row"
+STAGE = sql.Identifier("dbanon_noise_stage")  # (row_id, key, columns) of this run
+BATCH = 20_000
+NORMALISE = Option(
+    "normalise", str, "range", "Per-column scale of distances and noise: range or std.",
+    ("range", "std"),
+)  # fmt: skip
+DROP = Option("drop", str, None, "Source columns left out of the release, a,b,c.")
+POLICY = Option(
+    "refresh_policy", str, "persist",
+    "On refresh: the same secret (and reference points), so unchanged rows keep their noise "
+    "(persist), or new noise (regroup: averaging releases then shrinks the noise).",
+    ("persist", "regroup"),
+)  # fmt: skip
+
+
+@dataclass
+class NoiseState:
+    """What the noise of a run depends on besides the data; kept for refreshes."""
+
+    secret: bytes
+    alpha: np.ndarray  # per-column normalisation
+    extra: dict[str, Any]  # the method's own (ina: the reference points)
+    signature: str  # the spec it was drawn for: reused only by a run of the same spec
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {"alpha": self.alpha.tolist(), "extra": self.extra, "signature": self.signature}
+        )
+
+
+def stats(conn: psycopg.Connection, r: Resolved) -> list[tuple[float, float, float]]:
+    """(min, max, population std) of every perturbed column, in one scan."""
+    cols = [sql.SQL("min({c}::float8), max({c}::float8), stddev_pop({c}::float8)").format(
+        c=c.ident) for c in r.qi]  # fmt: skip
+    row = conn.execute(
+        sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(cols), r.source.ident)
+    ).fetchone()
+    return [(row[3 * i], row[3 * i + 1], row[3 * i + 2] or 0.0) for i in range(len(r.qi))]
+
+
+def released_columns(conn: psycopg.Connection, r: Resolved) -> list[str]:
+    """The source's columns as released: all but the key and the dropped ones, in order."""
+    cols = catalog.columns(conn, r.source)
+    dropped = catalog.parse_list(r.options["drop"]) if r.options.get("drop") else []
+    catalog.require_columns(cols, r.source, dropped)
+    perturbed = {c.name for c in r.qi}
+    clash = perturbed & set(dropped)
+    if clash:
+        raise DbanonError(f"column {sorted(clash)[0]!r} is both perturbed and dropped")
+    if ROW in cols and ROW not in dropped:
+        raise DbanonError(f"{r.source} has a column {ROW!r}, the release's row id: --drop it")
+    return [c for c in cols if c != r.key.name and c not in dropped]
+
+
+class PerturbingMethod(Method):
+    """A method that adds noise to numeric columns, one batch of rows at a time."""
+
+    promises: ClassVar[tuple[str, ...]] = ()  # no equivalence-class model: its own checks
+    randomised = True
+    generalises = False
+
+    # --- what a method supplies -----------------------------------------------------------------
+
+    @abstractmethod
+    def draw(
+        self, conn: psycopg.Connection, r: Resolved, alpha: np.ndarray, seed: int
+    ) -> dict[str, Any]:
+        """The method's own state of a fresh draw (ina: reference points from a sample)."""
+
+    @abstractmethod
+    def noise(
+        self, r: Resolved, state: NoiseState, x: np.ndarray, u: np.ndarray
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        """Perturbed values of a batch (u: uniform in [-1, 1) per value) and counters to sum
+        over the stream (checked by `stream_checks`)."""
+
+    def stream_checks(self, r: Resolved, counters: dict[str, int]) -> list[Check]:
+        """Checks of what the stream counted (ina: every tuple kept its region)."""
+        return []
+
+    # --- the lifecycle's calls ------------------------------------------------------------------
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        for c in r.qi:
+            if c.kind != catalog.NUMERIC:
+                raise DbanonError(
+                    f"column {c.name!r} of {r.source} is {c.type}, not numeric: "
+                    f"--algorithm {self.name} perturbs numeric columns only"
+                )
+        if r.rows < 2:
+            raise DbanonError(f"{r.source} has {r.rows} rows: nothing to perturb")
+        for c, (low, high, std) in zip(r.qi, stats(conn, r), strict=True):
+            if low == high or std == 0:
+                raise DbanonError(
+                    f"column {c.name!r} of {r.source} is constant ({low}): noise relative to "
+                    "its spread would be none; leave it out of --columns"
+                )
+        released_columns(conn, r)
+
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        seed = int(r.seed or 0)
+        state = self._state(conn, r, seed)
+        ctx.lap("reference")
+        ctx.say(f"perturbing {r.rows} rows of {r.source} in batches of {BATCH}")
+        cols = [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {} (row_id int8, key text, {}) ON COMMIT DROP"
+            ).format(STAGE, sql.SQL(", ").join(
+                sql.SQL("{} float8").format(c.ident) for c in r.qi))
+        )  # fmt: skip
+        security = Security([c.name for c in r.qi])
+        counters: dict[str, int] = {}
+        rng = np.random.default_rng(secrets.randbits(64))  # row ids: never reproducible
+        copy_cmd = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(STAGE)
+        types = ["int8", "text", *["float8"] * len(r.qi)]
+        with conn.cursor(name="dbanon_noise_read", binary=True) as read:
+            read.itersize = BATCH
+            read.execute(
+                sql.SQL("SELECT {}::text, {} FROM {}").format(
+                    r.key.ident, sql.SQL(", ").join(cols), r.source.ident
+                )
+            )
+            while rows := read.fetchmany(BATCH):
+                keys = [row[0] for row in rows]
+                x = np.array([row[1:] for row in rows], dtype=np.float64)
+                u = prf_uniform(state.secret, keys, len(r.qi))
+                out, count = self.noise(r, state, x, u)
+                for name, v in count.items():
+                    counters[name] = counters.get(name, 0) + int(v)
+                security.add(x, out)
+                ids = rng.integers(1, 2**63 - 1, size=len(rows), dtype=np.int64)
+                with conn.cursor() as cur, cur.copy(copy_cmd) as copy:
+                    copy.set_types(types)
+                    for i, (key, values) in enumerate(zip(keys, out.tolist(), strict=True)):
+                        copy.write_row((int(ids[i]), key, *values))
+        ctx.lap("stream")
+        ctx.say("materialising the release")
+        self._materialise(conn, r, ctx)
+        ctx.lap("materialise")
+        self._counters[r.spec.name] = counters  # one run of a release at a time (runs.py)
+        self._states[r.spec.name] = state
+        return {**security.figures(), **counters, "batch_rows": BATCH}
+
+    def __init__(self) -> None:
+        # per release: what the stream counted, and the state to keep once recorded
+        self._counters: dict[str, dict[str, int]] = {}
+        self._states: dict[str, NoiseState] = {}
+
+    def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
+        """Independent SQL checks of the built table (shape; every row paired with one source
+        row whose other columns it carries unchanged), then the stream's own."""
+        rel = r.ident(built[0].build)
+
+        def shape(conn: psycopg.Connection) -> CheckResult:
+            expected = [ROW, *released_columns(conn, r)]
+            found = [n for (n,) in conn.execute(
+                "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+                "AND NOT attisdropped ORDER BY attnum", [rel.as_string(conn)],
+            ).fetchall()]  # fmt: skip
+            holds = found == expected and r.key.name not in found
+            return CheckResult("release columns (no key)", holds, {}, None if holds else
+                               f"columns {found}, expected {expected}")  # fmt: skip
+
+        def paired(conn: psycopg.Connection) -> CheckResult:
+            perturbed = {q.name for q in r.qi}
+            others = [c for c in released_columns(conn, r) if c not in perturbed]
+            differ = sql.SQL(" OR ").join(
+                [sql.SQL("b.{c}::text IS DISTINCT FROM s.{c}::text").format(c=sql.Identifier(c))
+                 for c in others] or [sql.SQL("false")])  # fmt: skip
+            nulls = sql.SQL(" OR ").join(sql.SQL("b.{} IS NULL").format(c.ident) for c in r.qi)
+            rows, matched, changed, null = conn.execute(
+                sql.SQL(
+                    """SELECT count(*), count(s.{key}), count(*) FILTER (WHERE {differ}),
+                              count(*) FILTER (WHERE {nulls})
+                       FROM {rel} b LEFT JOIN {stage} st ON st.row_id = b.{row}
+                       LEFT JOIN {src} s ON s.{key}::text = st.key"""
+                ).format(
+                    key=r.key.ident,
+                    differ=differ,
+                    nulls=nulls,
+                    rel=rel,
+                    stage=STAGE,
+                    row=sql.Identifier(ROW),
+                    src=r.source.ident,
+                )  # fmt: skip
+            ).fetchone()
+            holds = rows == matched == r.rows and changed == 0 and null == 0
+            figures = {"released_rows": rows, "paired_rows": matched}
+            worst = None if holds else (
+                f"{rows} rows for {r.rows} source rows, {matched} paired, {changed} with other "
+                f"columns changed, {null} with a NULL perturbed value"
+            )  # fmt: skip
+            return CheckResult("rows paired, other columns unchanged", holds, figures, worst)
+
+        counters = self._counters.pop(r.spec.name, {})
+        return [
+            Check("release columns", shape),
+            Check("release rows", paired),
+            *self.stream_checks(r, counters),
+        ]
+
+    def figures(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A perturbed release has no classes: its rows are each their own."""
+        return {"rows": int(checked["released_rows"]), "classes": None, "min_class_size": None}
+
+    def recorded(self, conn: psycopg.Connection, r: Resolved, release_id: int) -> None:
+        """Keep the secret, the normalisation, the method's state and the row map (private)."""
+        state = self._states.pop(r.spec.name, None)
+        if state is None:
+            return
+        conn.execute(
+            """INSERT INTO dbanon.noise_state (release_id, secret, state)
+               VALUES (%s, %s, %s::jsonb)
+               ON CONFLICT (release_id) DO UPDATE SET secret = EXCLUDED.secret,
+                   state = EXCLUDED.state""",
+            [release_id, state.secret, state.as_json()],
+        )
+        conn.execute("DELETE FROM dbanon.noise_map WHERE release_id = %s", [release_id])
+        conn.execute(
+            sql.SQL("INSERT INTO dbanon.noise_map SELECT %s, row_id, key FROM {}").format(STAGE),
+            [release_id],
+        )
+
+    # --- helpers --------------------------------------------------------------------------------
+
+    def signature(self, r: Resolved) -> str:
+        """The spec a state was drawn for: source, key, columns, options but the seed."""
+        opts = {k: v for k, v in r.options.items() if k not in ("seed", "refresh_policy")}
+        return json.dumps([r.spec.source, r.key.name, [c.name for c in r.qi], opts],
+                          sort_keys=True)  # fmt: skip
+
+    def _state(self, conn: psycopg.Connection, r: Resolved, seed: int) -> NoiseState:
+        """The kept state when the policy and the spec allow it, else a fresh draw."""
+        sig = self.signature(r)
+        if (r.options.get("refresh_policy") == "persist" and not r.regroup
+                and not r.new_source and r.release_id is not None):  # fmt: skip
+            row = conn.execute(
+                "SELECT secret, state FROM dbanon.noise_state WHERE release_id = %s",
+                [r.release_id],
+            ).fetchone()
+            if row is not None and row[1].get("signature") == sig:
+                return NoiseState(bytes(row[0]), np.array(row[1]["alpha"]), row[1]["extra"], sig)
+        low_high_std = stats(conn, r)
+        if r.options["normalise"] == "range":
+            alpha = np.array([h - lo for lo, h, _ in low_high_std])
+        else:
+            alpha = np.array([s for _, _, s in low_high_std])
+        if r.options.get("seed") is not None:  # reproducible on request (tests, experiments)
+            secret = hashlib.sha256(f"dbanon-noise:{seed}".encode()).digest()
+        else:
+            secret = secrets.token_bytes(32)
+        return NoiseState(secret, alpha, self.draw(conn, r, alpha, seed), sig)
+
+    def _materialise(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> None:
+        built = ctx.made(r.objects[0])
+        perturbed = {c.name for c in r.qi}
+        names = released_columns(conn, r)
+        conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+        out = [sql.SQL("st.row_id AS {}").format(sql.Identifier(ROW))] + [
+            sql.SQL("{}.{}").format(sql.Identifier("st" if n in perturbed else "s"),
+                                    sql.Identifier(n)) for n in names
+        ]  # fmt: skip
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {build} AS SELECT {out} FROM {stage} st "
+                "JOIN {src} s ON s.{key}::text = st.key ORDER BY st.row_id"
+            ).format(
+                build=r.ident(built.build),
+                out=sql.SQL(", ").join(out),
+                stage=STAGE,
+                src=r.source.ident,
+                key=r.key.ident,
+            )  # fmt: skip
+        )
