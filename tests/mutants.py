@@ -30,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,19 +44,27 @@ PACKAGE_DIRS = {"sql": "dbanon/sql", "migrations": "dbanon/migrations"}
 IGNORED = (".venv", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis", ".dbhome",
            "*.egg-info", "build", "dist")  # fmt: skip
 GUARD = '''
-"""Fail the session unless dbanon is imported from the mutated copy."""
+"""Fail the session unless dbanon is imported from the mutated copy; a mutant needs one
+failing example, not the smallest: hypothesis derandomised, without shrinking."""
 import os
 from pathlib import Path
 
 
 def pytest_configure(config):
     import dbanon, dbanon.migrations, dbanon.sql
+    from hypothesis import HealthCheck, Phase, settings
 
     root = Path(os.environ["DBANON_MUTANT_TREE"]).resolve()
     for module in (dbanon, dbanon.sql, dbanon.migrations):
         where = Path(module.__file__).resolve()
         if root not in where.parents:
             raise RuntimeError(f"{module.__name__} imported from {where}, not the copy {root}")
+    settings.register_profile(
+        "mutants", derandomize=True, database=None, deadline=None, report_multiple_bugs=False,
+        phases=(Phase.explicit, Phase.reuse, Phase.generate),
+        suppress_health_check=list(HealthCheck),
+    )
+    settings.load_profile("mutants")
 '''
 
 GATE = ["tests/test_gate.py"]
@@ -119,21 +128,21 @@ def check_mutants() -> list[Mutant]:
     models = tuple(MODELS)
     return [
         Mutant("k-threshold", k, 'failing=sql.SQL("n < {}").format(k)',
-               'failing=sql.SQL("n < {} - 1").format(k)', (*models, *GATE)),
+               'failing=sql.SQL("n < {} - 1").format(k)', (*GATE, *models)),
         Mutant("k-ignores-weights", k, 'per_class={"n": target.rows}',
                'per_class={"n": sql.SQL("count(*)")}', models),
         Mutant("k-sql-function", "sql/k_anonymity.sql", "min_class_size >= k,",
                "min_class_size >= k - 1,", ("tests/test_check.py",)),
         Mutant("l-distinct", ld, 'failing=sql.SQL("d < {}")', 'failing=sql.SQL("d < {} - 1")',
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("l-entropy", ld, "sql.Literal(math.log(self.l) - TOLERANCE)",
-               "sql.Literal(math.log(self.l) - 0.2)", (*models, *GATE)),
+               "sql.Literal(math.log(self.l) - 0.2)", (*GATE, *models)),
         Mutant("l-recursive", ld, "(WHERE pos >= {})", "(WHERE pos >= {} - 1)",
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("l-frequency", ld, "sql.Literal(1 / self.l + TOLERANCE)",
-               "sql.Literal(1 / self.l + 0.1)", (*models, *GATE)),
+               "sql.Literal(1 / self.l + 0.1)", (*GATE, *models)),
         Mutant("t-threshold", tc, "t=sql.Literal(self.t + TOLERANCE)",
-               "t=sql.Literal(self.t * 1.5 + TOLERANCE)", (*models, *GATE)),
+               "t=sql.Literal(self.t * 1.5 + TOLERANCE)", (*GATE, *models)),
         Mutant("t-equal-emd", tc, 'emd = sql.SQL("0.5 * (1 + sum(term))")',
                'emd = sql.SQL("0.4 * (1 + sum(term))")', models),
         Mutant("t-ordered-divisor", tc, "sum(term)) / ({m} - 1) ELSE", "sum(term)) / ({m}) ELSE",
@@ -142,15 +151,15 @@ def check_mutants() -> list[Mutant]:
         Mutant("t-ordered-crossing", tc, "width_bucket(p1, {g})) AS e1",
                "width_bucket(p0, {g})) AS e1", models),
         Mutant("alpha-threshold", k, "alpha=sql.Literal(self.alpha + TOLERANCE)",
-               "alpha=sql.Literal(self.alpha + 0.1)", (*models, *GATE)),
+               "alpha=sql.Literal(self.alpha + 0.1)", (*GATE, *models)),
         Mutant("alpha-k", k, '"(n < {k} OR f > {alpha})"', '"(n < {k} - 1 OR f > {alpha})"',
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("alpha-value", k, "(WHERE s::text = {})", "(WHERE s::text <> {})",
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("p-threshold", k, '"(n < {k} OR d < {p})"', '"(n < {k} OR d < {p} - 1)"',
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("p-k", k, '"(n < {k} OR d < {p})"', '"(n < {k} - 1 OR d < {p})"',
-               (*models, *GATE)),
+               (*GATE, *models)),
         Mutant("lca-any-level", "sql/hierarchy.sql", "HAVING count(DISTINCT m.label) = 1",
                "HAVING count(DISTINCT m.label) >= 1", ("tests/test_catalog.py",)),
         Mutant("lca-highest-level", "sql/hierarchy.sql", "    ORDER BY m.level\n",
@@ -179,25 +188,48 @@ def make_copy(scratch: Path) -> Path:
 def run_tests(
     tree: Path, scratch: Path, tests: tuple[str, ...], keyword: str | None, timeout: int
 ) -> tuple[int, str]:
-    """pytest in the copy, embedded server only, stopping at the first failure."""
+    """pytest in the copy, embedded server only, stopping at the first failure. Interrupted
+    (a timeout, ^C), pytest gets SIGINT so that it stops its embedded server itself."""
     env = {k: v for k, v in os.environ.items() if k not in ("DBANON_DSN", "DBANON_HOME")}
     env.update(
         PYTHONPATH=os.pathsep.join([str(tree), str(scratch)]),
         DBANON_MUTANT_TREE=str(tree),
-        CI="true",  # the derandomised hypothesis profile: the same examples every run
+        CI="true",
         PYTHONDONTWRITEBYTECODE="1",
     )
     selection = "not pg15" if keyword is None else f"not pg15 and ({keyword})"
     basetemp = scratch / "pytest"
     cmd = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
            "-p", "mutant_guard", f"--basetemp={basetemp}", "-k", selection, *tests]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=tree, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
-        done = subprocess.run(
-            cmd, cwd=tree, env=env, capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        return -1, f"timed out after {timeout} s"
-    return done.returncode, (done.stdout + done.stderr).strip()
+        output, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, output.strip()
+    except BaseException as e:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            return -1, f"timed out after {timeout} s"
+        raise
+    finally:
+        stop_servers(basetemp)
+
+
+def stop_servers(basetemp: Path) -> None:
+    """Stop an embedded server a pytest run of ours left running (it was killed), by the pid
+    in its data directory: SIGQUIT is PostgreSQL's immediate shutdown."""
+    for pidfile in basetemp.glob("*/pgdata/postmaster.pid"):
+        try:
+            pid = int(pidfile.read_text().split("\n", 1)[0])
+            os.kill(pid, signal.SIGQUIT)
+        except (OSError, ValueError):
+            pass
 
 
 def last_lines(text: str, n: int = 15) -> str:
@@ -228,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(text: str) -> None:
         print(text, file=sys.stderr if args.json else sys.stdout, flush=True)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # clean up on kill as on ^C
     started = time.monotonic()
     scratch = Path(tempfile.mkdtemp(prefix="dbanon-mutants-"))
     results: dict[str, str] = {}

@@ -134,8 +134,8 @@ WORST_CASES = [
 def test_sql_build_on_worst_cases_and_every_eligible_table_of_12_rows(
     conn: psycopg.Connection,
 ) -> None:
-    """The same for every value-count vector of 12 rows
-    that is 3- or 4-eligible, and the worst cases; rows shuffled, QIs random."""
+    """The same for every 3- or 4-eligible value-count vector of 12 rows, and the worst cases;
+    rows shuffled, QIs random."""
     cases = WORST_CASES + [(c, l) for l in (3, 4) for c in partitions(12, 12 // l)]  # noqa: E741
     assert len(cases) > 40
     rng = random.Random(5)

@@ -1,4 +1,4 @@
-"""(p,k)-anonymity and ordered-distance t-closeness on tables small enough to work out by hand.
+"""(p,k), (alpha,k) and ordered-distance t-closeness on tables small enough to work out by hand.
 
 The random property test in test_models.py compares these checks with a reference on random
 tables; a one-character bug in either SQL can still slip through a given run of it. The figures
@@ -20,7 +20,7 @@ import verify
 from helpers import cli_json, make_table
 from psycopg import sql
 
-from dbanon.models import PKAnonymity, Target, TCloseness
+from dbanon.models import AlphaKAnonymity, PKAnonymity, Target, TCloseness
 
 
 def tables(conn: psycopg.Connection, rows: list[tuple[str, Any]], stype: str) -> list[Target]:
@@ -85,6 +85,48 @@ def test_p_k_through_the_cli(conn: psycopg.Connection, dsn: str) -> None:
     code, out = cli_json(dsn, "check", "e.t", "--qi", "g", "--sensitive", "s", "--k", "2",
                          "--p", "1")  # fmt: skip
     assert code == 0, out
+
+
+# --- (alpha,k)-anonymity -------------------------------------------------------------------------
+
+# A: flu flu hiv cold (4 rows; flu 2/4, hiv 1/4); B: flu flu flu hiv (4; flu 3/4, hiv 1/4);
+# C: hiv cold (2; hiv 1/2, flu 0); D: hiv hiv cold (3; hiv 2/3, flu 0).
+ALPHA_ROWS = [("A", "flu"), ("A", "flu"), ("A", "hiv"), ("A", "cold"), ("B", "flu"),
+              ("B", "flu"), ("B", "flu"), ("B", "hiv"), ("C", "hiv"), ("C", "cold"),
+              ("D", "hiv"), ("D", "hiv"), ("D", "cold")]  # fmt: skip
+ALPHA_CASES = [
+    # (alpha, k, value): holds, classes failing, largest share (of the value), worst class
+    # (failing first, then the largest share, then the fewest rows)
+    ((0.75, 2, None), True, 0, Fraction(3, 4), "g=B"),  # B's 3/4 is allowed (<=)
+    ((0.7, 2, None), False, 1, Fraction(3, 4), "g=B"),  # B: 3/4 > 0.7
+    ((0.75, 3, None), False, 1, Fraction(3, 4), "g=C"),  # C: 2 rows < 3
+    ((0.5, 2, None), False, 2, Fraction(3, 4), "g=B"),  # B 3/4, D 2/3 > 1/2
+    ((0.5, 2, "hiv"), False, 1, Fraction(2, 3), "g=D"),  # hiv: A 1/4, B 1/4, C 1/2, D 2/3
+    ((2 / 3, 2, "hiv"), True, 0, Fraction(2, 3), "g=D"),  # D's 2/3 is allowed
+    ((0.25, 2, "flu"), False, 2, Fraction(3, 4), "g=B"),  # flu: A 1/2, B 3/4, C 0, D 0
+    ((0.75, 4, "flu"), False, 2, Fraction(3, 4), "g=C"),  # C (2 rows), D (3) < 4; flu 0 both
+    ((1.0, 3, None), False, 1, Fraction(3, 4), "g=C"),  # shares never matter at alpha 1
+]
+
+
+@pytest.mark.parametrize(("model", "holds", "failing", "top", "worst"), ALPHA_CASES)
+def test_alpha_k_anonymity_by_hand(
+    conn: psycopg.Connection, model: tuple, holds: bool, failing: int, top: Fraction, worst: str
+) -> None:
+    alpha, k, value = model
+    figure = "max_frequency" if value is None else "max_value_frequency"
+    for target in tables(conn, ALPHA_ROWS, "text"):
+        r = AlphaKAnonymity(alpha, k, value).check(conn, target)
+        context = (model, target.count, r)
+        assert r.holds is holds, context
+        assert r.figures["min_class_size"] == 2 and r.figures["classes_failing_alpha_k"] == failing
+        assert math.isclose(r.figures[figure], top), context
+        assert r.worst_class == worst, context
+        cls = verify.fetch(conn, target.relation, ["g"], "s", target.count)
+        spec = {"name": "alpha-k-anonymity", "alpha": alpha, "k": k, "value": value}
+        assert len(verify.failing(cls, spec)) == failing, context
+    classes = [Counter(v for g_, v in ALPHA_ROWS if g_ == g) for g in "ABCD"]
+    assert AlphaKAnonymity(alpha, k, value).holds_in_memory(classes) is holds
 
 
 # --- t-closeness, ordered ground distance --------------------------------------------------------

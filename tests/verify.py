@@ -57,8 +57,12 @@ class Classes:
         return [sum(c.values()) for c in self.classes.values()]
 
     def replaced(self, key: Key, counts: Counter) -> Classes:
-        """The same classes with one of them changed (to try a change before making it)."""
-        return Classes({**self.classes, key: counts}, self.domain)
+        """The same classes with one of them changed (to try a change before making it); the
+        domain keeps the values that still occur, in its order."""
+        changed = Classes({**self.classes, key: +counts}, self.domain)
+        whole = changed.overall
+        changed.domain = [v for v in self.domain if whole[v] > 0]
+        return changed
 
 
 def ident(relation: str | tuple[str, str] | sql.Composable) -> sql.Composable:
