@@ -1,7 +1,7 @@
 """Mutation testing of the privacy gate and the checks: would the tests catch a broken one?
 
 Run it from the repository root with the project's virtualenv, when no other test run of yours
-is going (it runs one pytest session per mutant, a few minutes in all):
+is going (it runs one pytest session per mutant: 27 mutants, about 5-8 minutes on 2 cores):
 
     .venv/bin/python tests/mutants.py            # one line per mutant: killed or SURVIVED
     .venv/bin/python tests/mutants.py --json     # {"mutants": N, "survived": [names], ...}
@@ -14,10 +14,11 @@ promise out), and the checks of k, l (each kind), t (both grounds), alpha, p and
 functions lca() and k_anonymity(). They are applied one at a time in a scratch copy of the tree
 (a temporary directory; .venv and .git are not copied, and the working tree is never written),
 where the relevant tests run against the embedded server only (`-k "not pg15"`), stopping at the
-first failure. The copy is imported instead of the installed package: PYTHONPATH and the working
-directory point at it, its sql/ and migrations/ sit where the package imports them from, and a
-guard plugin fails the run unless dbanon, dbanon.sql and dbanon.migrations come from the copy.
-An unmutated run of every selected test comes first and must pass.
+first failure (hypothesis derandomised and without shrinking: one failing example suffices).
+The copy is imported instead of the installed package: PYTHONPATH and the working directory
+point at it, its sql/ and migrations/ sit where the package imports them from, and a guard
+plugin fails the run unless dbanon, dbanon.sql and dbanon.migrations come from the copy. An
+unmutated run of every selected test comes first and must pass.
 
 A mutant survives when its tests still pass: a bug of that kind would go unnoticed. Exit status
 0 when every mutant was killed, 1 when one survived, 2 when a run could not be judged (the
