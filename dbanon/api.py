@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from dbanon import schedule
 from dbanon.db import catalog
 from dbanon.db.connection import connect, resolve_dsn
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
+from dbanon.models.categories import named_hierarchy
 from dbanon.release import (
     Progress,
     PublishResult,
@@ -99,10 +102,15 @@ class Database:
         *,
         sensitive: str | None = None,
         count: str | None = None,
+        sensitive_hierarchies: dict[str, str] | None = None,
         **options: Any,
     ) -> list[CheckResult]:
         """Audit any table or view against the models the options name (see
-        dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, ...)."""
+        dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, theta, ...); the (θ,k)
+        model reads its categories from `sensitive_hierarchies` ({column: hierarchy})."""
+        named = named_hierarchy(sensitive_hierarchies, [sensitive] if sensitive else [])
+        if named is not None:
+            options["sensitive_hierarchy"] = named
         models = from_options(**options)
         if not models:
             raise DbanonError("name at least one model to check (--k, --l, --t, ...)")
@@ -122,13 +130,66 @@ class Database:
         *,
         replace: bool = False,
         revoke: Sequence[str] = (),
+        wait: float = 0.0,
+        allow_composition: bool = False,
     ) -> PublishResult:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
-        named in `revoke`)."""
-        return publish(self.conn, spec, progress, replace=replace, revoke=revoke)
+        named in `revoke`); another run of it is waited for up to `wait` seconds."""
+        return publish(
+            self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
+            allow_composition=allow_composition,
+        )  # fmt: skip
 
-    def refresh(self, name: str, progress: Progress | None = None) -> PublishResult:
-        return refresh(self.conn, name, progress)
+    def refresh(
+        self,
+        name: str,
+        progress: Progress | None = None,
+        *,
+        wait: float = 0.0,
+        regroup: bool = False,
+        allow_composition: bool = False,
+    ) -> PublishResult:
+        """Rebuild a release as its spec says; `regroup` starts its groups over for this run
+        (refused if a consumer keeping earlier releases could then break the promise, unless
+        `allow_composition`)."""
+        return refresh(
+            self.conn, name, progress, wait=wait, regroup=regroup,
+            allow_composition=allow_composition,
+        )  # fmt: skip
+
+    def refresh_due(
+        self,
+        *,
+        now: datetime | None = None,
+        force: bool = False,
+        progress: Progress | None = None,
+    ) -> list[dict[str, Any]]:
+        """Refresh every scheduled release that is due (at `now`, default the present)."""
+        return schedule.refresh_due(self.conn, now=now, force=force, progress=progress)
+
+    def schedule(self, name: str, *, every: str | None = None, cron: str | None = None) -> dict:
+        try:
+            data = schedule.set_schedule(self.conn, name, every=every, cron=cron)
+            self.conn.commit()
+            return data
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def unschedule(self, name: str) -> bool:
+        try:
+            cleared = schedule.clear_schedule(self.conn, name)
+            self.conn.commit()
+            return cleared
+        except BaseException:
+            self.conn.rollback()
+            raise
+
+    def schedules(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        try:
+            return schedule.schedules(self.conn, now)
+        finally:
+            self.conn.rollback()
 
     def report(self, name: str) -> dict[str, Any]:
         try:

@@ -1,4 +1,6 @@
-"""`dbanon demo`: UCI Adult into demo.adult, the ARX hierarchies, and a k=10 k-member release."""
+"""`dbanon demo`: UCI Adult into demo.adult, the ARX hierarchies, and a k=10 k-member release;
+`dbanon demo --dataset hospital`: the generated hospital table into demo.hospital, its disease
+and district hierarchies, and a (θ,k) release of it (θ=3, the paper's setting)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,13 @@ from psycopg import sql
 
 from dbanon.api import Database
 from dbanon.data import ADULT_COLUMNS, ADULT_HIERARCHIES, ADULT_NUMERIC, adult_rows, hierarchy_file
+from dbanon.data.hospital import (
+    HOSPITAL_COLUMNS,
+    HOSPITAL_HIERARCHIES,
+    HOSPITAL_NUMERIC,
+    HOSPITAL_QI,
+    hospital_rows,
+)
 from dbanon.db import catalog
 from dbanon.hierarchy import Hierarchy
 from dbanon.release import Progress, PublishResult, ReleaseSpec
@@ -13,6 +22,8 @@ from dbanon.release import Progress, PublishResult, ReleaseSpec
 # The k-member paper's setting: occupation is the sensitive attribute.
 DEMO_QI = ["age", "education_num", "workclass", "marital_status", "race", "sex", "native_country"]
 DEMO_SENSITIVE = ["occupation"]
+DEMO_THETA = 3
+DATASETS = ("adult", "hospital")
 
 
 def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
@@ -26,12 +37,15 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
         for c in ADULT_COLUMNS
     )
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(rel))
-    conn.execute(
-        sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})").format(
-            rel, cols
+    if catalog.find_relation(conn, f"{schema}.{table}") is not None:
+        # Emptied, not dropped: views and releases over the demo table keep working.
+        conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(rel))
+    else:
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})"
+            ).format(rel, cols)
         )
-    )
     rows = adult_rows()
     with (
         conn.cursor() as cur,
@@ -73,5 +87,71 @@ def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> Pub
         k=k,
         method="kmember",
         hierarchies={c: ADULT_HIERARCHIES[c] for c in DEMO_QI if c not in ADULT_NUMERIC},
+    )
+    return db.publish(spec, progress, replace=True)  # the demo's own release: run it again
+
+
+def load_hospital(db: Database, rows: int, schema: str = "demo", table: str = "hospital") -> int:
+    """(Re)create SCHEMA.TABLE with `rows` generated patients and an `id` primary key."""
+    conn = db.conn
+    rel = sql.Identifier(schema, table)
+    cols = sql.SQL(", ").join(
+        sql.SQL("{} {}").format(
+            sql.Identifier(c), sql.SQL("integer" if c in HOSPITAL_NUMERIC else "text NOT NULL")
+        )
+        for c in HOSPITAL_COLUMNS
+    )
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(rel))
+    conn.execute(
+        sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})").format(
+            rel, cols
+        )
+    )
+    data = hospital_rows(rows)
+    with (
+        conn.cursor() as cur,
+        cur.copy(
+            sql.SQL("COPY {} ({}) FROM STDIN").format(
+                rel, sql.SQL(", ").join(map(sql.Identifier, HOSPITAL_COLUMNS))
+            )
+        ) as copy,
+    ):
+        for row in data:
+            copy.write_row(row)
+    conn.execute(sql.SQL("ANALYZE {}").format(rel))
+    conn.commit()
+    return len(data)
+
+
+def prepare_hospital(db: Database, rows: int, progress: Progress | None = None) -> None:
+    """The catalog, demo.hospital and its hierarchies (disease, district)."""
+    say = progress or (lambda _msg: None)
+    say("installing the catalog")
+    db.init()
+    say(f"generating {rows} patients into demo.hospital")
+    load_hospital(db, rows)
+    for name in sorted(set(HOSPITAL_HIERARCHIES.values())):
+        catalog.store_hierarchy(
+            db.conn, Hierarchy.from_csv(name, hierarchy_file(name)), replace=True
+        )
+    db.conn.commit()
+
+
+def run_hospital_demo(
+    db: Database, rows: int, k: int = 10, progress: Progress | None = None
+) -> PublishResult:
+    prepare_hospital(db, rows, progress)
+    spec = ReleaseSpec.from_options(
+        f"hospital_theta{DEMO_THETA}_k{k}",
+        "demo.hospital",
+        "id",
+        HOSPITAL_QI,
+        sensitive=["disease"],
+        method="thetak",
+        k=k,
+        theta=DEMO_THETA,
+        sensitive_hierarchies={"disease": HOSPITAL_HIERARCHIES["disease"]},
+        hierarchies={c: h for c, h in HOSPITAL_HIERARCHIES.items() if c in HOSPITAL_QI},
     )
     return db.publish(spec, progress, replace=True)  # the demo's own release: run it again

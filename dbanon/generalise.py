@@ -1,21 +1,42 @@
 """How a generalised numeric or date value reads in a release: text for people, or a typed range.
 
-`--ranges text` (the default) releases `60`, `36-37`, `1990-01-01..1990-06-30`: analysts read
-released values, and a text column groups, sorts and exports as it reads. `--ranges typed`
-releases PostgreSQL ranges for consumers who compute with them (`@>`, `lower()`, `&&`); a column
-type always maps to the same range type, whichever method published it.
+One module for every method, so a column reads the same whichever method published it.
+
+`--ranges text` (the default) releases readable text: analysts read released values, and a text
+column groups, sorts and exports as it reads.
+- a value as itself: `60`, `2.5`, `1990-01-01`;
+- a closed range [low, high] (k-member and Mondrian groups; integer and day intervals of
+  full-domain): `36-37`, `30-39`, dates and times with `..` (their values hold `-`):
+  `1990-01-01..1990-06-30`;
+- a half-open interval [low, high) of a continuous column (full-domain's numeric intervals):
+  `1.5-<2`, read "from 1.5 to under 2". The dash is the integer ranges' one, so `30-39` and
+  `1.5-<2` read alike, and `<` marks the end that is left out, so the interval cannot be taken
+  to include 2 (`1.5-2` would read as closed, as k-member's ranges are) and adjacent intervals
+  (`1.5-<2`, `2-<2.5`) visibly do not overlap. Plain ASCII, no comma (a CSV export needs no
+  quoting, and no clash with a decimal comma), unlike the interval notation `[1.5,2)`, which
+  is also what `--ranges typed` already shows;
+- a calendar period (full-domain's calendar levels): `2020-03-14`, `2020-03`, `2020-Q1`,
+  `2020`, `2020s` (the decade 2020-2029);
+- the whole domain: `*`.
+`--ranges typed` releases PostgreSQL ranges for consumers who compute with them (`@>`,
+`lower()`, `&&`): the same intervals, the whole domain being the unbounded range `(,)`. A column
+type always maps to the same range type (RANGE_TYPES), whichever method published it.
 """
 
 from __future__ import annotations
 
+import re
+
 from psycopg import sql
 
 from dbanon.db.catalog import Column
+from dbanon.errors import DbanonError
 
 RANGE_FORMS = ("text", "typed")
 DEFAULT_FORM = "text"
+WHOLE = "*"  # the text form of the whole domain
 
-# Range type of a column type (format_type() prefix); anything else numeric is numrange.
+# Range type of a column type (format_type() without its modifiers); other numerics: numrange.
 RANGE_TYPES = {
     "smallint": "int4range",
     "integer": "int4range",
@@ -24,12 +45,43 @@ RANGE_TYPES = {
     "timestamp without time zone": "tsrange",
     "timestamp with time zone": "tstzrange",
 }
+# The element type of each range type: bounds are cast to it (an integer interval's ends are
+# computed as bigint, a k-member group's min of a smallint is a smallint).
+_ELEMENT_TYPES = {
+    "int4range": "integer",
+    "int8range": "bigint",
+    "numrange": "numeric",
+    "daterange": "date",
+    "tsrange": "timestamp",
+    "tstzrange": "timestamptz",
+}
 # Between the two ends of a text range: '-' for numbers, '..' where the values hold '-' (dates).
 _TEXT_SEPARATOR = {"daterange": "..", "tsrange": "..", "tstzrange": ".."}
+_MODIFIERS = re.compile(r"\(\d+(?:,\d+)?\)")
+
+# Calendar periods, narrowest first: (length, to_char format of the text form).
+PERIODS = {
+    "day": ("1 day", "YYYY-MM-DD"),
+    "month": ("1 month", "YYYY-MM"),
+    "quarter": ("3 months", 'YYYY-"Q"Q'),
+    "year": ("1 year", "YYYY"),
+    "decade": ("10 years", 'YYYY"s"'),
+}
+
+
+def base_type(col: Column) -> str:
+    """The column's type without its modifiers: `timestamp(3) without time zone` is a timestamp
+    without time zone, `numeric(5,1)` a numeric."""
+    return _MODIFIERS.sub("", col.type)
 
 
 def range_type(col: Column) -> str:
-    return RANGE_TYPES.get(col.type, "numrange")
+    return RANGE_TYPES.get(base_type(col), "numrange")
+
+
+def _check_form(form: str) -> None:
+    if form not in RANGE_FORMS:
+        raise DbanonError(f"ranges must be one of {', '.join(RANGE_FORMS)}, got {form!r}")
 
 
 def _text(col: Column, x: sql.Composable) -> sql.Composable:
@@ -39,17 +91,90 @@ def _text(col: Column, x: sql.Composable) -> sql.Composable:
     return sql.SQL("{}::text").format(x)
 
 
+def _typed(col: Column, low: sql.Composable, high: sql.Composable, bounds: str) -> sql.Composable:
+    rt = range_type(col)
+    return sql.SQL("{rt}({lo}::{e}, {hi}::{e}, {b})").format(
+        rt=sql.SQL(rt), lo=low, hi=high, e=sql.SQL(_ELEMENT_TYPES[rt]), b=sql.Literal(bounds)
+    )
+
+
+def value(col: Column, x: sql.Composable, form: str) -> sql.Composable:
+    """A value released as itself: its text, or the range holding only it."""
+    _check_form(form)
+    return _typed(col, x, x, "[]") if form == "typed" else _text(col, x)
+
+
+def whole(col: Column, form: str) -> sql.Composable:
+    """The whole domain: '*', or the unbounded range of the column's range type."""
+    _check_form(form)
+    if form == "typed":
+        return sql.SQL("{}::{}").format(sql.Literal("(,)"), sql.SQL(range_type(col)))
+    return sql.SQL("{}::text").format(sql.Literal(WHOLE))
+
+
 def closed_range(
     col: Column, low: sql.Composable, high: sql.Composable, form: str
 ) -> sql.Composable:
     """The released value of [low, high] (both included) of a numeric or date QI."""
-    rt = range_type(col)
+    _check_form(form)
     if form == "typed":
-        cast = "::numeric" if rt == "numrange" else ""
-        return sql.SQL("{rt}({lo}{c}, {hi}{c}, '[]')").format(
-            rt=sql.SQL(rt), lo=low, hi=high, c=sql.SQL(cast)
-        )
-    sep = _TEXT_SEPARATOR.get(rt, "-")
+        return _typed(col, low, high, "[]")
+    sep = _TEXT_SEPARATOR.get(range_type(col), "-")
     return sql.SQL("CASE WHEN {lo} = {hi} THEN {l} ELSE {l} || {sep} || {h} END").format(
         lo=low, hi=high, l=_text(col, low), h=_text(col, high), sep=sql.Literal(sep)
     )
+
+
+def half_open_range(
+    col: Column, low: sql.Composable, high: sql.Composable, form: str
+) -> sql.Composable:
+    """The released value of [low, high) of a continuous QI: `1.5-<2`, or the range."""
+    _check_form(form)
+    if form == "typed":
+        return _typed(col, low, high, "[)")
+    sep = sql.Literal(_TEXT_SEPARATOR.get(range_type(col), "-") + "<")
+    return sql.SQL("{} || {} || {}").format(_text(col, low), sep, _text(col, high))
+
+
+def local_time(col: Column, x: sql.Composable, zone: str) -> sql.Composable:
+    """A date or timestamp as the `timestamp` its calendar periods are cut on: a timestamptz
+    in `zone` (fixed when the release is made, so the periods do not depend on the reader's
+    TimeZone), a date at its midnight (never via timestamptz, whose periods would)."""
+    rt = range_type(col)
+    if rt == "tstzrange":
+        return sql.SQL("({} AT TIME ZONE {})").format(x, sql.Literal(zone))
+    if rt == "daterange":
+        return sql.SQL("{}::timestamp").format(x)
+    return x
+
+
+def period_start(unit: str, t: sql.Composable) -> sql.Composable:
+    """The start of the calendar period (PERIODS) holding local timestamp t."""
+    if unit not in PERIODS:
+        raise DbanonError(f"unknown calendar period {unit!r}")
+    return sql.SQL("date_trunc({}, {})").format(sql.Literal(unit), t)
+
+
+def period_end(unit: str, start: sql.Composable) -> sql.Composable:
+    """The end (excluded) of the period that begins at `start`."""
+    return sql.SQL("({} + {}::interval)").format(start, sql.Literal(PERIODS[unit][0]))
+
+
+def from_local(col: Column, t: sql.Composable, zone: str) -> sql.Composable:
+    """A local timestamp back in the column's type (the inverse of local_time)."""
+    rt = range_type(col)
+    if rt == "tstzrange":
+        return sql.SQL("({} AT TIME ZONE {})").format(t, sql.Literal(zone))
+    if rt == "daterange":
+        return sql.SQL("{}::date").format(t)
+    return t
+
+
+def period(col: Column, x: sql.Composable, unit: str, form: str, zone: str) -> sql.Composable:
+    """The calendar period of date or timestamp x: `2020-Q1`, or the range covering it."""
+    _check_form(form)
+    start = period_start(unit, local_time(col, x, zone))
+    if form == "typed":
+        end = period_end(unit, start)
+        return _typed(col, from_local(col, start, zone), from_local(col, end, zone), "[)")
+    return sql.SQL("to_char({}, {})").format(start, sql.Literal(PERIODS[unit][1]))

@@ -13,8 +13,8 @@ All of it is one transaction: the previous release stays until the new one is pr
 The spec's JSON shape (`dbanon.release.spec`, version 2):
     {"version": 2, "name": "patients_k5", "source": "clinic.patients", "key": "id",
      "qi": ["age", "zip"], "sensitive": ["diagnosis"], "hierarchies": {"zip": "zip"},
-     "method": "kmember", "models": [{"name": "k-anonymity", "k": 5}],
-     "options": {"seeding": "random", "seed": null, "ranges": "text"},
+     "method": METHOD, "models": [{"name": "k-anonymity", "k": 5}],
+     "options": {OPTION: VALUE, ...},
      "target": "released.patients_k5", "grants": ["analysts"]}
 `models` are the promised privacy models (dbanon.models.specs), `options` the method's own
 options with every default filled in, so a refresh rebuilds exactly what was published.
@@ -32,17 +32,20 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import methods
+from dbanon import composition, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
-from dbanon.errors import SHOWN_OFFENDERS, DbanonError
-from dbanon.hierarchy import Hierarchy, HierarchyError
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
+from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
+from dbanon.models.categories import named_hierarchy
 from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of, to_specs
 
 DEFAULT_SCHEMA = "released"
+# Schemas a release never goes to: the catalog, everybody's, the system's.
+RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
 SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
 COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "seconds", "seed")
@@ -65,6 +68,9 @@ class ReleaseSpec:
     hierarchies: dict[str, str] = field(default_factory=dict)  # column -> hierarchy name
     target: str | None = None
     grants: list[str] = field(default_factory=list)
+    # Types of the key, QI and sensitive columns when last published: a refresh refuses a
+    # column whose type has changed since (an int QI turned text would generalise differently).
+    columns: dict[str, str] = field(default_factory=dict)
     version: int = SPEC_VERSION
 
     def to_json(self) -> str:
@@ -98,20 +104,27 @@ class ReleaseSpec:
         alpha: float | None = None,
         alpha_value: str | None = None,
         p: int | None = None,
+        theta: int | None = None,
+        sensitive_hierarchies: dict[str, str] | None = None,
+        category_level: int | None = None,
+        category_width: float | None = None,
         options: dict[str, Any] | None = None,
         hierarchies: dict[str, str] | None = None,
         target: str | None = None,
         grants: Sequence[str] = (),
     ) -> ReleaseSpec:
         """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
-        them; without --l-kind, the l-diversity the method promises first."""
+        them; without --l-kind, the l-diversity the method promises first. The sensitive
+        hierarchy (COL=NAME) and category level or width are parameters of the (θ,k) model."""
         if l_kind is None:
             kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
                      if p_.endswith("-l-diversity")]  # fmt: skip
             l_kind = kinds[0] if kinds else "distinct"
         models = from_options(
             k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
-            alpha_value=alpha_value, p=p,
+            alpha_value=alpha_value, p=p, theta=theta,
+            sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
+            category_level=category_level, category_width=category_width,
         )  # fmt: skip
         return cls(
             name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),
@@ -141,6 +154,9 @@ class Resolved:
     grant_changes: dict[str, list[str]]  # kept, added, revoked: roles compared with before
     rows: int
     seed: int | None  # the run's seed, for randomised methods
+    regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
+    release_id: int | None = None  # None for a first publish
+    new_source: bool = False  # redefined on another source or key: its earlier groups are moot
 
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.target_schema, name)
@@ -319,23 +335,29 @@ def _check_target(
             raise DbanonError(f"{schema}.{obj} exists and is not a dbanon release; choose --target")
 
 
+def _refuse_existing(conn: psycopg.Connection, name: str) -> None:
+    if _release_row(conn, name):
+        raise DbanonError(
+            f"release {name!r} exists: `dbanon refresh {name}` rebuilds it as it is, "
+            "`publish --replace` redefines it"
+        )
+
+
 def resolve(
     conn: psycopg.Connection,
     spec: ReleaseSpec,
     *,
     replace: bool = False,
     revoke: Sequence[str] = (),
+    regroup: bool = False,
 ) -> Resolved:
     """Check the spec against the live database; raise DbanonError naming what is wrong."""
     catalog.require_catalog(conn)
     if not spec.name.strip():
         raise DbanonError("a release needs a name")
     existing = _release_row(conn, spec.name)
-    if existing and not replace:
-        raise DbanonError(
-            f"release {spec.name!r} exists: `dbanon refresh {spec.name}` rebuilds it as it is, "
-            "`publish --replace` redefines it"
-        )
+    if not replace:
+        _refuse_existing(conn, spec.name)
     method = methods.get(spec.method)
     options = _resolve_options(spec, method)
     models = _resolve_models(spec, method)
@@ -350,6 +372,16 @@ def resolve(
     key = catalog.require_columns(cols, source, [spec.key])[0]
     qi = catalog.require_columns(cols, source, spec.qi)
     sensitive = catalog.require_columns(cols, source, spec.sensitive)
+    changed = [
+        f"{c.name!r} was {spec.columns[c.name]}, is {c.type} now"
+        for c in [key, *qi, *sensitive]
+        if c.name in spec.columns and spec.columns[c.name] != c.type
+    ]
+    if changed:
+        raise DbanonError(
+            f"columns of {source} changed type since release {spec.name!r} was published: "
+            f"{'; '.join(changed)}; publish --replace to redefine the release"
+        )
     rows = _check_rows(conn, source, key, qi)
     ks = [m.k for m in models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
     if ks and max(ks) > rows:
@@ -363,6 +395,11 @@ def resolve(
 
     schema, name = catalog.parse_target(spec.target or f"{DEFAULT_SCHEMA}.{spec.name}")
     schema = schema or DEFAULT_SCHEMA
+    if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
+        raise DbanonError(
+            f"a release cannot go to schema {schema!r}: consumers are granted USAGE on the "
+            "release schema; choose a schema of its own"
+        )
     if schema == source.schema:
         raise DbanonError(
             f"the release must go to its own schema, not the source's ({schema!r}): "
@@ -392,7 +429,10 @@ def resolve(
     }
     r = Resolved(
         spec, method, source, key, qi, sensitive, hierarchies, models, options, schema, name,
-        objects, previous, grants, changes, rows, seed,
+        objects, previous, grants, changes, rows, seed, regroup,
+        existing[0] if existing else None,
+        bool(existing) and (existing[1].get("source"), existing[1].get("key"))
+        != (spec.source, spec.key),
     )  # fmt: skip
     method.validate(conn, r)
     return r
@@ -435,11 +475,47 @@ def publish(
     *,
     replace: bool = False,
     revoke: Sequence[str] = (),
+    wait: float = 0.0,
+    regroup: bool = False,
+    allow_composition: bool = False,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
 
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
-    the roles it was granted to keep reading it unless named in `revoke`."""
+    the roles it was granted to keep reading it unless named in `revoke`. One run at a time per
+    release: another run's lock is waited for up to `wait` seconds, then runs.Busy."""
+    catalog.require_catalog(conn)
+    if not replace:
+        _refuse_existing(conn, spec.name)  # before any run is logged against that release
+    conn.rollback()
+    runs.lock_release(conn, spec.name, wait)
+    try:
+        run_id = runs.start(conn, spec.name)
+        try:
+            return _publish(
+                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition
+            )
+        except BaseException as e:
+            conn.rollback()
+            runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                      first_line(e))  # fmt: skip
+            raise
+    finally:
+        runs.unlock_release(conn, spec.name)
+
+
+def _publish(
+    conn: psycopg.Connection,
+    spec: ReleaseSpec,
+    progress: Progress | None,
+    replace: bool,
+    revoke: Sequence[str],
+    run_id: int | None,
+    regroup: bool,
+    allow_composition: bool,
+) -> PublishResult:
+    """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
+    and the source fingerprint all come from one snapshot of the source."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -450,13 +526,16 @@ def publish(
         timings[name] = round(now - mark[0], 4)
         mark[0] = now
 
+    isolation = conn.isolation_level
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
-        r = resolve(conn, spec, replace=replace, revoke=revoke)
+        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup)
+        if r.new_source and r.release_id is not None:
+            composition.forget(conn, r.release_id)
         lap("validate")
-        conn.execute(
-            sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(r.target_schema))
-        )
+        if not _schema_exists(conn, r.target_schema):
+            _create_schema(conn, r.target_schema)
         ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
         metrics = r.method.build(conn, r, ctx)
         built = ctx.built
@@ -469,16 +548,26 @@ def publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
-        swap(conn, r, built)
+        composed = compose(conn, r, allow_composition)
+        say("swapping the release in")
+        waited = swap_patiently(conn, r, built)
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, "seconds": seconds}
+        if waited:
+            metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
-        record(conn, r, metrics, timings, fingerprint(conn, r.source))
+        if composed is not None:
+            metrics["composition"] = composed.as_dict()
+        say("recording the run")
+        release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
+        keep_map(conn, r, release_id)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
+    finally:
+        conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
         table=f"{r.target_schema}.{r.objects[0]}",
@@ -491,6 +580,72 @@ def publish(
         timings=timings,
         objects=[f"{r.target_schema}.{o}" for o in r.objects],
         grants=r.grant_changes,
+    )
+
+
+class Refused(DbanonError):
+    """The run would let a consumer who keeps earlier releases break the promise: exit 4."""
+
+    exit_code = 4
+
+
+def compose(
+    conn: psycopg.Connection, r: Resolved, allow: bool
+) -> composition.Composition | None:
+    """Measure what intersecting this release with the earlier ones leaves a persisting row;
+    refuse the run when that breaks the promised k or l (p), unless allowed."""
+    stage = r.method.group_map(r)
+    if stage is None or r.release_id is None:
+        return None
+    sens = r.sensitive[0] if r.sensitive else None
+    needed = composition.values_needed(r.models)
+    found = composition.measure(
+        conn, r.release_id, r.source, r.key, sens, stage, r.k or 1, needed
+    )
+    if found is None or allow or not (found.rows_below_k or found.rows_below_l):
+        return found
+    problems = []
+    if found.rows_below_k:
+        problems.append(
+            f"{found.rows_below_k} of {found.persisting} persisting rows to fewer than k={r.k} "
+            f"plausible rows (as few as {found.min_plausible_rows})"
+        )
+    if found.rows_below_l:
+        problems.append(
+            f"{found.rows_below_l} persisting rows to fewer than {needed} plausible sensitive "
+            f"values (as few as {found.min_plausible_values})"
+        )
+    raise Refused(
+        f"release {r.spec.name!r}: a consumer who keeps the earlier releases could narrow "
+        f"{' and '.join(problems)}; the previous release is kept (refresh with the "
+        "persist policy, or --allow-composition to publish anyway)"
+    )
+
+
+def keep_map(conn: psycopg.Connection, r: Resolved, release_id: int) -> None:
+    """Store this run's private row-to-group map (or drop a stale one)."""
+    stage = r.method.group_map(r)
+    if stage is None:
+        composition.forget(conn, release_id)
+    else:
+        sens = r.sensitive[0] if r.sensitive else None
+        composition.store(conn, release_id, r.source, r.key, sens, stage)
+
+
+def _create_schema(conn: psycopg.Connection, schema: str) -> None:
+    """CREATE SCHEMA, where another run may be creating it too: the second waits for the first
+    (a schema lock), and a schema that appeared meanwhile is taken as it is (a savepoint)."""
+    runs.lock_schema(conn, schema)
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+    except psycopg.errors.UniqueViolation:
+        pass  # created by a run that committed after this one's snapshot
+
+
+def _schema_exists(conn: psycopg.Connection, schema: str) -> bool:
+    return bool(
+        conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [schema]).fetchone()
     )
 
 
@@ -508,6 +663,35 @@ def _drop(conn: psycopg.Connection, schema: str, name: str) -> None:
     if rel is not None:
         kind = "VIEW" if rel.kind == "v" else "TABLE"
         conn.execute(sql.SQL("DROP {} {}").format(sql.SQL(kind), rel.ident))
+
+
+SWAP_LOCK_TIMEOUT = "2s"  # per attempt: how long new readers may queue behind the swap
+SWAP_PATIENCE = 120.0  # seconds of attempts before the run gives up, the previous release kept
+
+
+def swap_patiently(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> float:
+    """`swap` under a short lock_timeout, retried with backoff; returns the seconds waited.
+
+    A DROP of the previous release waits for every consumer transaction reading it, and while it
+    waits every new reader queues behind it: with a short timeout readers stall for at most that
+    long per attempt, and the swap tries again once the long reader is gone."""
+    started, delay = time.monotonic(), 0.1
+    while True:
+        try:
+            with conn.transaction():  # a savepoint: a timed-out attempt is undone alone
+                old = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", [SWAP_LOCK_TIMEOUT])
+                swap(conn, r, built)
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
+            return round(time.monotonic() - started, 3) if delay > 0.1 else 0.0
+        except psycopg.errors.LockNotAvailable:
+            if time.monotonic() - started > SWAP_PATIENCE:
+                raise DbanonError(
+                    f"the swap of release {r.spec.name!r} waited {SWAP_PATIENCE:.0f} s for "
+                    "readers of its previous relations; the previous release is unchanged"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
@@ -533,6 +717,8 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(r.ident(b.name), sql.Identifier(role))
             )
+    if r.grants:
+        runs.lock_schema(conn, r.target_schema)  # concurrent GRANTs on one schema collide
     for role in r.grants:
         conn.execute(
             sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
@@ -547,8 +733,13 @@ def record(
     metrics: dict[str, Any],
     timings: dict[str, float],
     source_fingerprint: str,
-) -> None:
-    spec = ReleaseSpec(**{**asdict(r.spec), "options": r.options, "grants": r.grants})
+    run_id: int | None = None,
+) -> int:
+    """The spec as run (options and grants resolved, column types as found) and the run."""
+    types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
+    spec = ReleaseSpec(
+        **{**asdict(r.spec), "options": r.options, "grants": r.grants, "columns": types}
+    )
     release_id = conn.execute(
         """INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects)
            VALUES (%s, %s::jsonb, %s, %s, %s)
@@ -558,32 +749,11 @@ def record(
            RETURNING id""",
         [r.spec.name, spec.to_json(), r.target_schema, r.target_name, r.objects],
     ).fetchone()[0]
-    conn.execute(
-        """INSERT INTO dbanon.run (release_id, status, started_at, finished_at, source_rows,
-               released_rows, metrics, timings, source_fingerprint)
-           VALUES (%s, 'succeeded', now(), clock_timestamp(), %s, %s, %s::jsonb, %s::jsonb, %s)""",
-        [
-            release_id,
-            r.rows,
-            metrics["rows"],
-            json.dumps(metrics, default=str),
-            json.dumps(timings),
-            source_fingerprint,
-        ],
-    )
-
-
-def record_failure(conn: psycopg.Connection, name: str, error: str) -> None:
-    """Log a failed run of an existing release (a refresh that did not pass), in its own
-    transaction; a release that never succeeded leaves no trace."""
-    row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [name]).fetchone()
-    if row:
-        conn.execute(
-            "INSERT INTO dbanon.run (release_id, status, finished_at, error) "
-            "VALUES (%s, 'failed', clock_timestamp(), %s)",
-            [row[0], error],
-        )
-    conn.commit()
+    runs.finish(
+        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
+        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
+    )  # fmt: skip
+    return release_id
 
 
 def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
@@ -594,15 +764,22 @@ def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
     return ReleaseSpec.from_dict(row[0])
 
 
-def refresh(conn: psycopg.Connection, name: str, progress: Progress | None = None) -> PublishResult:
+def refresh(
+    conn: psycopg.Connection,
+    name: str,
+    progress: Progress | None = None,
+    *,
+    wait: float = 0.0,
+    regroup: bool = False,
+    allow_composition: bool = False,
+) -> PublishResult:
     """Rebuild a release from its stored spec against the source as it is now."""
     spec = load_spec(conn, name)
-    try:
-        return publish(conn, spec, progress, replace=True)
-    except (DbanonError, HierarchyError, psycopg.Error) as e:
-        conn.rollback()
-        record_failure(conn, name, str(e))
-        raise
+    conn.rollback()
+    return publish(
+        conn, spec, progress, replace=True, wait=wait, regroup=regroup,
+        allow_composition=allow_composition,
+    )  # fmt: skip
 
 
 # --- the catalog of releases --------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Mutation testing of the privacy gate and the checks: would the tests catch a broken one?
 
 Run it from the repository root with the project's virtualenv, when no other test run of yours
-is going (it runs one pytest session per mutant: 27 mutants, about 5-8 minutes on 2 cores):
+is going (it runs one pytest session per mutant: 31 mutants, about 5-8 minutes on 2 cores):
 
     .venv/bin/python tests/mutants.py            # one line per mutant: killed or SURVIVED
     .venv/bin/python tests/mutants.py --json     # {"mutants": N, "survived": [names], ...}
@@ -10,8 +10,8 @@ is going (it runs one pytest session per mutant: 27 mutants, about 5-8 minutes o
 
 Each mutant is a one-line change of dbanon's code or SQL: the gate (verify only the first
 promised model; skip verification for each registered method; a method's checks that leave a
-promise out), and the checks of k, l (each kind), t (both grounds), alpha, p and the SQL
-functions lca() and k_anonymity(). They are applied one at a time in a scratch copy of the tree
+promise out), and the checks of k, l (each kind), t (both grounds), alpha, p, theta and the
+SQL functions lca() and k_anonymity(). They are applied one at a time in a scratch copy of the tree
 (a temporary directory; .venv and .git are not copied, and the working tree is never written),
 where the relevant tests run against the embedded server only (`-k "not pg15"`), stopping at the
 first failure (hypothesis derandomised and without shrinking: one failing example suffices).
@@ -126,10 +126,11 @@ def check_mutants() -> list[Mutant]:
     k = "dbanon/models/kanonymity.py"
     ld = "dbanon/models/ldiversity.py"
     tc = "dbanon/models/tcloseness.py"
+    th = "dbanon/models/thetak.py"
     models = tuple(MODELS)
     return [
-        Mutant("k-threshold", k, 'failing=sql.SQL("n < {}").format(k)',
-               'failing=sql.SQL("n < {} - 1").format(k)', (*GATE, *models)),
+        Mutant("k-threshold", k, 'failing=sql.SQL("n < {}")', 'failing=sql.SQL("n < {} - 1")',
+               (*GATE, *models)),
         Mutant("k-ignores-weights", k, 'per_class={"n": target.rows}',
                'per_class={"n": sql.SQL("count(*)")}', models),
         Mutant("k-sql-function", "sql/k_anonymity.sql", "min_class_size >= k,",
@@ -142,10 +143,9 @@ def check_mutants() -> list[Mutant]:
                (*GATE, *models)),
         Mutant("l-frequency", ld, "sql.Literal(1 / self.l + TOLERANCE)",
                "sql.Literal(1 / self.l + 0.1)", (*GATE, *models)),
-        Mutant("t-threshold", tc, "t=sql.Literal(self.t + TOLERANCE)",
-               "t=sql.Literal(self.t * 1.5 + TOLERANCE)", (*GATE, *models)),
-        Mutant("t-equal-emd", tc, 'emd = sql.SQL("0.5 * (1 + sum(term))")',
-               'emd = sql.SQL("0.4 * (1 + sum(term))")', models),
+        Mutant("t-threshold", tc, "sql.Literal(self.t + TOLERANCE)",
+               "sql.Literal(self.t * 1.5 + TOLERANCE)", (*GATE, *models)),
+        Mutant("t-equal-emd", tc, '"0.5 * (1 + sum(term))"', '"0.4 * (1 + sum(term))"', models),
         Mutant("t-ordered-divisor", tc, "sum(term)) / ({m} - 1) ELSE", "sum(term)) / ({m}) ELSE",
                models),
         Mutant("t-ordered-prefix-index", tc, "+ 2 * {gg}[e0 + 1]", "+ 2 * {gg}[e0]", models),
@@ -161,6 +161,12 @@ def check_mutants() -> list[Mutant]:
                (*GATE, *models)),
         Mutant("p-k", k, '"(n < {k} OR d < {p})"', '"(n < {k} - 1 OR d < {p})"',
                (*GATE, *models)),
+        Mutant("theta-categories", th, '"(n < {k} OR good < {theta})"',
+               '"(n < {k} OR good < {theta} - 1)"', (*GATE, "tests/test_thetak.py")),
+        Mutant("theta-need", th, "FILTER (WHERE d >= need)", "FILTER (WHERE d >= need - 1)",
+               (*GATE, "tests/test_thetak.py")),
+        Mutant("theta-k", th, '"(n < {k} OR good < {theta})"', '"(n < {k} - 1 OR good < {theta})"',
+               (*GATE, "tests/test_thetak.py")),
         Mutant("lca-any-level", "sql/hierarchy.sql", "HAVING count(DISTINCT m.label) = 1",
                "HAVING count(DISTINCT m.label) >= 1", ("tests/test_catalog.py",)),
         Mutant("lca-highest-level", "sql/hierarchy.sql", "    ORDER BY m.level\n",

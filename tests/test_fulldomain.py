@@ -13,9 +13,10 @@ import math
 import random
 from collections import Counter
 from collections.abc import Sequence
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -31,6 +32,7 @@ from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import DistinctLDiversity, KAnonymity, PrivacyModel
 from dbanon.setlogic.fulldomain import (
+    CalendarHierarchy,
     FullDomainResult,
     IntervalHierarchy,
     _widths,
@@ -83,11 +85,46 @@ def qi_columns(conn: psycopg.Connection, names: Sequence[str]) -> list[Column]:
 
 
 def as_number(value: Any) -> Decimal:
+    """Days since 1970-01-01 of a date, epoch seconds of a timestamp, a number as it is."""
+    if isinstance(value, datetime):
+        utc = ZoneInfo("UTC") if value.tzinfo else None
+        since = value - datetime(1970, 1, 1, tzinfo=utc)
+        return Decimal(since.days * 86400 + since.seconds) + Decimal(since.microseconds) / 10**6
     return Decimal((value - EPOCH).days) if isinstance(value, date) else Decimal(value)
 
 
-def generalise(h: Hierarchy | IntervalHierarchy | None, value: Any, level: int) -> Any:
-    """The released value, in the form psycopg returns it."""
+def calendar_period(h: CalendarHierarchy, value: Any, level: int) -> tuple[datetime, datetime]:
+    """[start, end) of the calendar period of a date or timestamp, as local timestamps."""
+    if isinstance(value, datetime) and value.tzinfo is not None:
+        value = value.astimezone(ZoneInfo(h.zone)).replace(tzinfo=None)
+    elif not isinstance(value, datetime):
+        value = datetime(value.year, value.month, value.day)
+    unit = h.units[level - 1]
+    if unit == "day":
+        start = datetime(value.year, value.month, value.day)
+        return start, start + timedelta(days=1)
+    months = {"month": 1, "quarter": 3, "year": 12, "decade": 120}[unit]
+    index = (value.year * 12 + value.month - 1) // months * months
+    end = index + months
+    return datetime(index // 12, index % 12 + 1, 1), datetime(end // 12, end % 12 + 1, 1)
+
+
+def generalise(h: Any, value: Any, level: int) -> Any:
+    """The released value, in the form psycopg returns it (typed ranges)."""
+    if isinstance(h, CalendarHierarchy):
+        if level == h.height:
+            return Range(None, None, "()")
+        if level == 0:
+            if h.base == "date":
+                return Range(value, value + timedelta(days=1), "[)")
+            return Range(value, value, "[]")
+        start, end = calendar_period(h, value, level)
+        if h.base == "date":
+            return Range(start.date(), end.date(), "[)")
+        if value.tzinfo is not None:
+            zone = ZoneInfo(h.zone)
+            start, end = start.replace(tzinfo=zone), end.replace(tzinfo=zone)
+        return Range(start, end, "[)")
     if isinstance(h, IntervalHierarchy):
         if level == h.height:
             return Range(None, None, "()")
@@ -108,18 +145,19 @@ def generalise(h: Hierarchy | IntervalHierarchy | None, value: Any, level: int) 
     return h.generalize(str(value), level)
 
 
-def ncp(h: Hierarchy | IntervalHierarchy | None, value: Any, level: int) -> float:
+def ncp(h: Any, value: Any, level: int) -> float:
     top = 1 if h is None else h.height
     if level == 0:
         return 0.0
     if level == top:
         return 1.0
-    if isinstance(h, IntervalHierarchy):
+    if isinstance(h, IntervalHierarchy | CalendarHierarchy):
         if h.high == h.low:
             return 0.0
         released = generalise(h, value, level)
         lo, hi = as_number(released.lower), as_number(released.upper)
-        last = hi - (1 if h.base != "numeric" else 0)  # whole units: [lo, hi) ends at hi - 1
+        whole = h.base in ("integer", "date")  # whole units: [lo, hi) ends at hi - 1
+        last = hi - (1 if whole else 0)
         return float((min(last, h.high) - max(lo, h.low)) / (h.high - h.low))
     assert isinstance(h, Hierarchy)
     label = h.generalize(str(value), level)
@@ -129,7 +167,7 @@ def ncp(h: Hierarchy | IntervalHierarchy | None, value: Any, level: int) -> floa
 
 def exhaustive(
     rows: Sequence[Sequence[Any]],
-    hs: Sequence[Hierarchy | IntervalHierarchy | None],
+    hs: Sequence[Any],
     k: int,
     budget: int,
     sensitive: Sequence[Any] | None = None,
@@ -218,7 +256,13 @@ def check_optimal(
     assert result.nodes_checked <= result.nodes
 
     query = release_select(
-        SRC, cols, result.hierarchies, result.levels, [sensitive] if sensitive else [], k
+        SRC,
+        cols,
+        result.hierarchies,
+        result.levels,
+        [sensitive] if sensitive else [],
+        models or [KAnonymity(k)],  # at the optimum, nothing beyond the small classes goes
+        ranges="typed",
     )
     sizes = released_classes(conn, query, qi)
     assert min(sizes, default=k) >= k
@@ -266,7 +310,7 @@ def test_suppression_limit_is_respected(conn: psycopg.Connection) -> None:
         budget = math.floor(max_suppression * len(rows))
         result = search(conn, SRC, cols, {ZIP: ZIP_H}, [KAnonymity(4)], None, max_suppression)
         assert result.suppressed <= budget
-        query = release_select(SRC, cols, result.hierarchies, result.levels, [DX], 4)
+        query = release_select(SRC, cols, result.hierarchies, result.levels, [DX], [KAnonymity(4)])
         sizes = released_classes(conn, query, [AGE, ZIP, SEX])
         assert min(sizes) >= 4 and sum(sizes) == len(rows) - result.suppressed
         losses.append(result.loss)
@@ -311,7 +355,8 @@ def test_pruning_never_skips_the_optimum(
 
 
 def test_numeric_and_date_intervals(conn: psycopg.Connection) -> None:
-    """Interval hierarchies of integer, numeric and date QIs, searched and released."""
+    """Interval hierarchies of integer and numeric QIs, a date's calendar, searched and
+    released."""
     rng = random.Random(3)
     columns = [
         ("ID", "integer"),
@@ -334,12 +379,16 @@ def test_numeric_and_date_intervals(conn: psycopg.Connection) -> None:
     cols = qi_columns(conn, qi)
     result = search(conn, SRC, cols, {}, [KAnonymity(3)], max_suppression=0.1)
     hs = [result.hierarchies[c] for c in qi]
-    assert [h.base for h in hs] == ["numeric", "date", "integer"]
+    assert [(type(h), h.base) for h in hs] == [
+        (IntervalHierarchy, "numeric"), (CalendarHierarchy, "date"), (IntervalHierarchy, "integer")
+    ]  # fmt: skip
     best, argbest, suppressed = exhaustive([r[1:] for r in rows], hs, 3, 15)
     node = tuple(result.levels[c] for c in qi)
     assert node in argbest and result.loss == pytest.approx(best, abs=1e-9)
     assert result.suppressed == suppressed[node]
-    query = release_select(SRC, cols, result.hierarchies, result.levels, [], 3)
+    query = release_select(
+        SRC, cols, result.hierarchies, result.levels, [], [KAnonymity(3)], ranges="typed"
+    )
     got = Counter(tuple(r) for r in conn.execute(query))
     expected = Counter(
         tuple(generalise(h, v, lv) for h, v, lv in zip(hs, r[1:], node, strict=True)) for r in rows
@@ -356,11 +405,16 @@ def test_interval_widths_nest_and_cover_the_range(base: str, low: Any, high: Any
     widths = _widths(base, low, high, 4)
     assert widths, "a range this wide gets interval levels"
     for a, b in itertools.pairwise(widths):
-        assert b == 2 * a  # powers of two aligned at 0: each interval lies in one of the next
-    # The widest is the smallest power of two >= half the span: at most three intervals.
-    assert widths[-1] * 2 >= high - low > widths[-1]
-    assert math.log2(widths[0]) == int(math.log2(widths[0]))
-    if base != "numeric":
+        assert b > a and b % a == 0  # aligned at 0: each interval lies in one of the next
+    for w in widths:  # round: 1 or 5 times a power of ten
+        assert w.normalize().as_tuple().digits in ((1,), (5,))
+    # The narrowest round width >= a fifth of the span: 2 to 6 intervals at the top level.
+    top = next(w for w in widths if w >= (high - low) / 5)
+    below = top / (2 if top.normalize().as_tuple().digits == (1,) else 5)  # the chain's previous
+    assert below < (high - low) / 5
+    if base == "numeric":
+        assert top == widths[-1] and len(widths) == 4
+    else:
         assert all(w >= 2 and w == int(w) for w in widths)
     assert _widths(base, low, low, 4) == ()
 
@@ -382,7 +436,9 @@ def test_interval_values_contain_the_value(conn: psycopg.Connection) -> None:
         conn.execute("INSERT INTO s.t VALUES (%s, %s, %s)", row)
         for level in range(3):
             levels = {c: min(level, hs[c].height) for c in hs}
-            got = conn.execute(release_select(rel, cols, hs, levels, [], 1)).fetchone()
+            got = conn.execute(
+                release_select(rel, cols, hs, levels, [], [KAnonymity(1)], ranges="typed")
+            ).fetchone()
             for value, released, c in zip(row, got, hs, strict=True):
                 assert value in released, (c, level)
                 lv = levels[c]
@@ -405,7 +461,8 @@ def test_view_stays_k_anonymous_as_the_source_changes(conn: psycopg.Connection) 
     conn.execute('CREATE SCHEMA "Rel ease"')
     conn.execute(
         sql.SQL("CREATE VIEW {} AS {}").format(
-            release, release_select(SRC, cols, result.hierarchies, result.levels, [DX], k)
+            release,
+            release_select(SRC, cols, result.hierarchies, result.levels, [DX], [KAnonymity(k)]),
         )
     )
     cols_out = [
@@ -499,7 +556,7 @@ def test_bad_input_names_the_culprit_and_leaves_no_tables(
     with pytest.raises(DbanonError, match="max_suppression"):
         search(conn, SRC, cols, hs, [KAnonymity(2)], max_suppression=1.5)
     with pytest.raises(DbanonError, match="needs its interval hierarchy"):
-        release_select(SRC, cols, hs, {AGE: 1, ZIP: 0, SEX: 0}, [], 2)
+        release_select(SRC, cols, hs, {AGE: 1, ZIP: 0, SEX: 0}, [], [KAnonymity(2)])
     # In the caller's transaction: nothing committed, temp tables gone, transaction usable.
     with psycopg.connect(dsn) as tx:
         tx.execute("CREATE TABLE uncommitted (x int)")
@@ -524,6 +581,6 @@ def test_interval_hierarchy_from_the_live_table(conn: psycopg.Connection) -> Non
     setup(conn, [(i, 17 + i % 74, "10115", "F", "flu") for i in range(100)])
     h = interval_hierarchy(conn, SRC, qi_columns(conn, [AGE])[0])
     assert (h.low, h.high, h.base) == (17, 90, "integer")
-    assert h.widths == (8, 16, 32, 64)
+    assert h.widths == (5, 10, 50, 100)
     with pytest.raises(DbanonError, match="is not numeric or date"):
         interval_hierarchy(conn, SRC, qi_columns(conn, [SEX])[0])

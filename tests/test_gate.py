@@ -50,8 +50,11 @@ class Case:
     obj: int = 0
     qi: tuple[str, ...] | None = None
     count: str | None = None
+    sensitive: str = "dx"  # the sensitive column when the method promises everything at once
 
 
+THETA_K = ("--k", "4", "--theta", "2", "--sensitive", "severity", "--category-width", "3",
+           "--seed", "3")  # fmt: skip
 CASES: dict[str, Case] = {
     "kmember": Case(
         {
@@ -97,6 +100,9 @@ CASES: dict[str, Case] = {
         obj=1,
         qi=("group_id",),
         count="count",
+    ),
+    "thetak": Case(
+        dict.fromkeys(("k-anonymity", "theta-k-anonymity"), [THETA_K]), sensitive="severity"
     ),
 }
 
@@ -164,12 +170,14 @@ def verify_release(
 def corrupt(
     conn: psycopg.Connection, relation: sql.Composable, qi: Sequence[str], sensitive: str | None,
     count: str | None, models: list[dict[str, Any]], target: str,
-) -> str:  # fmt: skip
+) -> tuple[str, list[str]]:  # fmt: skip
     """Change the built relation so that the model of kind `target` breaks, just, and every
     other promised model still holds, by the verifier: for k, rows of one class deleted down to
     k-1; else, in one class, the rarest sensitive value made another one, then the next rarest,
     until the model breaks (so at its boundary: l-1 distinct values, a share just above alpha,
-    ...; a check off by a little lets it through). Returns what was done."""
+    ...; a check off by a little lets it through). Where another promised model implies the
+    goal ((theta,k) is k-anonymous too), breaking the goal alone is impossible: then it breaks
+    with them. Returns what was done and the names (spec kinds) of the models it broke."""
     goal = next(m for m in models if m["name"] == target)
     others = [m for m in models if m is not goal]
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in qi)
@@ -183,8 +191,29 @@ def corrupt(
     before = verify.fetch(conn, relation, qi, sensitive, count)
     assert verify.holds(before, goal), "the real build already breaks the model"
 
-    def breaks_only_the_goal(trial: verify.Classes) -> bool:
-        return not verify.holds(trial, goal) and all(verify.holds(trial, m) for m in others)
+    for alone in (True, False):
+        found = _corrupt(conn, relation, s, count, members, before, goal, others, alone)
+        if found:
+            return found
+    raise AssertionError(f"no change of one class breaks {goal} among {models}")
+
+
+def _corrupt(
+    conn: psycopg.Connection, relation: sql.Composable, s: sql.Composable, count: str | None,
+    members: dict[tuple, list[tuple[str, Any, int]]], before: verify.Classes,
+    goal: dict[str, Any], others: list[dict[str, Any]], alone: bool,
+) -> tuple[str, list[str]] | None:  # fmt: skip
+    """The first change of one class (see corrupt) that breaks the goal, and `alone` no other
+    model; None if there is none."""
+    target = goal["name"]
+
+    def breaks_the_goal(trial: verify.Classes) -> bool:
+        return not verify.holds(trial, goal) and (
+            not alone or all(verify.holds(trial, m) for m in others)
+        )
+
+    def broken(trial: verify.Classes) -> list[str]:
+        return [m["name"] for m in [goal, *others] if not verify.holds(trial, m)]
 
     for key in sorted(members, key=lambda k_: (len(members[k_]), repr(k_))):
         rows = members[key]
@@ -192,12 +221,12 @@ def corrupt(
             assert count is None, "a weighted relation promising k: teach corrupt() to shrink it"
             kept = rows[: goal["k"] - 1]
             trial = before.replaced(key, Counter(v for _, v, _ in kept))
-            if breaks_only_the_goal(trial):
+            if breaks_the_goal(trial):
                 conn.execute(
                     sql.SQL("DELETE FROM {} WHERE ctid = ANY(%s::tid[])").format(relation),
                     [[c for c, _, _ in rows[len(kept) :]]],
                 )
-                return f"class {key} cut to {len(kept)} rows"
+                return f"class {key} cut to {len(kept)} rows", broken(trial)
             continue
         weight = {c: n for c, _, n in rows}
         in_class = Counter({v: 0 for v in before.domain})
@@ -215,7 +244,8 @@ def corrupt(
                 rarest = min(rest, key=lambda v: (counts[v], repr(v)))
                 current = {c: into if v == rarest else v for c, v in current.items()}
                 counts[into] += counts.pop(rarest)
-                if breaks_only_the_goal(before.replaced(key, counts)):
+                trial = before.replaced(key, counts)
+                if breaks_the_goal(trial):
                     moved = [c for c, v, _ in rows if current[c] != v]
                     conn.execute(
                         sql.SQL("UPDATE {} SET {} = %s WHERE ctid = ANY(%s::tid[])").format(
@@ -223,8 +253,9 @@ def corrupt(
                         ),
                         [into, moved],
                     )
-                    return f"class {key}: {len(moved)} of its {len(rows)} rows made {into!r}"
-    raise AssertionError(f"no change of one class breaks only {goal} among {models}")
+                    what = f"class {key}: {len(moved)} of its {len(rows)} rows made {into!r}"
+                    return what, broken(trial)
+    return None
 
 
 # --- the tests ---------------------------------------------------------------------------------
@@ -257,7 +288,7 @@ def test_a_build_breaking_a_promise_is_refused(
 
     cls = type(methods()[method])
     real_build = cls.build
-    done: list[str] = []
+    done: list[tuple[str, list[str]]] = []
 
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
@@ -279,10 +310,24 @@ def test_a_build_breaking_a_promise_is_refused(
     monkeypatch.setattr(cls, "build", corrupting_build)
     result = cli(dsn, *publish_args(method, "gate", args), "--replace")
     assert done, "the build was not called"
-    name = from_spec(next(m for m in promised if m["name"] == kind)).name
-    assert result.exit_code == 2, (done, result.stdout, result.stderr)
-    assert f"failed its check of {name}" in result.stderr, (done, result.stderr)
-    assert snapshot(conn) == before
+    what, broken = done[0]
+    names = [from_spec(m).name for m in promised if m["name"] in broken]
+    assert result.exit_code == 2, (what, result.stdout, result.stderr)
+    assert any(f"failed its check of {n}" in result.stderr for n in names), (what, result.stderr)
+    if broken != [kind]:  # the goal cannot break alone: a model that implies it broke too
+        assert kind == "k-anonymity", broken
+        assert all(b == kind or b.endswith("-k-anonymity") for b in broken), broken
+    # Nothing changed but the run trail, which logs the refused run.
+    after = snapshot(conn)
+    runs = "dbanon.run"
+    assert {k: v for k, v in after["relations"].items() if k != runs} == {
+        k: v for k, v in before["relations"].items() if k != runs
+    }
+    assert {k: v for k, v in after.items() if k != "relations"} == {
+        k: v for k, v in before.items() if k != "relations"
+    }
+    last = conn.execute("SELECT status, error FROM dbanon.run ORDER BY id DESC LIMIT 1").fetchone()
+    assert last[0] == "failed" and "failed its check of" in last[1], last
 
 
 # --- the checks a method names cover every promise ----------------------------------------------
@@ -294,7 +339,8 @@ def spec_models(method: str, args: Sequence[str]) -> list[dict[str, Any]]:
     flags = {"--k": ("k", int), "--l": ("l", float), "--l-kind": ("l_kind", str),
              "--c": ("c", float), "--t": ("t", float), "--t-ground": ("t_ground", str),
              "--alpha": ("alpha", float), "--alpha-value": ("alpha_value", str),
-             "--p": ("p", int)}  # fmt: skip
+             "--p": ("p", int), "--theta": ("theta", int),
+             "--category-width": ("category_width", float)}  # fmt: skip
     options: dict[str, Any] = {}
     for flag, value in zip(args[::2], args[1::2], strict=True):
         if flag in flags:
@@ -320,7 +366,7 @@ def test_checks_name_every_promised_model(
     kinds = {x["name"] for x in models}
     assert set(m.promises) <= kinds, (kinds, m.promises)
     spec = ReleaseSpec(
-        name="all", source="h.ward", key="id", qi=QI, sensitive=["dx"], method=method,
+        name="all", source="h.ward", key="id", qi=QI, sensitive=[case.sensitive], method=method,
         models=models,
     )  # fmt: skip
     r = resolve(conn, spec)

@@ -14,7 +14,11 @@ exact fractions where it does arithmetic (entropy, a logarithm, within 1e-9):
   ground (half the L1 distance) or ordered ground (cumulative differences over the m distinct
   values in order, divided by m - 1);
 - (alpha,k)-anonymity: k-anonymous and no value (or the one named value) above share alpha;
-- (p,k)-anonymity: k-anonymous and at least p distinct values per class.
+- (p,k)-anonymity: k-anonymous and at least p distinct values per class;
+- (theta,k)-anonymity: k-anonymous and at least theta categories c each showing
+  min(floor(k/theta), V_c) distinct values in the class, V_c the distinct values of category c
+  in the whole relation; a value's category is floor(value / width) (`width`), or what the
+  model's `categories` mapping (value -> category, from the hierarchy file) says.
 
 Models are named as a release spec stores them (`{"name": "k-anonymity", "k": 5}`), so a test
 can pass a release's own promise list. NULL is a value of its own, as in dbanon.
@@ -175,6 +179,8 @@ def _class_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter], b
         )
     if name == "p-k-anonymity":
         return lambda c: sum(c.values()) >= model["k"] and len(c) >= model["p"]
+    if name == "theta-k-anonymity":
+        return _theta_k_rule(model, cls)
     if name == "t-closeness":
         ground = model.get("ground", "auto")
         ordered = ground == "ordered" or (ground == "auto" and is_numeric(cls.domain))
@@ -182,6 +188,34 @@ def _class_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter], b
         limit = Fraction(model["t"]) + EPS
         return lambda c: emd(c, whole, ordered, cls.domain) <= limit
     raise AssertionError(f"the verifier does not know model {name!r}: add its definition")
+
+
+def _theta_k_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter], bool]:
+    if model.get("width") is not None:
+        width = float(model["width"])
+
+        def category(v: Any) -> Any:
+            return math.floor(float(v) / width)
+    else:
+        mapping = model.get("categories")
+        assert mapping is not None, "give the verifier the (theta,k) categories of the values"
+
+        def category(v: Any) -> Any:
+            return mapping[str(v)]
+
+    def distinct_per_category(values: Iterable[Any]) -> Counter:
+        return Counter(category(v) for v in set(values))
+
+    theta, k = model["theta"], model["k"]
+    in_relation = distinct_per_category(cls.overall)
+    need = {c: min(k // theta, n) for c, n in in_relation.items()}
+
+    def rule(c: Counter) -> bool:
+        shown = distinct_per_category(v for v, n in c.items() if n > 0)
+        good = sum(1 for cat, n in shown.items() if n >= need[cat])
+        return sum(c.values()) >= k and good >= theta
+
+    return rule
 
 
 def failing(cls: Classes, model: Mapping[str, Any]) -> list[Key]:

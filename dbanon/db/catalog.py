@@ -250,11 +250,16 @@ def list_hierarchies(conn: psycopg.Connection) -> list[dict[str, object]]:
 
 
 def hierarchy_users(conn: psycopg.Connection, name: str) -> list[str]:
-    """The releases whose spec names hierarchy `name` for one of their columns."""
+    """The releases whose spec names hierarchy `name` for one of their columns, or as a
+    parameter of a promised model (the sensitive hierarchy of (θ,k)-anonymity)."""
     rows = conn.execute(
-        """SELECT r.name FROM dbanon.release r, jsonb_each_text(r.spec -> 'hierarchies') h
-           WHERE h.value = %s ORDER BY r.name""",
-        [name],
+        """SELECT r.name FROM dbanon.release r
+           WHERE EXISTS (SELECT FROM jsonb_each_text(r.spec -> 'hierarchies') h
+                         WHERE h.value = %(name)s)
+              OR EXISTS (SELECT FROM jsonb_array_elements(r.spec -> 'models') m
+                         WHERE m ->> 'hierarchy' = %(name)s)
+           ORDER BY r.name""",
+        {"name": name},
     ).fetchall()
     return [r[0] for r in rows]
 

@@ -16,7 +16,7 @@ __all__ = ["Built", "BuildContext", "Check", "Method", "Option", "get", "methods
 
 _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
-BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy")
+BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak")
 DEFAULT = "kmember"
 
 
@@ -46,3 +46,23 @@ def get(name: str) -> Method:
     if found is None:
         raise DbanonError(f"unknown method {name!r} (choose from {', '.join(methods())})")
     return found
+
+
+def markdown_table() -> str:
+    """The README's method table: name, what it can promise, its options, what it does."""
+    from dbanon.models.specs import MODEL_KINDS
+
+    lines = ["| method | promises | options | how |", "|---|---|---|---|"]
+    for m in methods().values():
+        by_flag: dict[str, list[str]] = {}
+        for p in m.promises:
+            by_flag.setdefault(MODEL_KINDS[p].option, []).append(p)
+        promises = ", ".join(
+            f"`{flag}`"
+            + (f" ({', '.join(k.split('-')[0] for k in kinds)})" if flag == "--l" else "")
+            for flag, kinds in by_flag.items()
+        )
+        options = ", ".join(f"`{o.flag}`" for o in m.all_options()) or "-"
+        default = " (default)" if m.name == DEFAULT else ""
+        lines.append(f"| `{m.name}`{default} | {promises} | {options} | {m.summary} |")
+    return "\n".join(lines)

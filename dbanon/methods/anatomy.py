@@ -20,8 +20,10 @@ if TYPE_CHECKING:
 class Anatomy(Method):
     name = "anatomy"
     summary = (
-        "Anatomy (Xiao & Tao 2006): bucket ids from one window function; publishes NAME_qit "
-        "(QIs, group_id) and NAME_st (group_id, sensitive value, count)"
+        "Anatomy (Xiao & Tao 2006): bucket ids from one window function (`row_number() over "
+        "(order by sa, random())` modulo ⌊n/l⌋); publishes `NAME_qit` (QIs, group_id) and "
+        "`NAME_st` (group_id, sensitive value, count); a table that is not l-eligible is "
+        "refused, naming the value and its share"
     )
     promises = ("frequency-l-diversity",)
     requires = ("frequency-l-diversity",)

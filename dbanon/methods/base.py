@@ -184,6 +184,11 @@ class Method(ABC):
         target = replace(r.target, relation=r.ident(built[0].build))
         return [model_check(m, target) for m in r.models]
 
+    def group_map(self, r: Resolved) -> sql.Composable | None:
+        """A relation of (key text, gid int): each source row's group in the built release, for
+        methods whose groups persist across refreshes (dbanon.composition); None otherwise."""
+        return None
+
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:

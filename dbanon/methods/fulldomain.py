@@ -3,6 +3,8 @@
 The least-loss node of the hierarchy lattice is found with GROUP BY counts and monotonicity
 pruning (dbanon.setlogic.fulldomain); the release is one SELECT over the source, materialised as
 a table or published as a live view (`--as view`) that generalises and suppresses at every read.
+Interval and calendar levels read as k-member's and Mondrian's ranges do (`--ranges text|typed`,
+dbanon.generalise), so a column reads the same whichever method published it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from psycopg import sql
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Method, Option
-from dbanon.models.specs import MODEL_KINDS
+from dbanon.methods.grouped import RANGES
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -24,11 +26,15 @@ if TYPE_CHECKING:
 class FullDomain(Method):
     name = "fulldomain"
     summary = (
-        "full-domain generalisation: the least-loss node of the hierarchy lattice, searched "
-        "with GROUP BY counts in PostgreSQL; --as view publishes a live view that keeps its "
-        "promise as the source changes"
+        "full-domain generalisation: the least-loss node of the hierarchy lattice, searched with "
+        "GROUP BY counts in PostgreSQL and monotonicity pruning; `--as view` publishes a live "
+        "view whose generalisation and suppression are SQL over the source, so it keeps every "
+        "promised model as the source changes"
     )
-    promises = tuple(n for n in MODEL_KINDS if n != "frequency-l-diversity")
+    promises = (
+        "k-anonymity", "distinct-l-diversity", "entropy-l-diversity", "recursive-l-diversity",
+        "t-closeness", "alpha-k-anonymity", "p-k-anonymity",
+    )  # fmt: skip
     requires = ("k-anonymity",)
     options: ClassVar[tuple[Option, ...]] = (
         Option(
@@ -36,6 +42,7 @@ class FullDomain(Method):
             ("table", "view"),
         ),
         Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1)."),
+        RANGES,
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
@@ -54,7 +61,8 @@ class FullDomain(Method):
         ctx.lap("search")
         select = release_select(
             r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
-            r.k,  # type: ignore[arg-type]
+            r.models,
+            ranges=r.options["ranges"],
         )  # fmt: skip
         as_view = r.options["as"] == "view"
         built = ctx.made(r.objects[0], "view" if as_view else "table")

@@ -10,14 +10,17 @@ lowest common ancestor — without the row key, rows in random order.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import generalise
+from dbanon import composition, generalise
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.persist import persist_groups, subset
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import copy_in_ids, copy_out
@@ -26,9 +29,19 @@ from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.metrics.loss import loss_report
 
+STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at commit
+
 if TYPE_CHECKING:
     from dbanon.release import Resolved
 
+POLICY = Option(
+    "refresh_policy",
+    str,
+    "persist",
+    "On refresh: keep persisting rows in their groups (safe when releases are intersected), "
+    "or regroup from scratch.",
+    ("persist", "regroup"),
+)
 RANGES = Option(
     "ranges",
     str,
@@ -59,12 +72,16 @@ def encode(r: Resolved, col: Column, vals: list[Any]) -> tuple[np.ndarray, Hiera
     return codes, h
 
 
-def extract(conn: psycopg.Connection, r: Resolved, with_sensitive: bool) -> tuple[
-    list[str], QIArrays, np.ndarray | None
-]:  # fmt: skip
+def extract(
+    conn: psycopg.Connection,
+    r: Resolved,
+    with_sensitive: bool,
+    stream: tuple[sql.Composable, str] | None = None,
+) -> tuple[list[str], QIArrays, np.ndarray | None]:
     """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
 
-    The sensitive column comes as an array of its values as text (None for NULL)."""
+    The sensitive column comes as an array of its values (None for NULL): as text, or as
+    `stream` says (an expression over the source's columns and its COPY type)."""
     exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
     types = ["text"]
     for col in r.qi:
@@ -78,8 +95,9 @@ def extract(conn: psycopg.Connection, r: Resolved, with_sensitive: bool) -> tupl
             exprs.append(sql.SQL("{}::float8").format(col.ident))
             types.append("float8")
     if with_sensitive:
-        exprs.append(sql.SQL("{}::text").format(r.sensitive[0].ident))
-        types.append("text")
+        expr, kind = stream or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
+        exprs.append(expr)
+        types.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
     keys, *values = copy_out(conn, query, types)
     sensitive = np.asarray(values.pop(), dtype=object) if with_sensitive else None
@@ -138,32 +156,79 @@ def materialise(
     )
 
 
+def _ids(out: np.ndarray | tuple[np.ndarray, dict[str, Any]]) -> np.ndarray:
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _rows(sensitive: Any, rows: np.ndarray | slice) -> Any:
+    """Some rows of what `cluster` receives as the sensitive column (an array, a tuple of
+    arrays, or None)."""
+    if sensitive is None:
+        return None
+    if isinstance(sensitive, tuple):
+        return tuple(a[rows] for a in sensitive)
+    return sensitive[rows]
+
+
+def _keys(sensitive: Any) -> list:
+    """One hashable sensitive value per row, for the models' in-memory counts."""
+    if isinstance(sensitive, tuple):
+        return list(zip(*(a.tolist() for a in sensitive), strict=True))
+    return sensitive.tolist()
+
+
 class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
-    options: ClassVar[tuple[Option, ...]] = (RANGES,)
+    options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
 
     def uses_sensitive(self, r: Resolved) -> bool:
         """Whether the algorithm constrains the sensitive column (it is streamed out then)."""
         return any(m.needs_sensitive for m in r.models)
 
+    def sensitive_stream(self, r: Resolved) -> tuple[sql.Composable, str] | None:
+        """How the sensitive column streams out (expression, COPY type); None: as text."""
+        return None
+
+    def encode_sensitive(self, conn: psycopg.Connection, r: Resolved, values: np.ndarray) -> Any:
+        """What `cluster` receives as `sensitive`: by default the streamed values as they are."""
+        return values
+
     @abstractmethod
-    def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
-        """Group ids (int) of the rows; ValueError for input the algorithm cannot group."""
+    def cluster(
+        self, r: Resolved, qi: QIArrays, sensitive: Any
+    ) -> np.ndarray | tuple[np.ndarray, dict[str, Any]]:
+        """Group ids (int) of the rows, or (ids, the algorithm's own figures for the run
+        record); ValueError for input the algorithm cannot group."""
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, qi, sensitive = extract(conn, r, self.uses_sensitive(r))
+        with_sensitive = self.uses_sensitive(r)
+        keys, qi, sensitive = extract(conn, r, with_sensitive, self.sensitive_stream(r))
+        if with_sensitive:
+            sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
-        ctx.say(f"clustering with {self.name}")
+        previous = None
+        if r.options.get("refresh_policy") == "persist" and not r.regroup:
+            previous = composition.previous_groups(conn, r.spec.name, keys)
         try:
-            gid = self.cluster(r, qi, sensitive)
+            if previous is None:
+                ctx.say(f"clustering with {self.name}")
+                out = self.cluster(r, qi, sensitive)
+            else:
+                ctx.say(f"clustering the new rows with {self.name}; persisting rows keep groups")
+                out = persist_groups(
+                    qi, previous,
+                    lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
+                    self._holds(r, sensitive), r.k or 2,
+                )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
+        gid, figures = out if isinstance(out, tuple) else (out, {})
         loss = loss_report(qi, gid)
         ctx.lap("cluster")
         ctx.say("materialising the release")
-        stage = sql.Identifier("dbanon_stage")
+        stage = STAGE
         conn.execute(
             sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
         )
@@ -171,6 +236,30 @@ class GroupingMethod(Method):
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.ident(built.build))
-        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
         ctx.lap("materialise")
-        return loss.as_dict()
+        metrics: dict[str, Any] = {**loss.as_dict(), **figures}
+        if previous is not None:
+            metrics["persisting_rows"] = int((previous >= 0).sum())
+        return metrics
+
+    def group_map(self, r: Resolved) -> sql.Composable:
+        return STAGE
+
+    @staticmethod
+    def _holds(r: Resolved, sensitive: Any) -> Callable[[np.ndarray], bool]:
+        """Whether a group of rows keeps every promised model, in memory (the model's
+        `class_holds` over what `cluster` receives as the sensitive column)."""
+
+        def counts(rows: np.ndarray) -> Counter:
+            if sensitive is None:
+                return Counter({0: len(rows)})
+            return Counter(_keys(_rows(sensitive, rows)))
+
+        needs = sensitive is not None and any(m.needs_overall for m in r.models)
+        overall = Counter(_keys(sensitive)) if needs else None
+
+        def holds(rows: np.ndarray) -> bool:
+            here = counts(rows)
+            return all(m.class_holds(here, overall if m.needs_overall else None) for m in r.models)
+
+        return holds

@@ -9,7 +9,7 @@ import numpy as np
 from dbanon.algorithms.base import QIArrays
 from dbanon.methods import register
 from dbanon.methods.base import Option
-from dbanon.methods.grouped import RANGES, GroupingMethod, codes
+from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod, codes
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -18,14 +18,16 @@ if TYPE_CHECKING:
 class KMember(GroupingMethod):
     name = "kmember"
     summary = (
-        "greedy k-member clustering (Byun et al. 2007): clusters of k..2k-1 rows, in numba over "
-        "COPY streams; with --p the (p,k) baseline of the (theta,k) paper"
+        "greedy k-member clustering (Byun et al. 2007; Wang & Ma 2011): clusters of k..2k-1 "
+        "rows, in Python (numba) over COPY streams; with `--p` the (p,k) baseline of the "
+        "(θ,k) paper"
     )
     promises = ("k-anonymity", "p-k-anonymity")
     requires = ("k-anonymity", "p-k-anonymity")
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (
         RANGES,
+        POLICY,
         Option(
             "seeding", str, "random", "How each cluster's first record is picked.",
             ("random", "furthest"),

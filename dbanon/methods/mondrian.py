@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.grouped import GroupingMethod, codes
 from dbanon.models.specs import kind_of
@@ -28,7 +27,7 @@ class Mondrian(GroupingMethod):
     name = "mondrian"
     summary = (
         "strict multidimensional Mondrian (median cuts; categorical cuts along the hierarchy); "
-        "the centre-point partitioning baseline"
+        'the "centre-point partitioning" baseline'
     )
     promises = ("k-anonymity", *_L_KINDS)
     requires = ("k-anonymity",)
@@ -52,9 +51,8 @@ class Mondrian(GroupingMethod):
                 if len(counts) < model.l  # type: ignore[attr-defined]
                 else f"{column} = {top!r} holds {top_rows / len(sensitive):.1%} of the rows"
             )
-            raise DbanonError(
-                f"mondrian cannot publish {r.source}: the table is not {model.name} as a whole, "
-                f"so no partition of it can be: {why}"
+            raise ValueError(
+                f"the table is not {model.name} as a whole, so no partition of it can be: {why}"
             )
         return mondrian(
             qi,

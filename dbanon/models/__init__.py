@@ -4,6 +4,8 @@ Models are a layer of their own (as in ARX): algorithms produce groupings, model
 relations. Every publish runs its model's check on the built release before it becomes visible,
 and `dbanon check` runs the same checks on any table or view. Each model also has an in-memory
 form over per-class sensitive-value counts (`class_holds`, `holds_in_memory`) for algorithms.
+The SQL criterion (`class_test`) also filters: `kept_classes` selects the classes to keep so
+that a relation satisfies every model, which live views evaluate at each read.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import math
 from numbers import Real
 
 from dbanon.errors import DbanonError
-from dbanon.models.base import CheckResult, Counts, PrivacyModel, Target, audit
+from dbanon.models.base import CheckResult, ClassTest, Counts, PrivacyModel, Target, audit
 from dbanon.models.kanonymity import AlphaKAnonymity, KAnonymity, PKAnonymity
 from dbanon.models.ldiversity import (
     DistinctLDiversity,
@@ -20,14 +22,18 @@ from dbanon.models.ldiversity import (
     FrequencyLDiversity,
     RecursiveCLDiversity,
 )
+from dbanon.models.suppression import kept_classes
 from dbanon.models.tcloseness import GROUNDS, TCloseness
+from dbanon.models.thetak import ThetaKAnonymity
 
 __all__ = [
     "CheckResult",
+    "ClassTest",
     "Counts",
     "PrivacyModel",
     "Target",
     "audit",
+    "kept_classes",
     "KAnonymity",
     "AlphaKAnonymity",
     "PKAnonymity",
@@ -36,6 +42,7 @@ __all__ = [
     "RecursiveCLDiversity",
     "FrequencyLDiversity",
     "TCloseness",
+    "ThetaKAnonymity",
     "L_KINDS",
     "T_GROUNDS",
     "from_options",
@@ -78,12 +85,18 @@ def from_options(
     p: int | None = None,
     alpha_value: str | None = None,
     t_ground: str = "auto",
+    theta: int | None = None,
+    sensitive_hierarchy: str | None = None,
+    category_level: int | None = None,
+    category_width: float | None = None,
 ) -> list[PrivacyModel]:
     """The models that `dbanon check` options name, validated, in a fixed order.
 
     --k alone is k-anonymity; --alpha and --p add (alpha,k) and (p,k), which need --k; --l with
     --l-kind picks the l-diversity (--c only with recursive); --t is t-closeness, --t-ground its
-    ground distance. An empty list means no model was named: the caller says so.
+    ground distance; --theta is (θ,k), its categories from --sensitive-hierarchy (the hierarchy's
+    name) at --category-level, or numeric intervals of --category-width. An empty list means no
+    model was named: the caller says so.
     """
     models: list[PrivacyModel] = []
     if l_kind not in L_KINDS:
@@ -124,4 +137,21 @@ def from_options(
         raise DbanonError(f"--c only applies to --l-kind recursive, not {l_kind}")
     if t is not None:
         models.append(TCloseness(_fraction("t", t), t_ground))
+    if theta is not None:
+        if k is None:
+            raise DbanonError("--theta needs --k: (θ,k)-anonymity is k-anonymity and more")
+        th = _whole("theta", theta, least=2)
+        if th > int(k):
+            raise DbanonError(
+                f"--theta {th} is larger than --k {k}: a class of k rows cannot hold θ groups"
+            )
+        level = None if category_level is None else _whole("category-level", category_level)
+        width = None if category_width is None else _number("category-width", category_width)
+        models.append(ThetaKAnonymity(th, int(k), sensitive_hierarchy, level, width))
+    else:
+        given = {"sensitive-hierarchy": sensitive_hierarchy, "category-level": category_level,
+                 "category-width": category_width}  # fmt: skip
+        for flag, value in given.items():
+            if value is not None:
+                raise DbanonError(f"--{flag} is a parameter of (θ,k)-anonymity: give --theta")
     return models

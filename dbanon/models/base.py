@@ -11,6 +11,11 @@ Two conventions hold for every model, in SQL and in memory alike:
 - With a weight column (`Target.count`) each row stands for `count` rows, so Anatomy's sensitive
   table (group id, value, count) can be checked as it is published. The weights must be positive
   whole numbers; anything else is an error naming the column, not a silently wrong verdict.
+
+Each model states its criterion once, as a `ClassTest` (per-class aggregates and the condition
+that fails a class). `check` counts the failing classes with it; `passing_classes` selects the
+others, which is how a live view suppresses every class that breaks a promised model
+(`dbanon.models.suppression`). A condition that comes out NULL fails the class in both.
 """
 
 from __future__ import annotations
@@ -172,6 +177,15 @@ class PrivacyModel(ABC):
     @abstractmethod
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult: ...
 
+    @abstractmethod
+    def class_test(self, target: Target) -> ClassTest:
+        """The model's criterion per class of `target`, in SQL (needs no connection)."""
+
+    def passing_classes(self, target: Target) -> sql.Composable:
+        """A SELECT of q1..qn, one row per class of `target` that satisfies the model on its own
+        (t-closeness: against the whole of `target`)."""
+        return self.class_test(target).passing(target)
+
     def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
         """Whether one class (sensitive value -> rows) satisfies the model; `overall` is the
         whole relation's counts, needed only where `needs_overall`."""
@@ -193,31 +207,65 @@ def audit(
 # --- shared SQL --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ClassTest:
+    """A model's criterion over the classes of a target, in SQL: the `per_class` aggregates
+    (name -> expression) over `source` grouped by q1..qn, and `failing`, a condition on those
+    names that is true of a class breaking the model. `ctes` are WITH items that `source` or
+    the aggregates read (t-closeness: the whole relation's distribution). One definition serves
+    both the check (count the failing classes) and the filters (keep the others)."""
+
+    source: sql.Composable
+    per_class: Mapping[str, sql.Composable]
+    failing: sql.Composable
+    ctes: Sequence[sql.Composable] = ()
+
+    def with_(self, *more: sql.Composable) -> sql.Composable:
+        """`WITH ...` over the test's own CTEs and `more`, or nothing."""
+        items = [*self.ctes, *more]
+        return sql.SQL("WITH {} ").format(sql.SQL(", ").join(items)) if items else sql.SQL("")
+
+    def classes(self, target: Target) -> sql.Composable:
+        """SELECT q1..qn and the per-class columns (without the WITH)."""
+        return sql.SQL("SELECT {q}, {cols} FROM {source} GROUP BY {q}").format(
+            q=target.alias_list,
+            cols=sql.SQL(", ").join(
+                sql.SQL("{} AS {}").format(e, sql.Identifier(n)) for n, e in self.per_class.items()
+            ),
+            source=self.source,
+        )
+
+    def passing(self, target: Target) -> sql.Composable:
+        """SELECT q1..qn of the classes that do not fail (a NULL verdict fails: fail closed)."""
+        return sql.SQL(
+            "{with_}SELECT {q} FROM ({classes}) dbanon_classes WHERE ({failing}) IS FALSE"
+        ).format(
+            with_=self.with_(),
+            q=target.alias_list,
+            classes=self.classes(target),
+            failing=self.failing,
+        )
+
+
 def class_summary(
     conn: psycopg.Connection,
     target: Target,
+    test: ClassTest,
     *,
-    source: sql.Composable,
-    per_class: Mapping[str, sql.Composable],
-    failing: sql.Composable,
     worst: sql.Composable,
     figures: Mapping[str, sql.Composable],
 ) -> tuple[int, int, dict[str, Any], str | None]:
-    """One query: per class (GROUP BY q1..qn over `source`) the `per_class` columns, then the
-    number of classes, of `failing` classes, the `figures` over all classes and the label of the
-    first class by `worst` (ties broken by the QI values, so reports are reproducible)."""
+    """One query: the classes of `test` (GROUP BY q1..qn), then the number of classes, of failing
+    classes, the `figures` over all classes and the label of the first class by `worst` (ties
+    broken by the QI values, so reports are reproducible)."""
     query = sql.SQL(
-        """WITH classes AS MATERIALIZED (SELECT {q}, {cols} FROM {source} GROUP BY {q})
-           SELECT count(*), count(*) FILTER (WHERE {failing}), {figs},
+        """{with_}SELECT count(*), count(*) FILTER (WHERE ({failing}) IS NOT FALSE), {figs},
                   (SELECT {label} FROM classes ORDER BY {worst}, {q} LIMIT 1)
            FROM classes"""
     ).format(
+        with_=test.with_(sql.SQL("classes AS MATERIALIZED ({})").format(test.classes(target))),
         q=target.alias_list,
-        cols=sql.SQL(", ").join(
-            sql.SQL("{} AS {}").format(e, sql.Identifier(n)) for n, e in per_class.items()
-        ),
-        source=source,
-        failing=failing,
+        failing=test.failing,
         figs=sql.SQL(", ").join(figures.values()),
         label=target.alias_label,
         worst=worst,

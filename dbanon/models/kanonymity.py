@@ -20,6 +20,7 @@ from psycopg import sql
 from dbanon.models.base import (
     TOLERANCE,
     CheckResult,
+    ClassTest,
     Counts,
     PrivacyModel,
     Target,
@@ -36,21 +37,26 @@ class KAnonymity(PrivacyModel):
     def name(self) -> str:
         return f"k-anonymity (k={self.k})"
 
+    def class_test(self, target: Target) -> ClassTest:
+        return ClassTest(
+            source=target.source(),
+            per_class={"n": target.rows},
+            failing=sql.SQL("n < {}").format(sql.Literal(self.k)),
+        )
+
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
         target.validate(conn, self)
-        k = sql.Literal(self.k)
+        test = self.class_test(target)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
-            source=target.source(),
-            per_class={"n": target.rows},
-            failing=sql.SQL("n < {}").format(k),
+            test,
             worst=sql.SQL("n"),
             figures={
                 "min_class_size": sql.SQL("coalesce(min(n), 0)"),
-                "rows_in_small_classes": sql.SQL(
-                    "coalesce(sum(n) FILTER (WHERE n < {}), 0)"
-                ).format(k),
+                "rows_in_small_classes": sql.SQL("coalesce(sum(n) FILTER (WHERE {}), 0)").format(
+                    test.failing
+                ),
             },
         )
         return CheckResult(
@@ -84,27 +90,32 @@ class AlphaKAnonymity(PrivacyModel):
     def _frequency_figure(self) -> str:
         return "max_frequency" if self.value is None else "max_value_frequency"
 
-    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+    def class_test(self, target: Target) -> ClassTest:
         if self.value is None:
             top = sql.SQL("max(n)")
         else:  # rows of the one value; 0 where the class lacks it
             top = sql.SQL("coalesce(sum(n) FILTER (WHERE s::text = {}), 0)").format(
                 sql.Literal(self.value)
             )
-        failing = sql.SQL("(n < {k} OR f > {alpha})").format(
-            k=sql.Literal(self.k), alpha=sql.Literal(self.alpha + TOLERANCE)
-        )
-        classes, bad, figs, worst = class_summary(
-            conn,
-            target,
+        return ClassTest(
             source=target.cells(),
             per_class={
                 "n": sql.SQL("sum(n)::bigint"),
                 "f": sql.SQL("{}::float8 / sum(n)::float8").format(top),
             },
-            failing=failing,
-            worst=sql.SQL("{} DESC, f DESC, n").format(failing),
+            failing=sql.SQL("(n < {k} OR f > {alpha})").format(
+                k=sql.Literal(self.k), alpha=sql.Literal(self.alpha + TOLERANCE)
+            ),
+        )
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        test = self.class_test(target)
+        classes, bad, figs, worst = class_summary(
+            conn,
+            target,
+            test,
+            worst=sql.SQL("{} DESC, f DESC, n").format(test.failing),
             figures={
                 "min_class_size": sql.SQL("coalesce(min(n), 0)"),
                 "max_frequency": sql.SQL("coalesce(max(f), 0)"),
@@ -141,18 +152,23 @@ class PKAnonymity(PrivacyModel):
     def name(self) -> str:
         return f"(p,k)-anonymity (p={self.p}, k={self.k})"
 
+    def class_test(self, target: Target) -> ClassTest:
+        return ClassTest(
+            source=target.cells(),
+            per_class={"n": sql.SQL("sum(n)::bigint"), "d": sql.SQL("count(*)")},
+            failing=sql.SQL("(n < {k} OR d < {p})").format(
+                k=sql.Literal(self.k), p=sql.Literal(self.p)
+            ),
+        )
+
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
         target.validate(conn, self)
-        failing = sql.SQL("(n < {k} OR d < {p})").format(
-            k=sql.Literal(self.k), p=sql.Literal(self.p)
-        )
+        test = self.class_test(target)
         classes, bad, figs, worst = class_summary(
             conn,
             target,
-            source=target.cells(),
-            per_class={"n": sql.SQL("sum(n)::bigint"), "d": sql.SQL("count(*)")},
-            failing=failing,
-            worst=sql.SQL("{} DESC, d, n").format(failing),
+            test,
+            worst=sql.SQL("{} DESC, d, n").format(test.failing),
             figures={
                 "min_class_size": sql.SQL("coalesce(min(n), 0)"),
                 "min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)"),

@@ -21,6 +21,7 @@ from psycopg import sql
 from dbanon.models.base import (
     TOLERANCE,
     CheckResult,
+    ClassTest,
     Counts,
     PrivacyModel,
     Target,
@@ -39,14 +40,19 @@ class DistinctLDiversity(PrivacyModel):
     def name(self) -> str:
         return f"distinct l-diversity (l={self.l})"
 
+    def class_test(self, target: Target) -> ClassTest:
+        return ClassTest(
+            source=target.cells(),
+            per_class={"d": sql.SQL("count(*)")},
+            failing=sql.SQL("d < {}").format(sql.Literal(self.l)),
+        )
+
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
         target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
-            source=target.cells(),
-            per_class={"d": sql.SQL("count(*)")},
-            failing=sql.SQL("d < {}").format(sql.Literal(self.l)),
+            self.class_test(target),
             worst=sql.SQL("d"),
             figures={"min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)")},
         )
@@ -73,16 +79,21 @@ class EntropyLDiversity(PrivacyModel):
     def name(self) -> str:
         return f"entropy l-diversity (l={self.l})"
 
-    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+    def class_test(self, target: Target) -> ClassTest:
         # -sum (n/N) ln(n/N) = ln N - sum(n ln n) / N, in one pass over the class's cells.
         h = sql.SQL("ln(sum(n)::float8) - sum(n::float8 * ln(n::float8)) / sum(n)::float8")
-        classes, failing, figs, worst = class_summary(
-            conn,
-            target,
+        return ClassTest(
             source=target.cells(),
             per_class={"h": h},
             failing=sql.SQL("h < {}").format(sql.Literal(math.log(self.l) - TOLERANCE)),
+        )
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        classes, failing, figs, worst = class_summary(
+            conn,
+            target,
+            self.class_test(target),
             worst=sql.SQL("h"),
             figures={"min_entropy": sql.SQL("min(h)")},
         )
@@ -114,16 +125,13 @@ class RecursiveCLDiversity(PrivacyModel):
     def name(self) -> str:
         return f"recursive (c,l)-diversity (c={self.c}, l={self.l})"
 
-    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+    def class_test(self, target: Target) -> ClassTest:
         # pos numbers a class's values by decreasing count; ties are numbered in any order, which
         # changes no sum over pos >= l because tied counts are equal.
         tail = sql.SQL("coalesce(sum(n) FILTER (WHERE pos >= {}), 0)::float8").format(
             sql.Literal(self.l)
         )
-        classes, failing, figs, worst = class_summary(
-            conn,
-            target,
+        return ClassTest(
             source=target.cells(rank=True),
             per_class={
                 "r1": sql.SQL("max(n)::float8"),
@@ -131,6 +139,14 @@ class RecursiveCLDiversity(PrivacyModel):
                 "d": sql.SQL("count(*)"),
             },
             failing=sql.SQL("NOT (r1 < {}::float8 * tail)").format(sql.Literal(float(self.c))),
+        )
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        classes, failing, figs, worst = class_summary(
+            conn,
+            target,
+            self.class_test(target),
             # the largest r1 / tail; classes with no tail at all (fewer than l values) first
             worst=sql.SQL("tail = 0 DESC, r1 / nullif(tail, 0) DESC"),
             figures={
@@ -169,14 +185,19 @@ class FrequencyLDiversity(PrivacyModel):
     def name(self) -> str:
         return f"frequency l-diversity (l={self.l})"
 
+    def class_test(self, target: Target) -> ClassTest:
+        return ClassTest(
+            source=target.cells(),
+            per_class={"f": sql.SQL("max(n)::float8 / sum(n)::float8")},
+            failing=sql.SQL("f > {}").format(sql.Literal(1 / self.l + TOLERANCE)),
+        )
+
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
         target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
-            source=target.cells(),
-            per_class={"f": sql.SQL("max(n)::float8 / sum(n)::float8")},
-            failing=sql.SQL("f > {}").format(sql.Literal(1 / self.l + TOLERANCE)),
+            self.class_test(target),
             worst=sql.SQL("f DESC"),
             figures={"max_frequency": sql.SQL("coalesce(max(f), 0)")},
         )

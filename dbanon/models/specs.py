@@ -21,6 +21,7 @@ from dbanon.models.ldiversity import (
     RecursiveCLDiversity,
 )
 from dbanon.models.tcloseness import TCloseness
+from dbanon.models.thetak import ThetaKAnonymity
 
 ModelSpec = dict[str, Any]
 
@@ -55,6 +56,12 @@ for _kind in (
         "alpha-k-anonymity", AlphaKAnonymity, "--alpha", "no sensitive value above share alpha"
     ),
     ModelKind("p-k-anonymity", PKAnonymity, "--p", "at least p distinct sensitive values"),
+    ModelKind(
+        "theta-k-anonymity",
+        ThetaKAnonymity,
+        "--theta",
+        "θ categories of the sensitive hierarchy, each with min(⌊k/θ⌋, its values) values",
+    ),
 ):
     register_model(_kind)
 
@@ -103,6 +110,10 @@ _VALIDATED: dict[str, Callable[[Callable[..., list[PrivacyModel]], dict], list[P
         k=p.get("k"), alpha=p.get("alpha"), alpha_value=p.get("value")
     ),
     "p-k-anonymity": lambda f, p: f(k=p.get("k"), p=p.get("p")),
+    "theta-k-anonymity": lambda f, p: f(
+        k=p.get("k"), theta=p.get("theta"), sensitive_hierarchy=p.get("hierarchy"),
+        category_level=p.get("level"), category_width=p.get("width"),
+    ),  # fmt: skip
 }
 
 

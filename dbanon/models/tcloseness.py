@@ -18,6 +18,9 @@ its positions on; the effect of one lift on sum_{i >= a} |F_i - G_i| depends onl
 non-decreasing G crosses the old and the new level, which width_bucket finds by binary search
 in the array of G (float8, so a true binary search), and on prefix sums of G. So every cell
 costs O(log m), whatever the number m of distinct values.
+
+The whole is the relation the test reads; a live view, whose whole is what it shows after
+suppression, re-tests against that (dbanon.models.suppression).
 """
 
 from __future__ import annotations
@@ -31,7 +34,16 @@ import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
-from dbanon.models.base import TOLERANCE, CheckResult, Counts, PrivacyModel, Target, positive
+from dbanon.models.base import (
+    TOLERANCE,
+    CheckResult,
+    ClassTest,
+    Counts,
+    PrivacyModel,
+    Target,
+    class_summary,
+    positive,
+)
 
 GROUNDS = ("auto", "equal", "ordered")
 
@@ -92,77 +104,99 @@ class TCloseness(PrivacyModel):
         assert target.sensitive is not None
         return "ordered" if target.type_category(conn, target.sensitive) == "N" else "equal"
 
-    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
-        ground = self.resolve_ground(conn, target)
+    def class_test(self, target: Target, ground: str | None = None) -> ClassTest:
+        """EMD of each class from the distribution of the whole of `target`. `ground` is the
+        resolved ground ("equal" or "ordered"); without it, "auto" is decided in SQL from the
+        sensitive column's type category, as `resolve_ground` decides it, so that a view can
+        carry the test without a connection to look the type up."""
+        ground = ground or self.ground
         q = target.alias_list
         # Arrays over the domain in value order, built once and read by scalar subqueries (so
         # passed by reference, never copied into rows): qv[i] = q_i, g[i] = G_i = q_1 + ... + q_i,
         # gg[i + 1] = G_1 + ... + G_i (gg[1] = 0).
-        qv, g, gg, m = (sql.SQL(f"(SELECT {c} FROM dist)") for c in ("qv", "g", "gg", "m"))
+        qv, g, gg, m, typ = (
+            sql.SQL(f"(SELECT {c} FROM dbanon_dist)") for c in ("qv", "g", "gg", "m", "typ")
+        )
+        equal_term = sql.SQL("abs(n / size - {qv}[rk]) - {qv}[rk]").format(qv=qv)
+        equal_emd = sql.SQL("0.5 * (1 + sum(term))")
+        # A cell at position a lifts F from p0 to p1 for every position from a on, so it adds
+        # H(a, p1) - H(a, p0), where H(a, p) = sum_{i >= a} |p - G_i|
+        #   = p (2e - a + 1 - m) - 2 GG_e + GG_{a-1} + GG_m,  e = max(a - 1, #{i: G_i <= p})
+        # (the GG_{a-1} + GG_m cancel in the difference); the sum over the class plus
+        # H(1, 0) = GG_m is sum_i |F_i - G_i|.
+        ordered_term = sql.SQL(
+            """p1 * (2 * e1 - rk + 1 - {m}) - 2 * {gg}[e1 + 1]
+               - p0 * (2 * e0 - rk + 1 - {m}) + 2 * {gg}[e0 + 1]"""
+        ).format(m=m, gg=gg)
+        ordered_emd = sql.SQL(
+            "CASE WHEN {m} > 1 THEN ({gg}[{m} + 1] + sum(term)) / ({m} - 1) ELSE 0 END"
+        ).format(m=m, gg=gg)
         if ground == "equal":
-            term = sql.SQL("abs(n / size - {qv}[rk]) - {qv}[rk]").format(qv=qv)
-            emd = sql.SQL("0.5 * (1 + sum(term))")
-        else:
-            # A cell at position a lifts F from p0 to p1 for every position from a on, so it adds
-            # H(a, p1) - H(a, p0), where H(a, p) = sum_{i >= a} |p - G_i|
-            #   = p (2e - a + 1 - m) - 2 GG_e + GG_{a-1} + GG_m,  e = max(a - 1, #{i: G_i <= p})
-            # (the GG_{a-1} + GG_m cancel in the difference); the sum over the class plus
-            # H(1, 0) = GG_m is sum_i |F_i - G_i|.
-            term = sql.SQL(
-                """p1 * (2 * e1 - rk + 1 - {m}) - 2 * {gg}[e1 + 1]
-                   - p0 * (2 * e0 - rk + 1 - {m}) + 2 * {gg}[e0 + 1]"""
-            ).format(m=m, gg=gg)
-            emd = sql.SQL(
-                "CASE WHEN {m} > 1 THEN ({gg}[{m} + 1] + sum(term)) / ({m} - 1) ELSE 0 END"
-            ).format(m=m, gg=gg)
-        # Two sorts of the cells (one per (class, value)): by value for the position, by class
-        # then value for the class's cumulative distribution. The domain is a separate, small
-        # aggregate, ordered the same way (ORDER BY s, NULLS LAST).
-        query = sql.SQL(
-            """WITH dist AS MATERIALIZED (
+            term, emd = equal_term, equal_emd
+        elif ground == "ordered":
+            term, emd = ordered_term, ordered_emd
+        else:  # per row only the branch taken is evaluated
+            ordered = sql.SQL(
+                "coalesce((SELECT t.typcategory = 'N' FROM pg_type t WHERE t.oid = {typ}), false)"
+            ).format(typ=typ)
+            term, emd = (
+                sql.SQL("CASE WHEN {} THEN {} ELSE {} END").format(ordered, o, e)
+                for o, e in ((ordered_term, equal_term), (ordered_emd, equal_emd))
+            )
+        # The cells (one per class and value) are read twice: grouped by value for the domain, a
+        # small aggregate in value order (ORDER BY s, NULLS LAST), and sorted by value for each
+        # cell's position, then by class and value for the class's cumulative distribution.
+        ctes = sql.SQL(
+            """dbanon_tc_cells AS MATERIALIZED (SELECT {q}, s, n::float8 AS n FROM {cells}),
+               dbanon_dist AS MATERIALIZED (
                  SELECT count(*) AS m, array_agg(qn / total ORDER BY s) AS qv,
                         array_agg(cq / total ORDER BY s) AS g,
-                        array[0::float8] || array_agg(ccq ORDER BY s) AS gg
+                        array[0::float8] || array_agg(ccq ORDER BY s) AS gg,
+                        min(pg_typeof(s)::oid) AS typ
                  FROM (SELECT s, qn, cq, total, sum(cq / total) OVER (ORDER BY s) AS ccq
                        FROM (SELECT s, qn, sum(qn) OVER (ORDER BY s) AS cq,
                                     sum(qn) OVER () AS total
-                             FROM (SELECT s, {rows}::float8 AS qn FROM {src} GROUP BY s) v) d1
+                             FROM (SELECT s, sum(n) AS qn FROM dbanon_tc_cells GROUP BY s) v
+                            ) d1
                       ) d2),
-               ranked AS (
-                 SELECT {q}, s, n, dense_rank() OVER (ORDER BY s) AS rk
-                 FROM (SELECT {q}, s, {rows}::float8 AS n FROM {src} GROUP BY s, {q}) cells),
-               terms AS (
+               dbanon_terms AS (
                  SELECT {q}, rk, n, sum(n) OVER w AS cum, sum(n) OVER (PARTITION BY {q}) AS size
-                 FROM ranked WINDOW w AS (PARTITION BY {q} ORDER BY s)),
-               contrib AS (
-                 SELECT {q}, {term} AS term
-                 FROM terms,
-                      LATERAL (SELECT cum / size AS p1, (cum - n) / size AS p0) x,
-                      LATERAL (SELECT greatest(rk - 1, width_bucket(p1, {g})) AS e1,
-                                      greatest(rk - 1, width_bucket(p0, {g})) AS e0) y),
-               classes AS MATERIALIZED (SELECT {q}, {emd} AS emd FROM contrib GROUP BY {q})
-               SELECT count(*) FILTER (WHERE emd > {t}), coalesce(max(emd), 0),
-                      (SELECT {label} FROM classes ORDER BY emd DESC, {q} LIMIT 1)
-               FROM classes"""
-        ).format(
-            q=q,
-            rows=target.rows,
-            src=target.source(),
-            term=term,
-            emd=emd,
-            g=g,
-            t=sql.Literal(self.t + TOLERANCE),
-            label=target.alias_label,
+                 FROM (SELECT {q}, s, n, dense_rank() OVER (ORDER BY s) AS rk
+                       FROM dbanon_tc_cells) ranked
+                 WINDOW w AS (PARTITION BY {q} ORDER BY s))"""
+        ).format(q=q, cells=target.cells())
+        contrib = sql.SQL(
+            """(SELECT {q}, {term} AS term
+                FROM dbanon_terms,
+                     LATERAL (SELECT cum / size AS p1, (cum - n) / size AS p0) x,
+                     LATERAL (SELECT greatest(rk - 1, width_bucket(p1, {g})) AS e1,
+                                     greatest(rk - 1, width_bucket(p0, {g})) AS e0) y
+               ) dbanon_contrib"""
+        ).format(q=q, term=term, g=g)
+        return ClassTest(
+            source=contrib,
+            per_class={"emd": emd},
+            failing=sql.SQL("emd > {}").format(sql.Literal(self.t + TOLERANCE)),
+            ctes=[ctes],
         )
-        failing, worst_emd, worst = conn.execute(query).fetchone()
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        target.validate(conn, self)
+        ground = self.resolve_ground(conn, target)
+        classes, failing, figs, worst = class_summary(
+            conn,
+            target,
+            self.class_test(target, ground),
+            worst=sql.SQL("emd DESC"),
+            figures={"max_emd": sql.SQL("coalesce(max(emd), 0)")},
+        )
         return CheckResult(
             self.name,
             holds=failing == 0,
             figures={
                 "emd_ground": ground,
-                "max_emd": round(max(float(worst_emd), 0.0), 12),  # no 1e-16 noise
-                "classes_above_t": int(failing),
+                "max_emd": round(max(float(figs["max_emd"]), 0.0), 12),  # no 1e-16 noise
+                "classes_above_t": failing,
             },
             worst_class=worst,
         )

@@ -30,26 +30,47 @@ Search (`search`): PostgreSQL computes, Python only walks the lattice.
   settles the node and its whole down-set, which prunes far more than checking the node itself.
   For Adult (9 QIs, 12,960 nodes, k=5) about a hundred checks settle the lattice.
 - Models other than k-anonymity are checked with their own `PrivacyModel.check` on the candidate
-  release itself (`release_select` as a subquery), in loss order, without assuming they are
-  monotone under generalisation and suppression (entropy l-diversity, for one, is not: a kept
-  class may absorb a suppressed one).
+  release itself (`release_select` with the k filter alone, as a subquery), in loss order,
+  without assuming they are monotone under generalisation and suppression (entropy l-diversity,
+  for one, is not: a kept class may absorb a suppressed one). At the node found, the release's
+  own filters of those models (below) therefore suppress nothing more when it is published.
+
+Release (`release_select`): one SELECT that generalises the live source and suppresses, at every
+read, each class that breaks any promised model, so that a VIEW keeps every promise (not only k)
+whatever is inserted, updated or deleted later; t-closeness is kept against the distribution of
+the rows the view shows (dbanon.models.suppression).
 
 Loss (`FullDomainResult.loss`) is NCP, in [0, 1]: the mean over rows and QIs of the normalised
 size of the released value: (leaves under the label - 1) / (leaves in the hierarchy - 1) for a
-hierarchy, (interval width within [min, max]) / (max - min) for a numeric interval, 0 for a value
-kept as is, 1 for '*' and for every QI of a suppressed row.
+hierarchy, (interval or period length within [min, max]) / (max - min) for a numeric interval or
+a calendar period, 0 for a value kept as is, 1 for '*' and for every QI of a suppressed row.
 
 Hierarchies of the lattice, per QI:
 - a stored `Hierarchy` (categorical or not: Adult's age has one) — labels from the catalog's
   `dbanon.hierarchy_map`, the table search and release both read, so they cannot disagree;
-- numeric (integer, numeric, real, double precision) and date QIs without one — an
-  `IntervalHierarchy`: level 0 the value itself, then `INTERVAL_LEVELS` levels of half-open
-  intervals whose widths are powers of two aligned at 0 (for dates: days since 1970-01-01), the
-  widest being the smallest power of two >= (max - min) / 2, then '*'. Powers of two aligned at
-  0 nest (each interval lies in one interval of the next level), as a hierarchy must, and any
-  value has an interval, including values inserted after the release was made; released as
-  PostgreSQL range values (int8range, numrange, daterange; '*' is the unbounded range '(,)');
+- numeric QIs (integer, numeric, real, double precision) without one — an `IntervalHierarchy`:
+  level 0 the value itself, then up to `INTERVAL_LEVELS` levels of half-open intervals aligned
+  at 0, then '*'. Their widths are round: the chain 1, 5, 10, 50, 100, ... (1 and 5 times a
+  power of ten). A width must divide the next one for intervals aligned at 0 to nest (each
+  interval lies in one interval of the next level), as a hierarchy must; the 1-2-5 series does
+  not nest (2 does not divide 5), and of its two nesting halves, 1-2-10-20 and 1-5-10-50, the
+  second gives the bands people use: 5- and 10-year age groups, amounts in 5s, 10s and 50s.
+  The widest level is the narrowest width of the chain >= (max - min) / 5, so it splits the
+  current values into 2 to 6 intervals (each step of the chain is at most x5); below it come
+  the next narrower widths. For integers width 1 is the value itself, and a level that merges
+  no two values or intervals of the one below is a copy of it: such levels are left out and
+  wider ones tried above instead, while any could still merge (age 17-90: 5, 10, 50, 100;
+  -5..3: 5 only, wider intervals cut it at 0 as 5 does). Aligned at 0, any value has an
+  interval, including values inserted after the release was made;
+- date and timestamp QIs (with or without time zone) without one — a `CalendarHierarchy`: the
+  value, (for timestamps) its day, month, quarter, year, decade, then '*'. A level is a function
+  of the value alone, so later values generalise too; a timestamptz's periods are those of the
+  time zone of the session that made the hierarchy (fixed in the SQL, so a live view's classes
+  do not depend on its reader's TimeZone);
 - any other QI without one — flat: the value (as text), then '*'.
+Interval and calendar levels read as dbanon.generalise writes them (`--ranges text`: `30-39`,
+`1.5-<2`, `2020-Q1`, `*`; `--ranges typed`: the range type of the column's type, as for every
+method, '*' being the unbounded range '(,)').
 """
 
 from __future__ import annotations
@@ -65,25 +86,36 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon import generalise
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import KAnonymity, PrivacyModel
 from dbanon.models.base import Target
+from dbanon.models.suppression import kept_classes
 
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
 EPOCH = sql.SQL("DATE '1970-01-01'")
+# The widest automatic interval is the narrowest round width >= (max - min) / TOP_SPLIT.
+TOP_SPLIT = 5
 
 _INTEGER_TYPES = ("smallint", "integer", "bigint")
 _NUMERIC_TYPES = ("numeric", "real", "double precision")
+_TIMESTAMP_TYPES = ("timestamp without time zone", "timestamp with time zone")
+# Calendar levels between the value and '*', narrowest first (generalise.PERIODS).
+CALENDAR_UNITS = {
+    "date": ("month", "quarter", "year", "decade"),
+    "timestamp": ("day", "month", "quarter", "year", "decade"),
+}
 
 
 @dataclass(frozen=True)
 class IntervalHierarchy:
-    """The automatic hierarchy of a numeric or date QI: nested power-of-two intervals.
+    """The automatic hierarchy of a numeric QI: nested round intervals aligned at 0.
 
-    `base` is 'integer', 'numeric' or 'date'; widths are in the column's unit (days for dates).
+    `base` is 'integer', 'numeric' or 'date'; widths are in the column's unit (days for dates:
+    automatic date hierarchies are calendar ones, a day-interval one can still be given).
     `low`/`high` are the column's min and max when the hierarchy was made, for NCP only: they do
     not change where a value falls, so a release stays the same function of its source.
     """
@@ -102,16 +134,43 @@ class IntervalHierarchy:
     def name(self) -> str:
         return f"intervals of {self.column}"
 
-    @property
-    def range_type(self) -> str:
-        return {"integer": "int8range", "numeric": "numrange", "date": "daterange"}[self.base]
-
     def describe(self) -> list[str]:
         """Human-readable levels, for reports."""
         return ["value", *(f"width {w}" for w in self.widths), "*"]
 
 
-AnyHierarchy = Hierarchy | IntervalHierarchy
+@dataclass(frozen=True)
+class CalendarHierarchy:
+    """The automatic hierarchy of a date or timestamp QI: its calendar periods.
+
+    `base` is 'date' or 'timestamp' (with or without time zone). `low`/`high`, for NCP only,
+    are the column's min and max in days since 1970-01-01 (dates) or epoch seconds; `zone` is
+    the time zone whose periods a timestamptz falls into.
+    """
+
+    column: str
+    base: str
+    low: Decimal
+    high: Decimal
+    zone: str = "UTC"
+
+    @property
+    def units(self) -> tuple[str, ...]:
+        return CALENDAR_UNITS[self.base]
+
+    @property
+    def height(self) -> int:
+        return len(self.units) + 1
+
+    @property
+    def name(self) -> str:
+        return f"calendar of {self.column}"
+
+    def describe(self) -> list[str]:
+        return ["value", *self.units, "*"]
+
+
+AnyHierarchy = Hierarchy | IntervalHierarchy | CalendarHierarchy
 
 
 @dataclass(frozen=True)
@@ -145,13 +204,22 @@ class FullDomainResult:
 
 
 def interval_base(col: Column) -> str | None:
-    """'integer', 'numeric' or 'date' if the column gets an automatic interval hierarchy."""
+    """'integer', 'numeric' or 'date' if the column can have an interval hierarchy."""
     if col.type in _INTEGER_TYPES:
         return "integer"
     if col.type.startswith(_NUMERIC_TYPES):
         return "numeric"
     if col.type == "date":
         return "date"
+    return None
+
+
+def calendar_base(col: Column) -> str | None:
+    """'date' or 'timestamp' if the column gets an automatic calendar hierarchy."""
+    if col.type == "date":
+        return "date"
+    if generalise.base_type(col) in _TIMESTAMP_TYPES:
+        return "timestamp"
     return None
 
 
@@ -164,17 +232,44 @@ def _as_number(base: str, ref: sql.Composable) -> sql.Composable:
     return sql.SQL("{}::bigint").format(ref)
 
 
+def round_width(n: int) -> Decimal:
+    """The n-th width of the chain ..., 0.5, 1, 5, 10, 50, ...: 1 at n = 0, 5 at n = 1."""
+    return (5 if n % 2 else 1) * Decimal(10) ** (n // 2)
+
+
+def _cells(low: Decimal, high: Decimal, w: Decimal) -> int:
+    """How many intervals of width w aligned at 0 [low, high] meets."""
+    down = "ROUND_FLOOR"
+    return int((high / w).to_integral_value(down) - (low / w).to_integral_value(down)) + 1
+
+
 def _widths(base: str, low: Decimal, high: Decimal, levels: int) -> tuple[Decimal, ...]:
-    """Interval widths, narrowest first: `levels` powers of two, the widest the smallest one
-    >= (high - low) / 2, so that the values span at most three intervals at that level."""
+    """Interval widths, narrowest first, from the chain 1, 5, 10, 50, ... (see the module doc):
+    `levels` of them, the widest the narrowest one >= (high - low) / TOP_SPLIT. For whole units
+    (integers, days), only widths that merge values or intervals of the level below, wider ones
+    tried instead while any could."""
     span = high - low
     if span <= 0 or levels <= 0:
         return ()
-    top = math.ceil(math.log2(span / 2))
-    widths = [Decimal(2) ** (top - j) for j in range(levels - 1, -1, -1)]
-    if base != "numeric":  # whole units: a width of 1 is the value itself
-        widths = [w for w in widths if w >= 2]
-    return tuple(w.normalize() if w < 1 else w.quantize(Decimal(1)) for w in widths)
+    top = 2 * math.floor(math.log10(span / TOP_SPLIT)) - 2  # a chain index below the widest
+    while round_width(top) < span / TOP_SPLIT:
+        top += 1
+    if base == "numeric":
+        return tuple(round_width(n) for n in range(top - levels + 1, top + 1))
+    # Width 1 is the value itself (chain index 0), a level that merges nothing a copy of the
+    # one below; beyond `reach` intervals cut [low, high] only at 0, as the last one did.
+    widths: list[Decimal] = []
+    cells, reach = span + 1, max(abs(low), abs(high))
+    n = max(top - levels + 1, 1)
+    while len(widths) < levels and cells > 1:
+        w = round_width(n)
+        if _cells(low, high, w) < cells:
+            widths.append(w)
+            cells = _cells(low, high, w)
+        if w > reach:
+            break
+        n += 1
+    return tuple(widths)
 
 
 def interval_hierarchy(
@@ -199,24 +294,28 @@ def _bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
     return sql.SQL("(floor({x}::numeric / {w}) * {w})").format(x=x, w=sql.Literal(width))
 
 
-def _interval_value(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Composable:
-    """The released range of number x (an interval QI) at a level."""
-    rt = sql.SQL(h.range_type)
+def _interval_value(
+    h: IntervalHierarchy, col: Column, ref: sql.Composable, level: int, form: str
+) -> sql.Composable:
+    """The released value of interval QI `ref` at a level (dbanon.generalise): intervals of
+    whole units as the closed range of their values ([30, 40) is 30-39), numeric ones half-open
+    (1.5-<2)."""
     if level >= h.height:
-        return sql.SQL("'(,)'::{}").format(rt)
+        return generalise.whole(col, form)
     if level == 0:
-        lo, hi, bounds = x, x, "[]"
-    else:
-        w = h.widths[level - 1]
-        lo = _bin_low(x, w)
+        return generalise.value(col, ref, form)
+    w = h.widths[level - 1]
+    lo = _bin_low(_as_number(h.base, ref), w)
+    if h.base == "numeric":
         hi = sql.SQL("({} + {})").format(lo, sql.Literal(w))
-        bounds = "[)"
+        return generalise.half_open_range(col, lo, hi, form)
+    hi = sql.SQL("({} + {})").format(lo, sql.Literal(w - 1))
     if h.base == "date":
         lo = sql.SQL("({} + {}::integer)").format(EPOCH, lo)
         hi = sql.SQL("({} + {}::integer)").format(EPOCH, hi)
-    elif h.base == "integer":
+    else:
         lo, hi = sql.SQL("{}::bigint").format(lo), sql.SQL("{}::bigint").format(hi)
-    return sql.SQL("{}({}, {}, {})").format(rt, lo, hi, sql.Literal(bounds))
+    return generalise.closed_range(col, lo, hi, form)
 
 
 def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Composable:
@@ -237,6 +336,62 @@ def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Co
     )
 
 
+def _measure(col: Column, x: sql.Composable) -> sql.Composable:
+    """A date or timestamp as the number a calendar QI's NCP is measured in: days since
+    1970-01-01 for dates, epoch seconds (of the instant, for timestamptz) for timestamps."""
+    if calendar_base(col) == "date":
+        return sql.SQL("({} - {})::numeric").format(x, EPOCH)
+    return sql.SQL("extract(epoch FROM {})::numeric").format(x)
+
+
+def _period_start(
+    h: CalendarHierarchy, col: Column, ref: sql.Composable, level: int
+) -> sql.Composable:
+    """The start of the period of `ref` at a level, as a local timestamp."""
+    return generalise.period_start(h.units[level - 1], generalise.local_time(col, ref, h.zone))
+
+
+def _calendar_value(
+    h: CalendarHierarchy, col: Column, ref: sql.Composable, level: int, form: str
+) -> sql.Composable:
+    """The released value of calendar QI `ref` at a level: the value, its period, or '*'."""
+    if level >= h.height:
+        return generalise.whole(col, form)
+    if level == 0:
+        return generalise.value(col, ref, form)
+    return generalise.period(col, ref, h.units[level - 1], form, h.zone)
+
+
+def _calendar_code(
+    h: CalendarHierarchy, col: Column, ref: sql.Composable, level: int
+) -> sql.Composable:
+    """A number per period (the epoch of its start), for the lattice's GROUP BY."""
+    return sql.SQL("extract(epoch FROM {})::bigint").format(_period_start(h, col, ref, level))
+
+
+def _calendar_ncp(
+    h: CalendarHierarchy, col: Column, ref: sql.Composable, level: int
+) -> sql.Composable:
+    """NCP of a calendar QI's period: its length within [low, high] over high - low (for
+    dates, in whole days as for integer intervals: a period ends at its last day)."""
+    span = h.high - h.low
+    if span <= 0:
+        return sql.SQL("0::float8")
+    start = _period_start(h, col, ref, level)
+    end = generalise.period_end(h.units[level - 1], start)
+    lo = _measure(col, generalise.from_local(col, start, h.zone))
+    hi = _measure(col, generalise.from_local(col, end, h.zone))
+    last = sql.SQL("({} - 1)").format(hi) if h.base == "date" else hi
+    ncp = "((least({last}, {high}) - greatest({lo}, {low})) / {span})::float8"
+    return sql.SQL(ncp).format(
+        last=last,
+        high=sql.Literal(h.high),
+        lo=lo,
+        low=sql.Literal(h.low),
+        span=sql.Literal(span),
+    )
+
+
 def _stored_map(h: Hierarchy, level: int) -> sql.Composable:
     """(value, label) of a stored hierarchy at one level, from the catalog."""
     return sql.SQL(
@@ -249,17 +404,35 @@ def _stored_map(h: Hierarchy, level: int) -> sql.Composable:
 def _effective(
     col: Column, hierarchies: Mapping[str, AnyHierarchy]
 ) -> tuple[str, AnyHierarchy | None, int]:
-    """(kind, hierarchy, height) of a QI: 'stored', 'interval' or 'flat'."""
+    """(kind, hierarchy, height) of a QI: 'stored', 'interval', 'calendar' or 'flat'."""
     h = hierarchies.get(col.name)
     if isinstance(h, Hierarchy):
         return "stored", h, h.height
-    if isinstance(h, IntervalHierarchy):
-        return "interval", h, h.height
+    for kind, cls, base in (
+        ("interval", IntervalHierarchy, interval_base(col)),
+        ("calendar", CalendarHierarchy, calendar_base(col)),
+    ):
+        if isinstance(h, cls):
+            if h.base != base:
+                raise DbanonError(
+                    f"the {kind} hierarchy of {col.name!r} is for {h.base} values, not {col.type}"
+                )
+            return kind, h, h.height
     if h is not None:
         raise DbanonError(f"hierarchy of {col.name!r} is a {type(h).__name__}, not a hierarchy")
+    if calendar_base(col) is not None:
+        return "calendar", None, -1  # its range (for NCP) and time zone come from search()
     if interval_base(col) is not None:
         return "interval", None, -1  # made from the data by search()
     return "flat", None, 1
+
+
+def _unmade(kind: str, col: Column) -> AnyHierarchy:
+    """The automatic hierarchy of a QI at level 0, where its widths and range do not matter."""
+    zero = Decimal(0)
+    if kind == "calendar":
+        return CalendarHierarchy(col.name, calendar_base(col) or "date", zero, zero)
+    return IntervalHierarchy(col.name, interval_base(col) or "numeric", (), zero, zero)
 
 
 # --- the release ----------------------------------------------------------------------------
@@ -271,19 +444,32 @@ def release_select(
     hierarchies: Mapping[str, AnyHierarchy],
     levels: Mapping[str, int],
     sensitive: list[str],
-    k: int,
+    models: Sequence[PrivacyModel],
     *,
     shuffle: bool = True,
+    ranges: str = generalise.DEFAULT_FORM,
 ) -> sql.Composable:
-    """A SELECT of the source generalised to `levels`, classes smaller than k left out.
+    """A SELECT of the source generalised to `levels`, every class that breaks a model left out.
 
-    It reads the source live, so a VIEW of it stays k-anonymous as the source changes: the class
-    sizes are a window count over the generalised QIs, computed at every read, and rows of a
-    class that is too small are never shown. The row key is not selected; rows come out in
-    random order (`shuffle`), so neither the source order nor the class order leaks. Values a
-    stored hierarchy does not cover (inserted since) are released as its root.
-    Output columns: the QIs (text, or ranges for interval QIs), then the sensitive columns.
+    It reads the source live, so a VIEW of it keeps every promise as the source changes: the
+    classes are formed and judged at every read, and rows of a class that breaks any model
+    (smaller than the largest k of the models, not l-diverse, too far from the distribution of
+    the rows shown, ...) are never shown; see dbanon.models.suppression for how t-closeness is
+    kept against the distribution of what remains. Models that read a sensitive column read the
+    first of `sensitive`. The row key is not selected; rows come out in random order
+    (`shuffle`), so neither the source order nor the class order leaks. Values a stored
+    hierarchy does not cover (inserted since) are released as its root.
+    Output columns: the QIs, then the sensitive columns. Interval and calendar QIs read as
+    `ranges` says (dbanon.generalise: 'text', or 'typed' ranges), the others as text.
+
+    Shape: the source is read once. Classes smaller than the largest k go by a window count
+    over the generalised QIs (k-anonymity alone needs no more). With other models, the rows
+    left are kept in a MATERIALIZED CTE, each numbered with its class (dense_rank over the same
+    sort, in which NULLs are peers, so matching rows to classes by number is NULL-safe); the
+    models judge the classes from that CTE (`kept_classes`), and rows are selected by number.
     """
+    if ranges not in generalise.RANGE_FORMS:
+        raise DbanonError(f"ranges must be one of {', '.join(generalise.RANGE_FORMS)}")
     joins: list[sql.Composable] = []
     gen: list[sql.Composable] = []
     for i, col in enumerate(qi):
@@ -292,20 +478,19 @@ def release_select(
             raise DbanonError(f"no level given for quasi-identifier {col.name!r}")
         level = levels[col.name]
         ref = sql.SQL("s.{}").format(col.ident)
-        if kind == "interval" and h is None:
+        if kind in ("interval", "calendar") and h is None:
             if level > 0:
                 raise DbanonError(
-                    f"level {level} of {col.name!r} needs its interval hierarchy: pass "
+                    f"level {level} of {col.name!r} needs its {kind} hierarchy: pass "
                     "FullDomainResult.hierarchies to release_select"
                 )
-            h = IntervalHierarchy(
-                col.name, interval_base(col) or "numeric", (), Decimal(0), Decimal(0)
-            )
+            h = _unmade(kind, col)
         if not 0 <= level <= (h.height if h is not None else height):
             raise DbanonError(f"level {level} of {col.name!r} is outside its hierarchy")
         if isinstance(h, IntervalHierarchy):
-            x = _as_number(h.base, ref)
-            gen.append(_interval_value(h, x, level))
+            gen.append(_interval_value(h, col, ref, level, ranges))
+        elif isinstance(h, CalendarHierarchy):
+            gen.append(_calendar_value(h, col, ref, level, ranges))
         elif level == 0:
             gen.append(sql.SQL("{}::text").format(ref))
         elif isinstance(h, Hierarchy) and level < h.height:
@@ -321,29 +506,59 @@ def release_select(
         else:
             root = h.labels[h.root] if isinstance(h, Hierarchy) else "*"
             gen.append(sql.SQL("{}::text").format(sql.Literal(root)))
+    needs = [m for m in models if m.needs_sensitive]
+    if needs and not sensitive:
+        raise DbanonError(f"{needs[0].name} needs a sensitive column")
     names = [c.name for c in qi] + list(sensitive)
-    size = "dbanon_class_size"
-    while size in names:
-        size += "_"
-    inner = sql.SQL(
-        "SELECT {cols}, count(*) OVER (PARTITION BY {part}) AS {size} FROM {src} s {joins}"
+    size, cls = (_fresh(n, names) for n in ("dbanon_class_size", "dbanon_class"))
+    # Any k-anonymity is implied by the largest k, which a window count enforces row by row.
+    others = [m for m in models if not isinstance(m, KAnonymity)]
+    gen_list = sql.SQL(", ").join(gen)
+    sized = sql.SQL(
+        "SELECT {cols}, count(*) OVER (PARTITION BY {gen}) AS {size}{number} FROM {src} s {joins}"
     ).format(
         cols=sql.SQL(", ").join(
             [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
             + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
         ),
-        part=sql.SQL(", ").join(gen),
+        gen=gen_list,
         size=sql.Identifier(size),
+        # the same sort as the count's partitions: no second sort
+        number=sql.SQL(", dense_rank() OVER (ORDER BY {}) AS {}").format(
+            gen_list, sql.Identifier(cls)
+        )
+        if others
+        else sql.SQL(""),
         src=source.ident,
         joins=sql.SQL(" ").join(joins),
     )
-    return sql.SQL("SELECT {out} FROM ({inner}) dbanon_classes WHERE {size} >= {k}{order}").format(
-        out=sql.SQL(", ").join(map(sql.Identifier, names)),
-        inner=inner,
-        size=sql.Identifier(size),
-        k=sql.Literal(k),
-        order=sql.SQL(" ORDER BY random()") if shuffle else sql.SQL(""),
+    out = sql.SQL(", ").join(map(sql.Identifier, names))
+    order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
+    large = sql.SQL("({sized}) dbanon_classes WHERE {size} >= {k}").format(
+        sized=sized, size=sql.Identifier(size), k=sql.Literal(_k_of(models))
     )
+    if not others:
+        return sql.SQL("SELECT {out} FROM {large}{order}").format(out=out, large=large, order=order)
+    rows = sql.Identifier("dbanon_rows")
+    target = Target(rows, [cls], sensitive[0] if needs else None)
+    return sql.SQL(
+        """WITH {rows} AS MATERIALIZED (SELECT {out}, {cls} FROM {large})
+           SELECT {out} FROM {rows} WHERE {cls} IN ({kept}){order}"""
+    ).format(
+        rows=rows,
+        out=out,
+        cls=sql.Identifier(cls),
+        large=large,
+        kept=kept_classes(target, others),
+        order=order,
+    )
+
+
+def _fresh(name: str, taken: Sequence[str]) -> str:
+    """`name`, with underscores appended until it is not one of `taken`."""
+    while name in taken:
+        name += "_"
+    return name
 
 
 # --- the search ---------------------------------------------------------------------------------
@@ -358,8 +573,8 @@ ROLLUP_MIN_ROWS, ROLLUP_GAIN = 1000, 4
 @dataclass
 class _QI:
     col: Column
-    kind: str  # 'stored', 'interval' or 'flat'
-    h: AnyHierarchy | None  # None: flat, or an interval hierarchy still to be made from the data
+    kind: str  # 'stored', 'interval', 'calendar' or 'flat'
+    h: AnyHierarchy | None  # None: flat, or an automatic hierarchy still to be made from the data
     height: int
 
 
@@ -444,6 +659,8 @@ class _Lattice:
             if q.kind == "interval":
                 base = q.h.base if isinstance(q.h, IntervalHierarchy) else interval_base(q.col)
                 expr = _as_number(base or "numeric", q.col.ident)
+            elif q.kind == "calendar":  # the value itself: its periods are cut in SQL
+                expr = q.col.ident
             else:  # text, as release_select shows it: classes are equal text, in both;
                 # byte order ("C") makes the sorts and joins on it cheap
                 expr = sql.SQL('{}::text COLLATE "C"').format(q.col.ident)
@@ -487,6 +704,10 @@ class _Lattice:
                     w = sql.Literal(q.h.widths[level - 1])
                     codes.append(sql.SQL("floor({}::numeric / {})::bigint AS {}").format(ref, w, c))
                     ncps.append((_interval_ncp(q.h, ref, level), r))
+                elif isinstance(q.h, CalendarHierarchy):
+                    code = _calendar_code(q.h, q.col, ref, level)
+                    codes.append(sql.SQL("{} AS {}").format(code, c))
+                    ncps.append((_calendar_ncp(q.h, q.col, ref, level), r))
                 else:
                     codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
                     ncps.append((sql.SQL("{}.{}").format(m, sql.Identifier(f"r{level}")), r))
@@ -512,18 +733,22 @@ class _Lattice:
         self.classes.append((np.zeros(len(qis), dtype=np.int64), g, cur.rowcount))
 
     def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
-        """Row count, NULL QIs (an error), interval hierarchies, hierarchy coverage."""
+        """Row count, NULL QIs (an error), interval and calendar hierarchies, coverage."""
         conn = self.conn
         stats: list[sql.Composable] = [sql.SQL("coalesce(sum(n), 0)::bigint")]
         for q, name in zip(self.qis, qcol, strict=True):
             stats.append(
                 sql.SQL("coalesce(sum(n) FILTER (WHERE {} IS NULL), 0)::bigint").format(name)
             )
-            stats.append(
-                sql.SQL("min({0})::numeric, max({0})::numeric").format(name)
-                if q.kind == "interval"
-                else sql.SQL("NULL, NULL")
-            )
+            if q.kind == "interval":
+                stats.append(sql.SQL("min({0})::numeric, max({0})::numeric").format(name))
+            elif q.kind == "calendar":
+                x = _measure(q.col, name)
+                stats.append(sql.SQL("min({0}), max({0})").format(x))
+            else:
+                stats.append(sql.SQL("NULL, NULL"))
+        # A timestamptz falls into the calendar periods of the session's time zone.
+        stats.append(sql.SQL("current_setting('TimeZone')"))
         row = conn.execute(
             sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(stats), fs)
         ).fetchone()
@@ -542,6 +767,11 @@ class _Lattice:
                 q.h = IntervalHierarchy(
                     q.col.name, base, _widths(base, low, high, INTERVAL_LEVELS), low, high
                 )
+                q.height = q.h.height
+            if q.kind == "calendar" and q.h is None:
+                zero = Decimal(0)
+                base = calendar_base(q.col) or "date"
+                q.h = CalendarHierarchy(q.col.name, base, low or zero, high or zero, row[-1])
                 q.height = q.h.height
             if isinstance(q.h, Hierarchy):
                 self._store_map(i, q.h)
@@ -724,7 +954,13 @@ def search(
             nonlocal model_checks
             rel = sql.SQL("({}) AS dbanon_candidate").format(
                 release_select(
-                    source, qi, eff, levels, [sensitive] if sensitive else [], k, shuffle=False
+                    source,
+                    qi,
+                    eff,
+                    levels,
+                    [sensitive] if sensitive else [],
+                    [KAnonymity(k)],  # the other models are what is being tested
+                    shuffle=False,
                 )
             )
             target = Target(rel, names, sensitive)

@@ -58,7 +58,7 @@ def v1_to_v2(old: dict[str, Any]) -> dict[str, Any]:
         "kmember": {"ranges": "typed", "seeding": old.get("seeding", "random"),
                     "seed": old.get("seed")},
         "mondrian": {"ranges": "typed"},
-        "fulldomain": {"as": "view" if old.get("as_view") else "table",
+        "fulldomain": {"ranges": "typed", "as": "view" if old.get("as_view") else "table",
                        "max_suppression": old.get("max_suppression", 0.0)},
         "anatomy": {"seed": old.get("seed")},
     }.get(method, {})  # fmt: skip

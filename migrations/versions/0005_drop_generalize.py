@@ -4,8 +4,8 @@ Releases generalise categorical QIs with dbanon.lca() (k-member, Mondrian) or by
 dbanon.hierarchy_map (full-domain); generalize() was never called, so it was untested surface
 in every database. The downgrade recreates it exactly as revision 0001 made it.
 
-Revision ID: 0003
-Revises: 0002
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-22
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,122 @@
+"""Regrouping a refreshed table so that rows that persist keep their groups.
+
+A consumer who keeps two releases of the same source can intersect a person's classes in both.
+If a refresh regroups from scratch, the two classes share few rows and the intersection can
+single a person out; if every row that persists stays with the rows it was grouped with, the
+intersection is its old group again. So a refresh under the `persist` policy:
+1. keeps every persisting row in its previous group (deleted rows simply leave it);
+2. groups the new rows among themselves with the method's own algorithm (when it can: there
+   are at least k of them and they can satisfy the model on their own), and puts the rest in
+   the nearest group;
+3. merges every group that no longer satisfies the promised models (it lost rows, or a new row
+   broke its l-diversity) into its nearest group, smallest first, until all satisfy them.
+Groups never split, so information loss can only grow over refreshes; `--regroup` starts over
+(and dbanon's composition check then says whether the intersection still keeps the promise).
+
+Pure arrays in, group ids out; the distance between groups is the k-member one (numeric ranges
+normalised by the domain width, categorical LCA heights) between group centres.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from dbanon.algorithms.base import QIArrays
+
+Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
+Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
+_CHUNK = 2048  # rows per block when placing leftover rows (bounded memory: block x groups)
+
+
+def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
+    return QIArrays(qi.num[rows], qi.cat[rows], qi.lca, qi.height, qi.hierarchies)
+
+
+def _centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean normalised numeric values and the most frequent leaf of each categorical QI."""
+    sizes = np.maximum(np.bincount(gid, minlength=groups), 1).astype(np.float64)
+    num = np.zeros((groups, qi.num.shape[1]))
+    for i in range(qi.num.shape[1]):
+        num[:, i] = np.bincount(gid, weights=qi.num[:, i], minlength=groups) / sizes
+    cat = np.zeros((groups, qi.cat.shape[1]), dtype=np.int64)
+    for j in range(qi.cat.shape[1]):
+        counts = np.zeros((groups, int(qi.cat[:, j].max(initial=0)) + 1), dtype=np.int32)
+        np.add.at(counts, (gid, qi.cat[:, j]), 1)
+        cat[:, j] = counts.argmax(axis=1)
+    return num, cat
+
+
+def _distance(
+    qi: QIArrays, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray
+) -> np.ndarray:
+    """(len(num), len(cnum)) distances between points and group centres."""
+    d = np.abs(num[:, None, :] - cnum[None, :, :]).sum(axis=2)
+    for j in range(cat.shape[1]):
+        anc = qi.lca[j][cat[:, j][:, None], ccat[:, j][None, :]]
+        d += qi.height[j][anc]
+    return d
+
+
+def persist_groups(
+    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2
+) -> np.ndarray:
+    """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
+    new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
+    they cannot be grouped on their own). Raises ValueError when no grouping satisfies the
+    models."""
+    n = qi.n
+    previous = np.asarray(previous, dtype=np.int64)
+    gid = np.full(n, -1, dtype=np.int64)
+    old = previous >= 0
+    gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
+    groups = int(gid.max()) + 1 if old.any() else 0
+    new = np.flatnonzero(~old)
+    if len(new) >= k:
+        try:
+            sub = np.asarray(cluster(new))
+            gid[new] = sub + groups
+            groups += int(sub.max()) + 1
+        except ValueError:
+            pass  # the new rows cannot form groups of their own: they join existing ones
+    left = np.flatnonzero(gid < 0)
+    if len(left):
+        if groups == 0:
+            raise ValueError(f"{n} rows and no group to join")
+        cnum, ccat = _centres(qi, np.where(gid < 0, 0, gid), groups)
+        for start in range(0, len(left), _CHUNK):
+            rows = left[start : start + _CHUNK]
+            gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
+    return _merge_failing(qi, gid, groups, holds)
+
+
+def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
+    """Merge groups that fail the models into their nearest group, smallest first."""
+    order = np.argsort(gid, kind="stable")
+    bounds = np.searchsorted(gid[order], np.arange(groups + 1))
+    members = {
+        g: order[bounds[g] : bounds[g + 1]] for g in range(groups) if bounds[g + 1] > bounds[g]
+    }
+    failing = {g for g, rows in members.items() if not holds(rows)}
+    cnum, ccat = _centres(qi, gid, groups)
+    while failing:
+        if len(members) == 1:
+            raise ValueError("the whole table does not satisfy the promised models")
+        g = min(failing, key=lambda x: (len(members[x]), x))
+        alive = np.array(sorted(h for h in members if h != g))
+        d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
+        into = int(alive[int(np.argmin(d))])
+        rows = np.concatenate([members[into], members.pop(g)])
+        members[into] = rows
+        failing.discard(g)
+        gid[rows] = into
+        cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
+        for j in range(qi.cat.shape[1]):
+            vals, counts = np.unique(qi.cat[rows, j], return_counts=True)
+            ccat[into, j] = vals[np.argmax(counts)]
+        if holds(rows):
+            failing.discard(into)
+        else:
+            failing.add(into)
+    return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)

@@ -1,0 +1,172 @@
+"""What a consumer learns by intersecting the releases of one source, measured at each run.
+
+A consumer may keep every release. For a person whose row persists, the class they fall in in
+each release narrows them down: in the newest release, only the rows of their class whose
+sensitive value appears in every earlier class of theirs are still plausible, and only the
+sensitive values common to all those classes are plausible values. dbanon keeps, per source
+row, its group in the latest release and that running intersection of values (catalog table
+dbanon.group_map, never granted), and at every run of a grouping release measures for each
+persisting row:
+- plausible rows: rows of its new class whose value is among its plausible values so far;
+- plausible values: its plausible values so far that its new class also holds.
+A run is refused when some persisting row would keep fewer plausible rows than the promised k
+or fewer plausible values than the promised l (or p), unless composition is allowed. Values
+are tagged ('v:' || value, 'n' for NULL) so NULL is a value of its own, as in the models.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.db.catalog import Column, Relation
+from dbanon.db.stream import copy_out
+
+MAP = sql.Identifier("dbanon", "group_map")
+
+
+@dataclass(frozen=True)
+class Composition:
+    persisting: int  # rows in both the previous releases and this one
+    min_plausible_rows: int | None
+    min_plausible_values: int | None  # None without a sensitive column
+    rows_below_k: int
+    rows_below_l: int
+
+    def as_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+def tag(col: Column | None, ref: str = "s") -> sql.Composable:
+    if col is None:
+        return sql.SQL("NULL::text")
+    return sql.SQL("coalesce('v:' || {}.{}::text, 'n')").format(sql.Identifier(ref), col.ident)
+
+
+def _rows(source: Relation, key: Column, sensitive: Column | None, stage: sql.Composable):
+    """(key, gid, t): the new release's rows with their tagged sensitive value."""
+    return sql.SQL(
+        "SELECT st.key, st.gid, {t} AS t FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
+    ).format(t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+
+
+def measure(
+    conn: psycopg.Connection,
+    release_id: int,
+    source: Relation,
+    key: Column,
+    sensitive: Column | None,
+    stage: sql.Composable,
+    k: int,
+    values_needed: int,
+) -> Composition | None:
+    """The intersection figures of this run against all earlier ones (None on a first run)."""
+    if not conn.execute(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE release_id = %s)").format(MAP),
+        [release_id],
+    ).fetchone()[0]:
+        return None
+    row = conn.execute(
+        sql.SQL(
+            """WITH new AS MATERIALIZED ({rows}),
+               cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
+               sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
+               kept AS (SELECT n.gid, m.vals AS old FROM new n
+                        JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key),
+               pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
+               matched AS (  -- per pair, the new class's rows and values among the old values
+                   SELECT p.gid, p.old, sum(c.n) AS plausible_rows, count(c.n) AS values_left
+                   FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+                   LEFT JOIN cells c ON c.gid = p.gid AND c.t = v
+                   WHERE p.old IS NOT NULL GROUP BY p.gid, p.old),
+               judged AS (
+                   SELECT p.members,
+                          coalesce(m.plausible_rows, CASE WHEN p.old IS NULL THEN s.n END, 0)
+                              AS plausible_rows,
+                          CASE WHEN p.old IS NOT NULL THEN coalesce(m.values_left, 0) END
+                              AS plausible_values
+                   FROM pairs p JOIN sizes s USING (gid)
+                   LEFT JOIN matched m ON m.gid = p.gid AND m.old = p.old)
+               SELECT coalesce(sum(members), 0), min(plausible_rows), min(plausible_values),
+                      coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
+                      coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
+               FROM judged"""
+        ).format(rows=_rows(source, key, sensitive, stage), map=MAP),
+        {"rid": release_id, "k": k, "l": values_needed},
+    ).fetchone()
+    return Composition(
+        int(row[0]),
+        None if row[1] is None else int(row[1]),
+        None if row[2] is None else int(row[2]),
+        int(row[3]),
+        int(row[4]),
+    )
+
+
+def store(
+    conn: psycopg.Connection,
+    release_id: int,
+    source: Relation,
+    key: Column,
+    sensitive: Column | None,
+    stage: sql.Composable,
+) -> None:
+    """Replace the release's map by this run's groups and running value intersections."""
+    conn.execute(
+        sql.SQL(
+            """CREATE TEMP TABLE dbanon_new_map ON COMMIT DROP AS
+               WITH new AS MATERIALIZED ({rows}),
+               cls AS (SELECT gid, array_agg(DISTINCT t) AS vals FROM new GROUP BY gid)
+               SELECT n.key, n.gid,
+                      CASE WHEN n.t IS NULL THEN NULL
+                           WHEN m.vals IS NULL THEN c.vals
+                           ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
+                      END AS vals
+               FROM new n JOIN cls c USING (gid)
+               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
+        ).format(rows=_rows(source, key, sensitive, stage), map=MAP),
+        {"rid": release_id},
+    )
+    forget(conn, release_id)
+    conn.execute(
+        sql.SQL("INSERT INTO {} SELECT %s, key, gid, vals FROM dbanon_new_map").format(MAP),
+        [release_id],
+    )
+    conn.execute("DROP TABLE dbanon_new_map")
+
+
+def previous_groups(
+    conn: psycopg.Connection, release: str, keys: list[str]
+) -> np.ndarray | None:
+    """Each key's group in the release's latest run (-1 for a new row); None without a map."""
+    rows = copy_out(
+        conn,
+        sql.SQL(
+            "SELECT m.key, m.gid FROM {} m JOIN dbanon.release r ON r.id = m.release_id "
+            "WHERE r.name = {}"
+        ).format(MAP, sql.Literal(release)),
+        ["text", "int4"],
+    )
+    if not rows[0]:
+        return None
+    old = dict(zip(rows[0], rows[1], strict=True))
+    return np.fromiter((old.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+
+
+def forget(conn: psycopg.Connection, release_id: int) -> None:
+    conn.execute(sql.SQL("DELETE FROM {} WHERE release_id = %s").format(MAP), [release_id])
+
+
+def values_needed(models: list) -> int:
+    """The plausible values a release promises: its l (rounded up) or p, else 1."""
+    needed = 1
+    for m in models:
+        for attr in ("l", "p"):
+            v = getattr(m, attr, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                needed = max(needed, math.ceil(v))
+    return needed

@@ -1,0 +1,99 @@
+"""Method `thetak`: (θ,k)-anonymity clustering (Cheng, Liu et al. 2019), generalised like the
+other grouping methods; its run records the similarity and background-knowledge
+vulnerability of the release (dbanon.metrics.vulnerability)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.thetak import LEFTOVERS
+from dbanon.errors import DbanonError
+from dbanon.methods import register
+from dbanon.methods.base import Built, Option
+from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod
+from dbanon.metrics.vulnerability import FIGURES
+from dbanon.models.base import Target
+from dbanon.models.thetak import ThetaKAnonymity
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+
+def _model(r: Resolved) -> ThetaKAnonymity:
+    model = r.model("theta-k-anonymity")
+    assert isinstance(model, ThetaKAnonymity)  # `requires` makes the lifecycle ensure it
+    return model
+
+
+class ThetaK(GroupingMethod):
+    name = "thetak"
+    summary = (
+        "(θ,k)-anonymity (Cheng, Liu et al. 2019): every class mixes θ categories of the "
+        "sensitive hierarchy, ⌊k/θ⌋ distinct values of each (capped by the values the category "
+        "has), rows nearest a random seed; records similarity and background-knowledge "
+        "vulnerability"
+    )
+    promises = ("k-anonymity", "theta-k-anonymity")
+    requires = ("theta-k-anonymity",)
+    randomised = True
+    options: ClassVar[tuple[Option, ...]] = (
+        RANGES,
+        POLICY,
+        Option(
+            "leftovers", str, "category",
+            "Where rows left after the last class go: the nearest class showing their "
+            "category (category) or the nearest class (nearest, the paper's rule).",
+            LEFTOVERS,
+        ),
+    )  # fmt: skip
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        model = _model(r)
+        cats = model.categories.bind(conn)
+        column = r.sensitive[0].name
+        found = cats.validate(conn, Target(r.source.ident, [c.name for c in r.qi], column))
+        if found < model.theta:
+            raise DbanonError(
+                f"column {column!r} of {r.source} holds values of {found} categories "
+                f"({model.categories.describe()}), fewer than --theta {model.theta}"
+            )
+
+    def sensitive_stream(self, r: Resolved) -> tuple[sql.Composable, str]:
+        cats = _model(r).categories
+        kind = "text" if cats.hierarchy is not None else "float8"
+        return sql.SQL("{}::{}").format(r.sensitive[0].ident, sql.SQL(kind)), kind
+
+    def encode_sensitive(
+        self, conn: psycopg.Connection, r: Resolved, values: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        cats = _model(r).categories.bind(conn)
+        return np.asarray(cats.of(values.tolist()), dtype=object), values
+
+    def cluster(
+        self, r: Resolved, qi: QIArrays, sensitive: Any
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        from dbanon.algorithms.thetak import thetak_detail
+
+        model = _model(r)
+        category, value = sensitive
+        gid, leftovers = thetak_detail(
+            qi, category, value, model.k, model.theta,
+            seed=r.seed,  # type: ignore[arg-type]
+            leftovers=r.options["leftovers"],
+        )  # fmt: skip
+        return gid, {"leftover_rows": leftovers}
+
+    def figures(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The common figures, and the vulnerabilities the (θ,k) check measured."""
+        return {**super().figures(conn, r, built, checked),
+                **{f: checked[f] for f in FIGURES if f in checked}}  # fmt: skip
+
+
+register(ThetaK())

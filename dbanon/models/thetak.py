@@ -1,0 +1,138 @@
+"""(θ,k)-anonymity (Cheng, Liu et al. 2019), defined as a checkable property.
+
+The paper describes a construction (split every class into θ groups of semantically similar
+sensitive values, the groups mutually dissimilar), not a property. dbanon checks this one:
+
+    Let the categories be those of dbanon.models.categories (a hierarchy level, or numeric
+    intervals), V_c the number of distinct sensitive values of category c in the whole
+    relation, and need_c = min(⌊k/θ⌋, V_c). A class e is (θ,k)-anonymous when |e| >= k and
+    at least θ categories c each hold at least need_c distinct values in e.
+
+So an attacker who learns a row's class sees at least θ categories, each well represented
+(similarity attack), and one who also knows the row's category among those θ still faces at
+least need_c values (background-knowledge attack). The cap V_c says "as diverse as the relation
+allows": a category with only two values in the whole relation cannot show three in any class,
+and knowing such a category discloses no more than the relation itself does. The property only
+gets easier as rows join a class, so the algorithm's leftover step cannot break it; the proof
+that dbanon.algorithms.thetak's output satisfies it is in that module. θ must be in [2, k]:
+θ = 1 adds nothing to k-anonymity and θ > k leaves no room for θ groups in a class of k.
+
+Rows without a category (NULL, a value the hierarchy lacks) are an error, not a silent
+verdict. In memory, `class_holds` reads counts keyed by (category, value) pairs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from dbanon.models.base import (
+    CheckResult,
+    ClassTest,
+    Counts,
+    PrivacyModel,
+    Target,
+    class_summary,
+    positive,
+)
+from dbanon.models.categories import Categories
+
+
+@dataclass(frozen=True)
+class ThetaKAnonymity(PrivacyModel):
+    theta: int
+    k: int
+    hierarchy: str | None = None  # stored hierarchy of the sensitive values
+    level: int | None = None  # its category level (None: just below the root)
+    width: float | None = None  # or: numeric intervals of this width
+    needs_sensitive = True
+    needs_overall = True
+
+    def __post_init__(self) -> None:
+        self.categories  # noqa: B018 - validates hierarchy/level/width together
+
+    @property
+    def categories(self) -> Categories:
+        return Categories(self.hierarchy, self.level, self.width)
+
+    @property
+    def group(self) -> int:
+        """⌊k/θ⌋: the distinct values each of the θ categories shows, at most."""
+        return self.k // self.theta
+
+    @property
+    def name(self) -> str:
+        return f"(θ,k)-anonymity (θ={self.theta}, k={self.k}, {self.categories.describe()})"
+
+    def class_test(self, target: Target) -> ClassTest:
+        """Per class: its rows `n` and `good`, the categories holding at least need_c distinct
+        values; need_c from the whole relation the target reads."""
+        src = self.categories.source(target)
+        q = target.alias_list
+        cells = sql.SQL(
+            "(SELECT {q}, cat, count(DISTINCT v) AS d, {rows} AS n FROM {src} GROUP BY {q}, cat)"
+        ).format(q=q, rows=target.rows, src=src)
+        need = sql.SQL(
+            "(SELECT cat, least({g}, count(DISTINCT v)) AS need FROM {src} GROUP BY cat)"
+        ).format(g=sql.Literal(self.group), src=src)
+        return ClassTest(
+            source=sql.SQL(
+                "(SELECT cells.*, need.need FROM {} cells JOIN {} need USING (cat)) x"
+            ).format(cells, need),
+            per_class={
+                "n": sql.SQL("sum(n)::bigint"),
+                "good": sql.SQL("count(*) FILTER (WHERE d >= need)"),
+            },
+            failing=sql.SQL("(n < {k} OR good < {theta})").format(
+                k=sql.Literal(self.k), theta=sql.Literal(self.theta)
+            ),
+        )
+
+    def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
+        from dbanon.metrics.vulnerability import vulnerability
+
+        target.validate(conn, self)
+        cats = self.categories.bind(conn)
+        cats.validate(conn, target)
+        test = self.class_test(target)
+        classes, bad, figs, worst = class_summary(
+            conn,
+            target,
+            test,
+            worst=sql.SQL("{} DESC, good, n").format(test.failing),
+            figures={
+                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
+                "min_categories": sql.SQL("coalesce(min(good), 0)"),
+            },
+        )
+        return CheckResult(
+            self.name,
+            holds=bad == 0,
+            figures={
+                "min_class_size": int(figs["min_class_size"]),
+                "min_diverse_categories": int(figs["min_categories"]),
+                "classes_failing_theta_k": bad,
+                **vulnerability(conn, target, cats),
+            },
+            worst_class=worst,
+        )
+
+    def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
+        if overall is None:
+            raise ValueError(f"{self.name} needs the whole relation's counts (overall)")
+        c = positive(counts)
+        if sum(c.values()) < self.k:
+            return False
+        in_relation: dict = defaultdict(set)
+        for cat, value in positive(overall):
+            in_relation[cat].add(value)
+        here: dict = defaultdict(set)
+        for cat, value in c:
+            here[cat].add(value)
+        diverse = sum(
+            len(vals) >= min(self.group, len(in_relation[cat])) for cat, vals in here.items()
+        )
+        return diverse >= self.theta

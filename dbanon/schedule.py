@@ -1,0 +1,203 @@
+"""Scheduled refresh: when each release is due, and `refresh --due` for cron or a systemd timer.
+
+A schedule is `every` (a PostgreSQL interval: '6 hours') or `cron` (a cron expression, read by
+croniter), stored in dbanon.schedule. A release is due when it never ran, or when the next time
+after its latest succeeded or skipped run has come. A due release whose source is unchanged
+since its latest success (same fingerprint) is not rebuilt: its run is recorded `skipped`,
+unless forced. The scheduler itself is the system's (cron, a systemd timer, pg_cron running a
+shell): `install` writes the lines that call `dbanon refresh --due` every few minutes.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from dbanon import release, runs
+from dbanon.db import catalog
+from dbanon.errors import DbanonError, first_line
+
+CHECK_EVERY_MINUTES = 5  # how often the installed timer asks which releases are due
+
+
+def _release_id(conn: psycopg.Connection, name: str) -> int:
+    catalog.require_catalog(conn)
+    row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [name]).fetchone()
+    if row is None:
+        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+    return row[0]
+
+
+def set_schedule(
+    conn: psycopg.Connection, name: str, *, every: str | None = None, cron: str | None = None
+) -> dict[str, Any]:
+    """Schedule a release (replacing its schedule), in the caller's transaction."""
+    if (every is None) == (cron is None):
+        raise DbanonError("give one of --every INTERVAL or --cron EXPRESSION")
+    rid = _release_id(conn, name)
+    if cron is not None:
+        from croniter import croniter
+
+        if not croniter.is_valid(cron):
+            raise DbanonError(f"--cron {cron!r} is not a cron expression (e.g. '0 3 * * *')")
+    else:
+        try:
+            with conn.transaction():
+                positive = conn.execute("SELECT %s::interval > interval '0'", [every]).fetchone()[0]
+        except psycopg.errors.DataError:
+            raise DbanonError(f"--every {every!r} is not an interval (e.g. '6 hours')") from None
+        if not positive:
+            raise DbanonError(f"--every {every!r} must be a positive interval")
+    conn.execute(
+        """INSERT INTO dbanon.schedule (release_id, every, cron) VALUES (%s, %s::interval, %s)
+           ON CONFLICT (release_id) DO UPDATE SET every = EXCLUDED.every, cron = EXCLUDED.cron""",
+        [rid, every, cron],
+    )
+    return {"release": name, "every": every, "cron": cron}
+
+
+def clear_schedule(conn: psycopg.Connection, name: str) -> bool:
+    rid = _release_id(conn, name)
+    return conn.execute("DELETE FROM dbanon.schedule WHERE release_id = %s", [rid]).rowcount > 0
+
+
+def _next_due(every: Any, cron: str | None, last: datetime | None) -> datetime | None:
+    """When a release is next due: None if it never ran (due at once)."""
+    if last is None:
+        return None
+    if cron is not None:
+        from croniter import croniter
+
+        return croniter(cron, last).get_next(datetime)
+    return last + every
+
+
+def schedules(conn: psycopg.Connection, now: datetime | None = None) -> list[dict[str, Any]]:
+    """Every scheduled release with its latest run and when it is next due."""
+    catalog.require_catalog(conn)
+    now = now or datetime.now(timezone.utc)
+    rows = conn.execute(
+        """SELECT r.name, s.every, s.cron,
+                  (SELECT max(u.started_at) FROM dbanon.run u WHERE u.release_id = r.id
+                     AND u.status IN ('succeeded', 'skipped'))
+           FROM dbanon.schedule s JOIN dbanon.release r ON r.id = s.release_id
+           ORDER BY r.name"""
+    ).fetchall()
+    out = []
+    for name, every, cron, last in rows:
+        nxt = _next_due(every, cron, last)
+        out.append(
+            {
+                "release": name,
+                "every": str(every) if every is not None else None,
+                "cron": cron,
+                "last_run_at": last.isoformat() if last else None,
+                "next_due_at": nxt.isoformat() if nxt else None,
+                "due": nxt is None or nxt <= now,
+            }
+        )
+    return out
+
+
+def _unchanged(conn: psycopg.Connection, name: str) -> str | None:
+    """The source's fingerprint if it equals the one of the release's latest success."""
+    spec = release.load_spec(conn, name)
+    last = conn.execute(
+        """SELECT u.source_fingerprint FROM dbanon.run u JOIN dbanon.release r
+               ON r.id = u.release_id
+           WHERE r.name = %s AND u.status = 'succeeded' ORDER BY u.started_at DESC LIMIT 1""",
+        [name],
+    ).fetchone()
+    source = catalog.find_relation(conn, spec.source)
+    if last is None or source is None:
+        return None
+    now = release.fingerprint(conn, source)
+    return now if now == last[0] else None
+
+
+def refresh_due(
+    conn: psycopg.Connection,
+    *,
+    now: datetime | None = None,
+    force: bool = False,
+    progress: release.Progress | None = None,
+) -> list[dict[str, Any]]:
+    """Refresh every due release; one failing does not stop the others. Returns what happened
+    to each scheduled release: refreshed, skipped (unchanged source), failed, busy, not due."""
+    results = []
+    for s in schedules(conn, now):
+        name = s["release"]
+        if not s["due"]:
+            results.append({"release": name, "outcome": "not due", "next_due_at": s["next_due_at"]})
+            continue
+        try:
+            runs.lock_release(conn, name)
+            try:
+                fp = None if force else _unchanged(conn, name)
+                if fp is not None:
+                    rid = _release_id(conn, name)
+                    runs.finish(conn, None, rid, "skipped", fingerprint=fp)
+                    conn.commit()
+                    results.append({"release": name, "outcome": "skipped"})
+                    continue
+            finally:
+                runs.unlock_release(conn, name)
+            result = release.refresh(conn, name, progress)
+            results.append({"release": name, "outcome": "refreshed", **result.summary()})
+        except runs.Busy as e:
+            results.append({"release": name, "outcome": "busy", "error": str(e)})
+        except (DbanonError, psycopg.Error) as e:
+            conn.rollback()
+            results.append({"release": name, "outcome": "failed", "error": first_line(e)})
+    return results
+
+
+# --- installing the timer -----------------------------------------------------------------------
+
+
+def _command(dsn: str | None) -> list[str]:
+    exe = shutil.which("dbanon") or f"{sys.executable} -m dbanon"
+    cmd = shlex.split(exe)
+    if dsn:
+        cmd += ["--dsn", dsn]
+    return [*cmd, "refresh", "--due", "--json"]
+
+
+def cron_line(dsn: str | None) -> str:
+    """A crontab line that asks every few minutes which releases are due."""
+    cmd = " ".join(shlex.quote(c) for c in _command(dsn))
+    return f"*/{CHECK_EVERY_MINUTES} * * * * {cmd} >> $HOME/dbanon-refresh.log 2>&1\n"
+
+
+def systemd_units(dsn: str | None) -> dict[str, str]:
+    """A oneshot service running `dbanon refresh --due` and a timer that starts it."""
+    cmd = " ".join(shlex.quote(c) for c in _command(dsn))
+    return {
+        "dbanon-refresh.service": (
+            "[Unit]\nDescription=dbanon: refresh the releases that are due\n"
+            "After=network-online.target\n\n"
+            f"[Service]\nType=oneshot\nExecStart={cmd}\n"
+        ),
+        "dbanon-refresh.timer": (
+            "[Unit]\nDescription=dbanon: check for due releases every "
+            f"{CHECK_EVERY_MINUTES} minutes\n\n"
+            f"[Timer]\nOnCalendar=*:0/{CHECK_EVERY_MINUTES}\nPersistent=true\n\n"
+            "[Install]\nWantedBy=timers.target\n"
+        ),
+    }
+
+
+def write_units(units: dict[str, str], directory: str | Path) -> list[str]:
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, text in units.items():
+        (path / name).write_text(text)
+        written.append(str(path / name))
+    return written

@@ -1,0 +1,114 @@
+"""The (θ,k) demo, experiment and benchmark commands, on small settings."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import psycopg
+from click.testing import CliRunner
+from helpers import cli, cli_json
+
+from dbanon.cli import main
+from dbanon.data import hierarchy_file
+
+HOSPITAL_QI = ["age", "years_ill", "gender", "district", "allergy", "marital_status"]
+
+
+def shipped_categories() -> dict[str, str]:
+    """disease -> category, read from the shipped ARX file by the test itself."""
+    with open(hierarchy_file("disease"), newline="") as f:
+        return {row[0]: row[1] for row in csv.reader(f, delimiter=";")}
+
+
+def test_demo_hospital_loads_the_table_and_hierarchy_and_publishes(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    code, out = cli_json(dsn, "demo", "--dataset", "hospital", "--rows", "1500", "--k", "6")
+    assert code == 0, out
+    assert out["rows"] == 1500 and out["min_class_size"] >= 6
+    assert out["table"] == "released.hospital_theta3_k6"
+    assert 0 < out["background_vulnerability"] <= 1 and 0 < out["similarity_vulnerability"] <= 1
+    cols = [r[0] for r in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = 'demo.hospital'::regclass "
+        "AND attnum > 0 ORDER BY attnum"
+    )]  # fmt: skip
+    assert cols == ["id", *HOSPITAL_QI, "disease"]
+    categories = shipped_categories()
+    assert len(categories) == 40 and len(set(categories.values())) == 8
+    code, shown = cli_json(dsn, "hierarchy", "show", "disease")
+    assert code == 0 and sorted(r[0] for r in shown["rows"]) == sorted(categories)
+    # Every disease of the table is in the hierarchy, and the table is deterministic.
+    digest = "SELECT md5(string_agg(t::text, '|' ORDER BY id)) FROM demo.hospital t"
+    first = conn.execute(digest).fetchone()[0]
+    assert {r[0] for r in conn.execute("SELECT DISTINCT disease FROM demo.hospital")} <= set(
+        categories
+    )
+    # Independent check of the release: plain Python over its rows.
+    classes: dict = defaultdict(list)
+    for *q, d in conn.execute(
+        "SELECT age, years_ill, gender, district, allergy, marital_status, disease "
+        "FROM released.hospital_theta3_k6"
+    ):
+        classes[tuple(q)].append(d)
+    in_table: dict = defaultdict(set)
+    for ds in classes.values():
+        for d in ds:
+            in_table[categories[d]].add(d)
+    for ds in classes.values():
+        per: dict = defaultdict(set)
+        for d in ds:
+            per[categories[d]].add(d)
+        assert len(ds) >= 6
+        assert sum(len(v) >= min(2, len(in_table[c])) for c, v in per.items()) >= 3
+    assert cli_json(dsn, "demo", "--dataset", "hospital", "--rows", "1500", "--k", "6")[0] == 0
+    assert conn.execute(digest).fetchone()[0] == first
+    result = cli(dsn, "demo", "--rows", "10")
+    assert result.exit_code == 2 and "--rows applies to --dataset hospital" in result.stderr
+
+
+def test_experiment_writes_csv_and_four_plots(tmp_path: Path) -> None:
+    out = tmp_path / "exp"
+    result = CliRunner().invoke(
+        main,
+        ["--json", "experiment", "thetak", "--rows", "600", "--ks", "6,9", "--out", str(out)],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    with open(out / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["dataset"], r["algorithm"], int(r["k"])) for r in rows} == {
+        (d, a, k) for d in ("hospital", "adult") for a in ("thetak", "kmember", "pk")
+        for k in (6, 9)
+    }  # fmt: skip
+    for r in rows:
+        assert int(r["min_class_size"]) >= int(r["k"]) and int(r["rows"]) == 600
+        assert 0 < float(r["background_vulnerability"]) <= 1
+        if r["algorithm"] == "thetak":
+            assert r["theta_k_holds"] == "True"
+    for png in ("background.png", "similarity.png", "time.png", "loss.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The verdict is computed from the rows: recompute one claim.
+    by = {(r["dataset"], r["algorithm"], int(r["k"])): float(r["background_vulnerability"])
+          for r in rows}  # fmt: skip
+    least = [
+        k
+        for k in (6, 9)
+        if all(by["hospital", "thetak", k] < by["hospital", a, k] for a in ("kmember", "pk"))
+    ]
+    assert data["claims"]["hospital"]["least_background_vulnerable_for_k"] == least
+
+
+def test_bench_reports_its_figures() -> None:
+    result = CliRunner().invoke(
+        main, ["bench", "thetak", "--json", "--rows", "2000"], catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["rows"] == 2000 and data["k"] == 12 and data["theta"] == 3
+    assert data["seconds"] > 0 and 0 < data["gcp"] < 1 and data["min_class_size"] >= 12
+    assert [g["rows"] for g in data["growth"]] == [500, 1000, 2000, 4000]
+    assert {"similarity_vulnerability", "background_vulnerability", "leftover_rows"} <= set(data)
