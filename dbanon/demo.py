@@ -4,6 +4,8 @@ and district hierarchies, and a (θ,k) release of it (θ=3, the paper's setting)
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from psycopg import sql
 
 from dbanon.api import Database
@@ -26,19 +28,26 @@ DEMO_THETA = 3
 DATASETS = ("adult", "hospital")
 
 
-def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
-    """(Re)create SCHEMA.TABLE with Adult's 45,222 rows and an `id` primary key."""
+def load_table(
+    db: Database,
+    schema: str,
+    table: str,
+    columns: Sequence[str],
+    numeric: Collection[str],
+    rows: Sequence[tuple],
+) -> int:
+    """(Re)load SCHEMA.TABLE (an `id` identity key, then `columns`) with `rows`. An existing
+    table is emptied, not dropped: views and releases over the demo table keep working."""
     conn = db.conn
     rel = sql.Identifier(schema, table)
     cols = sql.SQL(", ").join(
         sql.SQL("{} {}").format(
-            sql.Identifier(c), sql.SQL("integer" if c in ADULT_NUMERIC else "text NOT NULL")
+            sql.Identifier(c), sql.SQL("integer" if c in numeric else "text NOT NULL")
         )
-        for c in ADULT_COLUMNS
+        for c in columns
     )
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
     if catalog.find_relation(conn, f"{schema}.{table}") is not None:
-        # Emptied, not dropped: views and releases over the demo table keep working.
         conn.execute(sql.SQL("TRUNCATE {} RESTART IDENTITY").format(rel))
     else:
         conn.execute(
@@ -46,12 +55,11 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
                 "CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})"
             ).format(rel, cols)
         )
-    rows = adult_rows()
     with (
         conn.cursor() as cur,
         cur.copy(
             sql.SQL("COPY {} ({}) FROM STDIN").format(
-                rel, sql.SQL(", ").join(map(sql.Identifier, ADULT_COLUMNS))
+                rel, sql.SQL(", ").join(map(sql.Identifier, columns))
             )
         ) as copy,
     ):
@@ -60,6 +68,11 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
     conn.execute(sql.SQL("ANALYZE {}").format(rel))
     conn.commit()
     return len(rows)
+
+
+def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
+    """(Re)load SCHEMA.TABLE with Adult's 45,222 rows."""
+    return load_table(db, schema, table, ADULT_COLUMNS, ADULT_NUMERIC, adult_rows())
 
 
 def prepare(db: Database, progress: Progress | None = None) -> None:
@@ -92,36 +105,10 @@ def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> Pub
 
 
 def load_hospital(db: Database, rows: int, schema: str = "demo", table: str = "hospital") -> int:
-    """(Re)create SCHEMA.TABLE with `rows` generated patients and an `id` primary key."""
-    conn = db.conn
-    rel = sql.Identifier(schema, table)
-    cols = sql.SQL(", ").join(
-        sql.SQL("{} {}").format(
-            sql.Identifier(c), sql.SQL("integer" if c in HOSPITAL_NUMERIC else "text NOT NULL")
-        )
-        for c in HOSPITAL_COLUMNS
+    """(Re)load SCHEMA.TABLE with `rows` generated patients."""
+    return load_table(
+        db, schema, table, HOSPITAL_COLUMNS, HOSPITAL_NUMERIC, hospital_rows(rows)
     )
-    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(rel))
-    conn.execute(
-        sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY GENERATED ALWAYS AS IDENTITY, {})").format(
-            rel, cols
-        )
-    )
-    data = hospital_rows(rows)
-    with (
-        conn.cursor() as cur,
-        cur.copy(
-            sql.SQL("COPY {} ({}) FROM STDIN").format(
-                rel, sql.SQL(", ").join(map(sql.Identifier, HOSPITAL_COLUMNS))
-            )
-        ) as copy,
-    ):
-        for row in data:
-            copy.write_row(row)
-    conn.execute(sql.SQL("ANALYZE {}").format(rel))
-    conn.commit()
-    return len(data)
 
 
 def prepare_hospital(db: Database, rows: int, progress: Progress | None = None) -> None:
