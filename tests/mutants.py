@@ -127,6 +127,7 @@ def check_mutants() -> list[Mutant]:
     ld = "dbanon/models/ldiversity.py"
     tc = "dbanon/models/tcloseness.py"
     th = "dbanon/models/thetak.py"
+    theta = (*GATE, "tests/test_hand_worked.py", "tests/test_thetak.py")
     models = tuple(MODELS)
     return [
         Mutant("k-threshold", k, 'failing=sql.SQL("n < {}")', 'failing=sql.SQL("n < {} - 1")',
@@ -162,11 +163,11 @@ def check_mutants() -> list[Mutant]:
         Mutant("p-k", k, '"(n < {k} OR d < {p})"', '"(n < {k} - 1 OR d < {p})"',
                (*GATE, *models)),
         Mutant("theta-categories", th, '"(n < {k} OR good < {theta})"',
-               '"(n < {k} OR good < {theta} - 1)"', (*GATE, "tests/test_thetak.py")),
+               '"(n < {k} OR good < {theta} - 1)"', theta),
         Mutant("theta-need", th, "FILTER (WHERE d >= need)", "FILTER (WHERE d >= need - 1)",
-               (*GATE, "tests/test_thetak.py")),
+               theta),
         Mutant("theta-k", th, '"(n < {k} OR good < {theta})"', '"(n < {k} - 1 OR good < {theta})"',
-               (*GATE, "tests/test_thetak.py")),
+               theta),
         Mutant("lca-any-level", "sql/hierarchy.sql", "HAVING count(DISTINCT m.label) = 1",
                "HAVING count(DISTINCT m.label) >= 1", ("tests/test_catalog.py",)),
         Mutant("lca-highest-level", "sql/hierarchy.sql", "    ORDER BY m.level\n",

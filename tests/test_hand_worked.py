@@ -1,4 +1,5 @@
-"""(p,k), (alpha,k) and ordered-distance t-closeness on tables small enough to work out by hand.
+"""(p,k), (alpha,k), (theta,k) and ordered-distance t-closeness on tables small enough to work
+out by hand.
 
 The random property test in test_models.py compares these checks with a reference on random
 tables; a one-character bug in either SQL can still slip through a given run of it. The figures
@@ -21,6 +22,7 @@ from helpers import cli_json, make_table
 from psycopg import sql
 
 from dbanon.models import AlphaKAnonymity, PKAnonymity, Target, TCloseness
+from dbanon.models.thetak import ThetaKAnonymity
 
 
 def tables(conn: psycopg.Connection, rows: list[tuple[str, Any]], stype: str) -> list[Target]:
@@ -127,6 +129,51 @@ def test_alpha_k_anonymity_by_hand(
         assert len(verify.failing(cls, spec)) == failing, context
     classes = [Counter(v for g_, v in ALPHA_ROWS if g_ == g) for g in "ABCD"]
     assert AlphaKAnonymity(alpha, k, value).holds_in_memory(classes) is holds
+
+
+# --- (theta,k)-anonymity ------------------------------------------------------------------------
+
+# Categories: intervals of width 10, so 1 2 | 11 12 | 21 are categories 0 | 1 | 2, holding 2, 2
+# and 1 distinct values in the relation. With theta = 2, k = 4: floor(k/theta) = 2, need = 2, 2,
+# 1 distinct values of categories 0, 1, 2. A: 1 2 11 12 (4 rows; categories 0 and 1 full: 2 good);
+# B: 1 2 21 (3 rows; 0 and 2 good, but 3 < k); C: 1 1 11 12 21 (5; category 0 shows one value:
+# 1 and 2 good); D: 2 2 2 11 (4; none good).
+THETA_ROWS = [("A", 1), ("A", 2), ("A", 11), ("A", 12), ("B", 1), ("B", 2), ("B", 21),
+              ("C", 1), ("C", 1), ("C", 11), ("C", 12), ("C", 21),
+              ("D", 2), ("D", 2), ("D", 2), ("D", 11)]  # fmt: skip
+THETA_CASES = [
+    # (theta, k): classes failing, fewest good categories, worst class (failing first, then
+    # fewest good categories, then fewest rows)
+    ((2, 4), 2, 0, "g=D"),  # B (3 rows), D (no good category)
+    ((2, 5), 3, 0, "g=D"),  # A, B, D; C (5 rows, 2 good) holds
+    # k = 3: floor(k/theta) = 1, need = min(1, V) = 1, so a category is good when present:
+    # A 2 (0, 1), B 2 (0, 2), C 3, D 2 (0, 1). theta = 2: all hold (the fewest good categories,
+    # then the fewest rows: B). theta = 3: A, B and D fail, B first (3 rows).
+    ((2, 3), 0, 2, "g=B"),
+    ((3, 3), 3, 2, "g=B"),
+]
+
+
+@pytest.mark.parametrize(("tk", "failing", "good", "worst"), THETA_CASES)
+def test_theta_k_anonymity_by_hand(
+    conn: psycopg.Connection, tk: tuple[int, int], failing: int, good: int, worst: str
+) -> None:
+    theta, k = tk
+    model = ThetaKAnonymity(theta, k, width=10)
+    for target in tables(conn, THETA_ROWS, "int"):
+        r = model.check(conn, target)
+        context = (tk, target.count, r)
+        assert r.holds is (failing == 0), context
+        assert r.figures["min_class_size"] == 3, context
+        assert r.figures["min_diverse_categories"] == good, context
+        assert r.figures["classes_failing_theta_k"] == failing, context
+        assert r.worst_class == worst, context
+        cls = verify.fetch(conn, target.relation, ["g"], "s", target.count)
+        spec = {"name": "theta-k-anonymity", "theta": theta, "k": k, "width": 10}
+        assert len(verify.failing(cls, spec)) == failing, context
+    cells = [Counter((v // 10, v) for g_, v in THETA_ROWS if g_ == g) for g in "ABCD"]
+    assert model.holds_in_memory(cells) is (failing == 0)
+    assert sum(not model.class_holds(c, sum(cells, Counter())) for c in cells) == failing
 
 
 # --- t-closeness, ordered ground distance --------------------------------------------------------
