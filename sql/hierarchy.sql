@@ -1,6 +1,7 @@
 -- Generalisation over the hierarchies stored in the catalog (dbanon.hierarchy_map holds, for each
 -- leaf value, its label at every level). Hierarchies are balanced, so the lowest common ancestor of
 -- a set of leaves is the label at the lowest level where all of them agree.
+-- This file is what migration 0001 installs; 0005 drops dbanon.generalize() again (unused).
 
 CREATE FUNCTION dbanon.generalize(hierarchy text, val text, lvl integer)
 RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$

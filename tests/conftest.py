@@ -2,6 +2,11 @@
 
 Every test that touches a database gets a fresh database cloned from a template that already has
 the catalog installed, on each server (the `dsn` fixture is parametrised by server).
+
+Hypothesis keeps the examples it found (failing ones first) in tests/.hypothesis (git-ignored),
+so a failure seen once is replayed by the next run; with CI=true in the environment it is
+derandomised instead (the same examples every run, no database). `HYPOTHESIS_PROFILE` or
+`--hypothesis-profile` picks a profile by name ("dev" or "ci").
 """
 
 from __future__ import annotations
@@ -16,12 +21,32 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 from psycopg import sql
 
 from dbanon.db import catalog, server
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 TEMPLATE = "dbanon_test_template"
+
+settings.register_profile(
+    "dev",
+    database=DirectoryBasedExampleDatabase(Path(__file__).parent / ".hypothesis" / "examples"),
+    print_blob=True,
+)
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    database=None,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE")
+    or ("ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "dev")
+)
 
 
 def _as_postgres(cmd: list[str]) -> list[str]:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+from pathlib import Path
+
 import psycopg
 import pytest
 from alembic import command
@@ -28,19 +31,60 @@ def test_init_is_idempotent_and_downgrade_removes_everything(dsn: str) -> None:
     assert not [r for r in after["relations"] if r.startswith("dbanon.")]
 
 
-def test_hierarchy_import_feeds_the_sql_lca(dsn: str) -> None:
-    path = hierarchy_file("native-country")
-    code, out = cli_json(dsn, "hierarchy", "import", "country", str(path))
-    assert code == 0 and out["leaves"] == 41 and out["height"] == 2
-    h = Hierarchy.from_csv("country", path)
+def lca_from_rows(path: Path, values: list[str]) -> str | None:
+    """The lowest common ancestor read off the ARX file itself: the first column (level) where
+    every value's line has the same label; None if a value is not a leaf."""
+    lines = {row[0]: row for row in (x.split(";") for x in path.read_text().splitlines() if x)}
+    if any(v not in lines for v in values):
+        return None
+    for level in range(len(lines[values[0]])):
+        labels = {lines[v][level] for v in values}
+        if len(labels) == 1:
+            return labels.pop()
+    raise AssertionError("a hierarchy has one root")
+
+
+@pytest.mark.parametrize("name", ["native-country", "education"])
+def test_hierarchy_import_feeds_the_sql_lca(dsn: str, name: str) -> None:
+    path = hierarchy_file(name)
+    leaves = [x.split(";")[0] for x in path.read_text().splitlines() if x]
+    height = path.read_text().splitlines()[0].count(";")
+    code, out = cli_json(dsn, "hierarchy", "import", "h", str(path))
+    assert code == 0 and out["leaves"] == len(leaves) and out["height"] == height
+    rng = random.Random(5)
+    cases = [[v] for v in leaves[:5]] + [[leaves[0], leaves[0]], [leaves[0], "Atlantis"]]
+    cases += [rng.sample(leaves, rng.randint(2, 4)) for _ in range(40)]
     with psycopg.connect(dsn) as conn:
-        for values in (["England", "France"], ["England", "Cambodia"], ["Peru"], ["Peru", "Peru"]):
-            got = conn.execute("SELECT dbanon.lca('country', %s)", [values]).fetchone()[0]
-            assert got == h.lca(values)
-        assert conn.execute("SELECT dbanon.lca('country', ARRAY['Atlantis'])").fetchone()[0] is None
-        assert sorted(catalog.load_hierarchy(conn, "country").rows()) == sorted(h.rows())
+        got = [conn.execute("SELECT dbanon.lca('h', %s)", [vals]).fetchone()[0] for vals in cases]
+        want = [lca_from_rows(path, vals) for vals in cases]
+        assert got == want
+        assert len(set(want)) > 3  # leaves, inner labels and the root among the answers
+        assert conn.execute("SELECT dbanon.lca('h', ARRAY['Atlantis'])").fetchone()[0] is None
+        assert conn.execute("SELECT dbanon.lca('nope', %s)", [leaves[:2]]).fetchone()[0] is None
+        h = Hierarchy.from_csv("h", path)
+        assert sorted(catalog.load_hierarchy(conn, "h").rows()) == sorted(h.rows())
     code, listing = cli_json(dsn, "hierarchy", "list")
-    assert [(x["name"], x["leaves"]) for x in listing["hierarchies"]] == [("country", 41)]
+    assert [(x["name"], x["leaves"]) for x in listing["hierarchies"]] == [("h", len(leaves))]
+
+
+def test_revision_0005_drops_the_unused_generalize(dsn: str) -> None:
+    """dbanon.generalize() is gone at head; downgrading to 0004 brings it back as it was (a
+    leaf's label at a level), upgrading removes it again and leaves the catalog as it was."""
+    path = hierarchy_file("education")
+    assert cli(dsn, "hierarchy", "import", "edu", str(path)).exit_code == 0
+    signature = "dbanon.generalize(text,text,integer)"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert conn.execute("SELECT to_regprocedure(%s)", [signature]).fetchone()[0] is None
+        before = snapshot(conn)
+        command.downgrade(catalog.alembic_config(dsn), "0004")
+        assert conn.execute("SELECT to_regprocedure(%s)", [signature]).fetchone()[0] is not None
+        line = path.read_text().splitlines()[0].split(";")
+        for level, label in enumerate(line):
+            got = conn.execute("SELECT dbanon.generalize('edu', %s, %s)", [line[0], level])
+            assert got.fetchone()[0] == label
+        assert conn.execute("SELECT dbanon.generalize('edu', 'x', 1)").fetchone()[0] is None
+        command.upgrade(catalog.alembic_config(dsn), "head")
+        assert snapshot(conn) == before
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ import random
 from collections import Counter
 
 import psycopg
+import verify
 from helpers import cli, cli_json, make_table
 
 
@@ -62,19 +63,22 @@ def test_check_works_on_views_and_odd_identifiers(conn: psycopg.Connection, dsn:
 
 
 def test_sql_function_agrees_with_check(conn: psycopg.Connection, dsn: str) -> None:
-    rows = [(i % 5, i % 7) for i in range(100)]
-    make_table(conn, "s", "t", [("a", "int"), ("b", "int")], rows)
-    for k in (2, 3, 4):
-        holds, classes, smallest, small = conn.execute(
-            "SELECT * FROM dbanon.k_anonymity('s.t', ARRAY['a', 'b'], %s)", [k]
+    """dbanon.k_anonymity() against class sizes counted by the independent verifier, and the
+    CLI's figures on the same table; odd column names and a NULL class included."""
+    rows = [(i % 5, i % 7 if i % 11 else None) for i in range(100)]
+    make_table(conn, "s", "t", [("a", "int"), ('B "x"', "int")], rows)
+    cls = verify.fetch(conn, "s.t", ["a", 'B "x"'])
+    assert sorted(cls.sizes) == sorted(classes_in_memory(rows, [0, 1]).values())
+    for k in (1, 2, 3, 4, 5):
+        got = conn.execute(
+            "SELECT * FROM dbanon.k_anonymity('s.t', ARRAY['a', 'B \"x\"'], %s)", [k]
         ).fetchone()
-        code, out = cli_json(dsn, "check", "s.t", "--qi", "a,b", "--k", str(k))
-        assert (holds, classes, smallest, small) == (
-            out["holds"],
-            out["classes"],
-            out["min_class_size"],
-            out["rows_in_small_classes"],
-        )
+        assert got == verify.sql_k_anonymity(cls, k), k
+        code, out = cli_json(dsn, "check", "s.t", "--qi", 'a,"B ""x"""', "--k", str(k))
+        figures = (out["classes"], out["min_class_size"], out["rows_in_small_classes"])
+        assert (code == 0, *figures) == got, k
+    # the sweep of k crosses the smallest class: both verdicts are tested
+    assert {verify.sql_k_anonymity(cls, k)[0] for k in (1, 2, 3, 4, 5)} == {True, False}
 
 
 def test_check_errors(conn: psycopg.Connection, dsn: str) -> None:

@@ -270,7 +270,6 @@ def some_models(draw: st.DrawFn) -> list[PrivacyModel]:
 @settings(
     max_examples=25,
     deadline=None,
-    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(data=tables(), draw=st.data())
@@ -313,7 +312,7 @@ def test_every_model_agrees_with_its_definition(
         conn.execute("DROP SCHEMA h CASCADE")
 
 
-@settings(max_examples=300, deadline=None, database=None)
+@settings(max_examples=300, deadline=None)
 @given(
     classes=st.lists(
         st.dictionaries(st.sampled_from([None, 0, 1, 2, 3, 4, 5]), st.integers(1, 6), min_size=1),

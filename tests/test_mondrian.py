@@ -203,8 +203,10 @@ def test_fewer_rows_than_k() -> None:
 def test_table_that_is_not_l_eligible_names_the_dominant_value() -> None:
     qi = build([list(range(10))], [])
     skewed = np.array([7] * 8 + [3] * 2)
-    # Two distinct values: distinct 2-diversity holds, entropy 2-diversity does not.
-    assert mondrian(qi, 2, sensitive=skewed, l=2).max() >= 0
+    # Two distinct values: distinct 2-diversity holds, entropy 2-diversity does not. The two
+    # rows of code 3 are x = 8 and 9, so both median cuts (x <= 4, x < 4) leave a left part of
+    # only 7s: no cut, one class.
+    assert mondrian(qi, 2, sensitive=skewed, l=2).tolist() == [0] * 10
     with pytest.raises(ValueError, match=r"not entropy 2-diverse.*code 7 holds 80\.0% of the 10"):
         mondrian(qi, 2, sensitive=skewed, l=2, l_kind="entropy")
     with pytest.raises(ValueError, match=r"not distinct 3-diverse.*code 7 holds 80\.0%"):
@@ -212,7 +214,17 @@ def test_table_that_is_not_l_eligible_names_the_dominant_value() -> None:
     # (c, 2): 8 < c * 2 needs c > 4.
     with pytest.raises(ValueError, match=r"recursive 2-diverse as a whole \(c=4\.0\)"):
         mondrian(qi, 2, sensitive=skewed, l=2, l_kind="recursive", c=4.0)
-    assert mondrian(qi, 2, sensitive=skewed, l=2, l_kind="recursive", c=4.5).max() >= 0
+    assert mondrian(qi, 2, sensitive=skewed, l=2, l_kind="recursive", c=4.5).tolist() == [0] * 10
+    # With a 3 on each side of the cut x <= 4 (x = 2 and 7), both halves are distinct 2-diverse
+    # and (4.5, 2)-diverse (4 < 4.5 * 1): one cut; the next cuts (x <= 2 | x < 2, on 5 rows)
+    # leave a part without a 3. Each half's entropy (4:1, 0.50 < ln 2) forbids even the first.
+    apart = np.array([7, 7, 3, 7, 7, 7, 7, 3, 7, 7])
+    assert mondrian(qi, 2, sensitive=apart, l=2).tolist() == [0] * 5 + [1] * 5
+    assert mondrian(qi, 2, sensitive=apart, l=2, l_kind="recursive", c=4.5).tolist() == (
+        [0] * 5 + [1] * 5
+    )
+    with pytest.raises(ValueError, match="not entropy 2-diverse"):
+        mondrian(qi, 2, sensitive=apart, l=2, l_kind="entropy")
 
 
 def test_bad_arguments() -> None:

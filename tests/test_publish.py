@@ -10,6 +10,7 @@ from datetime import date, timedelta
 import numpy as np
 import psycopg
 import pytest
+import verify
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg.types.range import Range
 
@@ -32,6 +33,7 @@ COLUMNS = [
     ("sex", "text"),
     ("born", "date"),
     ("diagnosis", "text"),
+    ("token", "text"),  # unique per row, released unchanged: links a released row to its own
 ]
 
 
@@ -45,6 +47,7 @@ def patients(n: int, seed: int = 1) -> list[tuple]:
             rng.choice(["F", "M"]),
             date(1950, 1, 1) + timedelta(days=rng.randint(0, 20000)),
             rng.choice(["flu", "asthma", "diabetes", "cancer"]),
+            f"t{i}",
         )
         for i in range(1, n + 1)
     ]
@@ -62,18 +65,28 @@ def hospital(conn: psycopg.Connection, dsn: str, tmp_path) -> list[tuple]:  # no
 
 PUBLISH = [
     "publish", "patients_k5", "--source", "clinic.patients", "--key", "Patient ID",
-    "--qi", "age,zip,sex,born", "--sensitive", "diagnosis", "--k", "5",
-    "--hierarchy", "zip=zip", "--ranges", "typed",
+    "--qi", "age,zip,sex,born", "--sensitive", "diagnosis,token", "--k", "5",
+    "--hierarchy", "zip=zip", "--ranges", "typed", "--seed", "7",
 ]  # fmt: skip
+QI = ["age", "zip", "sex", "born"]
 
 
 def released(conn: psycopg.Connection, table: str = "released.patients_k5") -> list[tuple]:
     schema, name = table.split(".")
     return conn.execute(
-        psycopg.sql.SQL("SELECT age, zip, sex, born, diagnosis FROM {}").format(
+        psycopg.sql.SQL("SELECT age, zip, sex, born, diagnosis, token FROM {}").format(
             psycopg.sql.Identifier(schema, name)
         )
     ).fetchall()
+
+
+def rank_correlation(xs: list[float], ys: list[float]) -> float:
+    """Spearman's rho of two lists of distinct values."""
+    n = len(xs)
+    rx = {x: i for i, x in enumerate(sorted(xs))}
+    ry = {y: i for i, y in enumerate(sorted(ys))}
+    d2 = sum((rx[x] - ry[y]) ** 2 for x, y in zip(xs, ys, strict=True))
+    return 1 - 6 * d2 / (n * (n * n - 1))
 
 
 def test_publish_is_k_anonymous_truthful_and_keyless(
@@ -91,32 +104,31 @@ def test_publish_is_k_anonymous_truthful_and_keyless(
             "WHERE table_schema = 'released' AND table_name = 'patients_k5'"
         ).fetchall()
     ]
-    assert "Patient ID" not in cols and sorted(cols) == ["age", "born", "diagnosis", "sex", "zip"]
+    assert "Patient ID" not in cols
+    assert sorted(cols) == ["age", "born", "diagnosis", "sex", "token", "zip"]
 
-    # Independent check: GROUP BY the released QIs, in SQL.
-    smallest = conn.execute(
-        "SELECT min(n) FROM (SELECT count(*) n FROM released.patients_k5 "
-        "GROUP BY age, zip, sex, born) c"
-    ).fetchone()[0]
-    assert smallest >= 5
+    # Independent check: GROUP BY the released QIs, the classes counted in Python.
+    cls = verify.verify(conn, "released.patients_k5", QI, [{"name": "k-anonymity", "k": 5}])
+    assert min(cls.sizes) == out["min_class_size"] and len(cls.classes) == out["classes"]
 
-    # Truthful: every source row is covered by a released class of the same size budget, and
-    # the sensitive values are released unchanged.
+    # Truthful: each released row (found by its token) generalises its own source row, and the
+    # sensitive values are released unchanged.
     rows = released(conn)
-    assert Counter(r[4] for r in rows) == Counter(r[5] for r in hospital)
+    assert sorted(r[5] for r in rows) == sorted(r[6] for r in hospital)
+    source = {r[6]: r for r in hospital}
     h = Hierarchy.from_rows("zip", ZIP_ROWS)
-    classes = Counter(r[:4] for r in rows)
-    for _, age, z, sex, born, _dx in hospital:
-        assert any(
-            a.lower <= age < a.upper
-            and zl in [h.labels[x] for x in h.ancestors(h.leaf(z))]
-            and sl in (sex, "*")
-            and b.lower <= born < b.upper
-            for (a, zl, sl, b) in classes
-        )
-    assert all(isinstance(r[0], Range) for r in rows)
-    # Not in source order: the sensitive column is not in the source's key order.
-    assert [r[4] for r in rows] != [r[5] for r in hospital]
+    for a, zl, sl, b, dx, token in rows:
+        _, age, z, sex, born, dx_, _ = source[token]
+        assert dx == dx_, token
+        assert isinstance(a, Range) and isinstance(b, Range)
+        assert a.lower <= age < a.upper and b.lower <= born < b.upper, token
+        assert zl in [h.labels[x] for x in h.ancestors(h.leaf(z))], token
+        assert sl in (sex, "*"), token
+    # Rows in random order: where a row is released says nothing about its key (the rank
+    # correlation of position and key is near 0; 0.25 is 4 standard deviations for 300 rows).
+    keys = [float(source[r[5]][0]) for r in rows]
+    rho = rank_correlation([float(i) for i in range(len(rows))], keys)
+    assert abs(rho) < 0.25, rho
 
 
 def test_report_and_gcp_recomputed_from_the_release(
@@ -133,7 +145,7 @@ def test_report_and_gcp_recomputed_from_the_release(
     h = Hierarchy.from_rows("zip", ZIP_ROWS)
     level = {h.labels[i]: h.levels[i] for i in range(len(h.labels))}
     total = 0.0
-    for a, z, s, b, _ in rows:
+    for a, z, s, b, _, _ in rows:
         total += (a.upper - 1 - a.lower) / (max(ages) - min(ages))
         total += (b.upper - timedelta(days=1) - b.lower).days / (max(borns) - min(borns)).days
         total += level[z] / h.height + (1.0 if s == "*" else 0.0)
@@ -237,8 +249,53 @@ def test_odd_identifiers_publish(conn: psycopg.Connection, dsn: str) -> None:
         "4",
         "--target",
         'Out Schema.Rel "1"',
+        "--seed",
+        "2",
     )
     assert code == 0, out
     assert out["table"] == 'Out Schema.Rel "1"'
+    cls = verify.verify(
+        conn, ("Out Schema", 'Rel "1"'), ["Äge", "Wei'rd"], [{"name": "k-anonymity", "k": 4}]
+    )
+    assert sum(cls.sizes) == 60 and min(cls.sizes) == out["min_class_size"]
     code, chk = cli_json(dsn, "check", 'Out Schema.Rel "1"', "--qi", "Äge,Wei'rd", "--k", "4")
-    assert code == 0 and chk["min_class_size"] >= 4
+    assert code == 0 and chk["min_class_size"] == min(cls.sizes)
+
+
+def test_report_reads_for_people(
+    conn: psycopg.Connection, dsn: str, hospital, monkeypatch: pytest.MonkeyPatch  # noqa: ANN001
+) -> None:
+    """`report` without --json: the figures of the JSON form, labelled; then a failed refresh
+    and a released table dropped by hand show up as such."""
+    assert cli_json(dsn, *PUBLISH)[0] == 0
+    _, data = cli_json(dsn, "report", "patients_k5")
+    result = cli(dsn, "report", "patients_k5")
+    assert result.exit_code == 0, result.stderr
+    table: dict[str, str] = {}  # label -> value, wrapped values joined
+    label = ""
+    for line in result.stdout.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == 2:
+            label = cells[0] or label
+            table[label] = " ".join(filter(None, [table.get(label, ""), cells[1]]))
+    smallest = min(verify.fetch(conn, "released.patients_k5", QI).sizes)
+    assert table["method"] == "kmember"
+    assert table["promises"] == "k-anonymity (k=5)"
+    assert table["objects"] == "released.patients_k5"
+    assert table["rows"] == table["source rows"] == "300"
+    assert table["classes"] == str(data["classes"])
+    assert table["min class size"] == str(smallest)
+    assert table["NCP (GCP)"] == f"{data['gcp']:.2%}"
+    assert table["run time"] == f"{data['seconds']:.2f} s"
+    assert table["discernibility"] == str(data["method_metrics"]["discernibility"])
+    assert "latest run failed" not in result.stdout and "warning" not in result.stdout
+
+    monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
+    monkeypatch.setattr(grouped, "persist_groups", lambda qi, *_: np.arange(qi.n, dtype=np.int32))
+    assert cli(dsn, "refresh", "patients_k5").exit_code == 2
+    conn.execute("DROP TABLE released.patients_k5")
+    result = cli(dsn, "report", "patients_k5")
+    assert result.exit_code == 0
+    assert "latest run failed at " in result.stdout
+    assert "failed its check of k-anonymity (k=5)" in result.stdout
+    assert "warning: released relation released.patients_k5 is missing" in result.stdout
