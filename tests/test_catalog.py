@@ -19,7 +19,7 @@ def test_init_is_idempotent_and_downgrade_removes_everything(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA keep_me; CREATE TABLE keep_me.t (x int)")
         first = cli(dsn, "init")
-        assert first.exit_code == 0 and "0005" in first.stdout
+        assert first.exit_code == 0 and "0006" in first.stdout
         before = snapshot(conn)
         assert cli(dsn, "init").exit_code == 0
         assert snapshot(conn) == before
@@ -67,8 +67,8 @@ def test_hierarchy_import_feeds_the_sql_lca(dsn: str, name: str) -> None:
     assert [(x["name"], x["leaves"]) for x in listing["hierarchies"]] == [("h", len(leaves))]
 
 
-def test_revision_0005_drops_the_unused_generalize(dsn: str) -> None:
-    """dbanon.generalize() is gone at head; downgrading to 0004 brings it back as it was (a
+def test_revision_0006_drops_the_unused_generalize(dsn: str) -> None:
+    """dbanon.generalize() is gone at head; downgrading to 0005 brings it back as it was (a
     leaf's label at a level), upgrading removes it again and leaves the catalog as it was."""
     path = hierarchy_file("education")
     assert cli(dsn, "hierarchy", "import", "edu", str(path)).exit_code == 0
@@ -76,7 +76,7 @@ def test_revision_0005_drops_the_unused_generalize(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         assert conn.execute("SELECT to_regprocedure(%s)", [signature]).fetchone()[0] is None
         before = snapshot(conn)
-        command.downgrade(catalog.alembic_config(dsn), "0004")
+        command.downgrade(catalog.alembic_config(dsn), "0005")
         assert conn.execute("SELECT to_regprocedure(%s)", [signature]).fetchone()[0] is not None
         line = path.read_text().splitlines()[0].split(";")
         for level, label in enumerate(line):

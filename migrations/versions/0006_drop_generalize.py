@@ -4,8 +4,8 @@ Releases generalise categorical QIs with dbanon.lca() (k-member, Mondrian) or by
 dbanon.hierarchy_map (full-domain); generalize() was never called, so it was untested surface
 in every database. The downgrade recreates it exactly as revision 0001 made it.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-22
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
