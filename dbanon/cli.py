@@ -1029,6 +1029,7 @@ def bench_ina(c: Ctx, rows: int, sample: int) -> None:
     from dbanon.bench import bench_ina as run
 
     with c.db() as db:
+        db.init()
         data = run(db.conn, rows, sample)
     c.emit(
         data,

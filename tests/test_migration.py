@@ -31,7 +31,7 @@ FROM generate_series(1, 400) i"""
 
 
 @pytest.fixture
-def v1_dsn(server_dsn: str) -> Iterator[str]:
+def v1_dsn(server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A database whose catalog is at revision 0001 and holds the four version-1 releases, each
     with a stand-in relation carrying the comment version 1 gave its objects."""
     name = f"t_{uuid.uuid4().hex[:12]}"
@@ -42,7 +42,9 @@ def v1_dsn(server_dsn: str) -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(WARD)
         rows = [[r, r[0].upper(), "*"] for r in ("north", "south", "east", "west")]
-        catalog.store_hierarchy(conn, Hierarchy.from_rows("region", rows))
+        with monkeypatch.context() as m:  # the version-1 code wrote hierarchies as now
+            m.setattr(catalog, "REVISION", "0001")
+            catalog.store_hierarchy(conn, Hierarchy.from_rows("region", rows))
         for rel in V1:
             spec, schema = rel["spec"], rel["target_schema"]
             conn.execute(
@@ -64,6 +66,9 @@ def v1_dsn(server_dsn: str) -> Iterator[str]:
 
 
 def test_version_1_specs_are_migrated_and_refresh(v1_dsn: str) -> None:
+    # Before `init`, this dbanon refuses the old catalog with one clear line.
+    code, out = cli_json(v1_dsn, "refresh", "v1_kmember")
+    assert code == 2 and "catalog is at revision 0001" in out["error"] and "init" in out["error"]
     assert cli(v1_dsn, "init").exit_code == 0
     with psycopg.connect(v1_dsn, autocommit=True) as conn:
         specs = dict(conn.execute("SELECT name, spec FROM dbanon.release").fetchall())
@@ -120,6 +125,13 @@ def test_version_1_specs_are_migrated_and_refresh(v1_dsn: str) -> None:
     for name in specs:
         code, rep = cli_json(v1_dsn, "report", name)
         assert code == 0 and rep["method"] == specs[name]["method"] and rep["rows"], rep
+
+
+def test_the_code_reads_the_head_revision() -> None:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(catalog.alembic_config("postgresql://")).get_current_head()
+    assert head == catalog.REVISION
 
 
 def test_downgrade_restores_version_1_specs(v1_dsn: str) -> None:

@@ -177,13 +177,24 @@ def init(dsn: str) -> str:
         return conn.execute("SELECT version_num FROM dbanon.alembic_version").fetchone()[0]
 
 
+# The catalog revision this code reads and writes (Alembic's head; a test keeps them equal).
+REVISION = "0006"
+
+
 def installed(conn: psycopg.Connection) -> bool:
     return conn.execute("SELECT to_regclass('dbanon.release') IS NOT NULL").fetchone()[0]
 
 
 def require_catalog(conn: psycopg.Connection) -> None:
+    """The catalog is installed and at this code's revision: a clear line, not a missing table."""
     if not installed(conn):
         raise DbanonError("the dbanon catalog is not installed in this database: run `dbanon init`")
+    at = conn.execute("SELECT version_num FROM dbanon.alembic_version").fetchone()
+    if at is None or at[0] != REVISION:
+        raise DbanonError(
+            f"the dbanon catalog is at revision {at[0] if at else 'none'}, this dbanon needs "
+            f"{REVISION}: run `dbanon init` to upgrade it"
+        )
 
 
 def store_hierarchy(conn: psycopg.Connection, h: Hierarchy, *, replace: bool = False) -> None:
