@@ -747,7 +747,7 @@ def report(c: Ctx, name: str) -> None:
         gcp = data["gcp"]
         rows = [
             ("method", data["method"]),
-            ("promises", "; ".join(data["models"])),
+            ("promises", "; ".join(data["models"]) or "no class model (checks of its own)"),
             ("objects", ", ".join(data["objects"])),
             ("rows", _figure(data["rows"])),
             ("classes", _figure(data["classes"])),
