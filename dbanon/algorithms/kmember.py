@@ -47,6 +47,27 @@ _FIRST_PICK = 2
 
 
 @njit(cache=True)
+def _growth(
+    u: int,
+    unum: np.ndarray,
+    ucat: np.ndarray,
+    hcost: np.ndarray,
+    height: np.ndarray,
+    hi: np.ndarray,
+    lo: np.ndarray,
+    state: np.ndarray,
+    size: int,
+) -> float:
+    """IL(c + u) - IL(c): how much a cluster of `size` rows loses by taking point u."""
+    old = 0.0
+    for i in range(unum.shape[1]):
+        old += hi[i] - lo[i]
+    for j in range(ucat.shape[1]):
+        old += height[j, state[j]]
+    return (size + 1) * _bracket_with(u, unum, ucat, hcost, hi, lo, state) - size * old
+
+
+@njit(cache=True)
 def _bracket_with(
     u: int,
     unum: np.ndarray,
@@ -453,16 +474,7 @@ def _greedy(
         u = point_of[r]
         best, best_d = -1, 0.0
         for c in range(ncl):
-            hi = c_hi[c]
-            lo = c_lo[c]
-            state = c_state[c]
-            old = 0.0
-            for i in range(nn):
-                old += hi[i] - lo[i]
-            for j in range(nq):
-                old += height[j, state[j]]
-            new = _bracket_with(u, unum, ucat, hcost, hi, lo, state)
-            d = (c_size[c] + 1) * new - c_size[c] * old
+            d = _growth(u, unum, ucat, hcost, height, c_hi[c], c_lo[c], c_state[c], c_size[c])
             if best < 0 or d < best_d:
                 best, best_d = c, d
         gid[r] = best

@@ -65,7 +65,7 @@ import numpy as np
 from numba import njit
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.kmember import _absorb, _bracket_with
+from dbanon.algorithms.kmember import _absorb, _growth
 
 LEFTOVERS = ("category", "nearest")
 
@@ -416,14 +416,7 @@ def _cluster(
         for cl in range(ncl):
             if restrict and not holds[catg[r], cl]:
                 continue
-            hi, lo, state = c_hi[cl], c_lo[cl], c_state[cl]
-            old = 0.0
-            for i in range(nn):
-                old += hi[i] - lo[i]
-            for j in range(nq):
-                old += height[j, state[j]]
-            new = _bracket_with(r, num, cat, hcost, hi, lo, state)
-            d = (c_size[cl] + 1) * new - c_size[cl] * old
+            d = _growth(r, num, cat, hcost, height, c_hi[cl], c_lo[cl], c_state[cl], c_size[cl])
             if best < 0 or d < best_d:
                 best, best_d = cl, d
         gid[r] = best
