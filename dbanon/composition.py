@@ -47,22 +47,29 @@ def tag(col: Column | None, ref: str = "s") -> sql.Composable:
     return sql.SQL("coalesce('v:' || {}.{}::text, 'n')").format(sql.Identifier(ref), col.ident)
 
 
-def _rows(source: Relation, key: Column, sensitive: Column | None, stage: sql.Composable):
-    """(key, gid, t): the new release's rows with their tagged sensitive value."""
-    return sql.SQL(
-        "SELECT st.key, st.gid, {t} AS t FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
-    ).format(t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+NEW = sql.Identifier("dbanon_new_rows")  # this run's (key, gid, t), read by measure and store
 
 
-def measure(
+def new_rows(
     conn: psycopg.Connection,
-    release_id: int,
     source: Relation,
     key: Column,
     sensitive: Column | None,
     stage: sql.Composable,
-    k: int,
-    values_needed: int,
+) -> sql.Identifier:
+    """The new release's rows with their tagged sensitive value, joined once for the run."""
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
+            "SELECT st.key, st.gid, {t} AS t FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
+        ).format(new=NEW, t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(NEW))
+    return NEW
+
+
+def measure(
+    conn: psycopg.Connection, release_id: int, rows: sql.Identifier, k: int, values_needed: int
 ) -> Composition | None:
     """The intersection figures of this run against all earlier ones (None on a first run)."""
     if not conn.execute(
@@ -72,7 +79,7 @@ def measure(
         return None
     row = conn.execute(
         sql.SQL(
-            """WITH new AS MATERIALIZED ({rows}),
+            """WITH new AS (SELECT key, gid, t FROM {rows}),
                cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
                sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
                kept AS (SELECT n.gid, m.vals AS old FROM new n
@@ -95,7 +102,7 @@ def measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=_rows(source, key, sensitive, stage), map=MAP),
+        ).format(rows=rows, map=MAP),
         {"rid": release_id, "k": k, "l": values_needed},
     ).fetchone()
     return Composition(
@@ -107,19 +114,12 @@ def measure(
     )
 
 
-def store(
-    conn: psycopg.Connection,
-    release_id: int,
-    source: Relation,
-    key: Column,
-    sensitive: Column | None,
-    stage: sql.Composable,
-) -> None:
+def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> None:
     """Replace the release's map by this run's groups and running value intersections."""
     conn.execute(
         sql.SQL(
             """CREATE TEMP TABLE dbanon_new_map ON COMMIT DROP AS
-               WITH new AS MATERIALIZED ({rows}),
+               WITH new AS (SELECT key, gid, t FROM {rows}),
                cls AS (SELECT gid, array_agg(DISTINCT t) AS vals FROM new GROUP BY gid)
                SELECT n.key, n.gid,
                       CASE WHEN n.t IS NULL THEN NULL
@@ -128,7 +128,7 @@ def store(
                       END AS vals
                FROM new n JOIN cls c USING (gid)
                LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
-        ).format(rows=_rows(source, key, sensitive, stage), map=MAP),
+        ).format(rows=rows, map=MAP),
         {"rid": release_id},
     )
     forget(conn, release_id)

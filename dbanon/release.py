@@ -548,7 +548,8 @@ def _publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
-        composed = compose(conn, r, allow_composition)
+        grouped = new_rows(conn, r)
+        composed = compose(conn, r, grouped, allow_composition)
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
@@ -561,7 +562,7 @@ def _publish(
             metrics["composition"] = composed.as_dict()
         say("recording the run")
         release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
-        keep_map(conn, r, release_id)
+        keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
         conn.commit()
     except BaseException:
@@ -590,19 +591,24 @@ class Refused(DbanonError):
     exit_code = 4
 
 
+def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
+    """This run's rows with their groups, for methods whose groups persist (else None)."""
+    stage = r.method.group_map(r)
+    if stage is None:
+        return None
+    sens = r.sensitive[0] if r.sensitive else None
+    return composition.new_rows(conn, r.source, r.key, sens, stage)
+
+
 def compose(
-    conn: psycopg.Connection, r: Resolved, allow: bool
+    conn: psycopg.Connection, r: Resolved, rows: sql.Identifier | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
     refuse the run when that breaks the promised k or l (p), unless allowed."""
-    stage = r.method.group_map(r)
-    if stage is None or r.release_id is None:
+    if rows is None or r.release_id is None:
         return None
-    sens = r.sensitive[0] if r.sensitive else None
     needed = composition.values_needed(r.models)
-    found = composition.measure(
-        conn, r.release_id, r.source, r.key, sens, stage, r.k or 1, needed
-    )
+    found = composition.measure(conn, r.release_id, rows, r.k or 1, needed)
     if found is None or allow or not (found.rows_below_k or found.rows_below_l):
         return found
     problems = []
@@ -623,14 +629,12 @@ def compose(
     )
 
 
-def keep_map(conn: psycopg.Connection, r: Resolved, release_id: int) -> None:
+def keep_map(conn: psycopg.Connection, rows: sql.Identifier | None, release_id: int) -> None:
     """Store this run's private row-to-group map (or drop a stale one)."""
-    stage = r.method.group_map(r)
-    if stage is None:
+    if rows is None:
         composition.forget(conn, release_id)
     else:
-        sens = r.sensitive[0] if r.sensitive else None
-        composition.store(conn, release_id, r.source, r.key, sens, stage)
+        composition.store(conn, release_id, rows)
 
 
 def _create_schema(conn: psycopg.Connection, schema: str) -> None:
