@@ -441,15 +441,23 @@ def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One flag per option any registered method declares (help says which methods take it);
     publish refuses a flag the chosen method does not take."""
     seen: dict[str, tuple[Option, list[str]]] = {}
+    defaults: dict[str, dict[str, Any]] = {}
+    helps: dict[str, dict[str, str]] = {}
     for m in methods.methods().values():
         for o in m.all_options():
             seen.setdefault(o.name, (o, []))[1].append(m.name)
+            defaults.setdefault(o.name, {})[m.name] = o.default
+            helps.setdefault(o.name, {}).setdefault(o.help, m.name)
     for o, owners in reversed(list(seen.values())):
         kind: Any = click.Choice(o.choices) if o.choices else o.type
         default = "" if o.default is None else f"; default {o.default}"
+        if len(set(map(repr, defaults[o.name].values()))) > 1:  # say whose default is which
+            default = "; default " + ", ".join(f"{m} {d}" for m, d in defaults[o.name].items())
         fn = click.option(
             o.flag, "method_" + o.name, type=kind, default=None,
-            help=f"{o.help} [{', '.join(owners)}{default}]",
+            help=(o.help if len(helps[o.name]) == 1
+                  else " ".join(f"{m}: {h}" for h, m in helps[o.name].items()))
+            + f" [{', '.join(owners)}{default}]",
         )(fn)  # fmt: skip
     return fn
 

@@ -55,6 +55,8 @@ class Case:
 
 THETA_K = ("--k", "4", "--theta", "2", "--sensitive", "severity", "--category-width", "3",
            "--seed", "3")  # fmt: skip
+# What hamdist chooses on the ward at k=4 (one-hot features, by Hamming distance to dx).
+HAMDIST_QI = ("sex=F", "sex=M", "region=N", "region=S", "region=W", "region=E")
 CASES: dict[str, Case] = {
     "kmember": Case(
         {
@@ -103,6 +105,16 @@ CASES: dict[str, Case] = {
     ),
     "thetak": Case(
         dict.fromkeys(("k-anonymity", "theta-k-anonymity"), [THETA_K]), sensitive="severity"
+    ),
+    # Projections: checked on the features they chose (a table, so the gate can corrupt it).
+    "rfka": Case(
+        {"k-anonymity": [("--k", "4", "--sensitive", "dx", "--as", "table", "--trees", "50",
+                          "--seed", "3")]},
+        qi=("region", "sex"),
+    ),  # fmt: skip
+    "hamdist": Case(
+        {"k-anonymity": [("--k", "4", "--sensitive", "dx", "--as", "table")]},
+        qi=HAMDIST_QI,
     ),
     # Methods that promise no class model: their own checks are gated below (OWN_CHECKS).
     "ina": Case({}),

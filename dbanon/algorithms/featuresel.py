@@ -1,0 +1,164 @@
+"""k-anonymity by feature selection (RFKA, Huang & Zhu; Greedy_Hamdist, Zhang et al.): the
+rankings and the greedy forward search.
+
+The search keeps a feature when the projection of the source onto the features kept so far plus
+it is still k-anonymous. Each test is ONE query in PostgreSQL,
+`SELECT count(*), min(n) FROM (SELECT count(*) AS n FROM src GROUP BY f1..fm HAVING count(*) < k)`,
+over the live source: no table is copied or created per step, so a step costs one hash
+aggregate of the source and nothing grows with the number of steps taken.
+
+The rankings are pure code (arrays in, one score per feature out):
+- `oob_permutation_importance`: the paper's random-forest importance, the mean decrease of a
+  tree's accuracy on its own out-of-bag rows when one feature's values are permuted among them
+  (Breiman's measure; scikit-learn's forest, 1000 trees, otherwise its defaults);
+- `hamdist_scores`: Greedy_Hamdist's measure for binary features, the share of (row, row) pairs
+  of different classes that the feature tells apart (their Hamming distance on it is 1). The
+  measure of a feature set is the sum of its features' (a Hamming distance is a sum over
+  features), so ranking single features ranks the greedy's additions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+# Threads for the forest and the OOB predictions; 2 keeps a shared 2-core machine usable.
+DEFAULT_JOBS = 2
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One candidate column of the release: its released name and its SQL over the source."""
+
+    name: str
+    expr: sql.Composable  # over the source's columns (unqualified)
+    column: str  # the source column it comes from
+
+
+@dataclass
+class Selection:
+    """The search's outcome: features kept (in the order tried) and those dropped, each with
+    why: (classes below k, the smallest class's rows) of the projection with it added."""
+
+    chosen: list[Feature] = field(default_factory=list)
+    dropped: list[tuple[Feature, int, int]] = field(default_factory=list)
+    queries: int = 0
+
+
+def small_classes(
+    conn: psycopg.Connection, source: sql.Composable, exprs: Sequence[sql.Composable], k: int
+) -> tuple[int, int]:
+    """(classes below k, rows of the smallest of them) of the projection of `source` onto
+    `exprs`: (0, 0) when it is k-anonymous. One GROUP BY ... HAVING query."""
+    row = conn.execute(
+        sql.SQL(
+            "SELECT count(*), coalesce(min(n), 0) FROM (SELECT count(*) AS n FROM {src} "
+            "GROUP BY {cols} HAVING count(*) < {k}) dbanon_small"
+        ).format(src=source, cols=sql.SQL(", ").join(exprs), k=sql.Literal(k))
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def forward_search(
+    conn: psycopg.Connection, source: sql.Composable, ranked: Sequence[Feature], k: int
+) -> Selection:
+    """RFKA's Algorithm 1 (and Greedy_Hamdist's search): try the features in rank order, keep
+    one when the projection onto the kept ones and it stays k-anonymous."""
+    out = Selection()
+    for f in ranked:
+        below, smallest = small_classes(conn, source, [g.expr for g in [*out.chosen, f]], k)
+        out.queries += 1
+        if below:
+            out.dropped.append((f, below, smallest))
+        else:
+            out.chosen.append(f)
+    return out
+
+
+def smallest_class(
+    conn: psycopg.Connection, source: sql.Composable, features: Sequence[Feature]
+) -> list[int]:
+    """Rows of the smallest class of each feature alone (one query for all of them)."""
+    if not features:
+        return []
+    row = conn.execute(
+        sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(
+                sql.SQL("(SELECT min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g)").format(
+                    source, f.expr
+                )
+                for f in features
+            ),
+            sql.SQL("(SELECT 1) dbanon_one"),
+        )
+    ).fetchone()
+    return [int(n or 0) for n in row]
+
+
+# --- rankings -----------------------------------------------------------------------------------
+
+
+def encode_labels(values: Sequence[object]) -> np.ndarray:
+    """Class labels as codes 0..c-1 (NULL is a class of its own)."""
+    text = np.array(["\x00NULL" if v is None else str(v) for v in values], dtype=object)
+    return np.unique(text, return_inverse=True)[1].astype(np.int64)
+
+
+def oob_permutation_importance(
+    x: np.ndarray, y: np.ndarray, trees: int = 1000, seed: int = 0, jobs: int = DEFAULT_JOBS
+) -> np.ndarray:
+    """Each column's importance: the mean over trees of (correct - correct with the column
+    permuted) / OOB rows, on each tree's out-of-bag rows (the paper's formula 3)."""
+    from sklearn.ensemble import RandomForestClassifier
+
+    n, d = x.shape
+    forest = RandomForestClassifier(
+        n_estimators=trees, oob_score=True, random_state=seed, n_jobs=jobs
+    ).fit(x, y)
+    rng = np.random.default_rng(seed)
+    total = np.zeros(d)
+    used = 0
+    for tree, inbag in zip(forest.estimators_, forest.estimators_samples_, strict=True):
+        oob = np.ones(n, dtype=bool)
+        oob[inbag] = False
+        xo, yo = x[oob], y[oob]
+        m = len(yo)
+        if m == 0:
+            continue
+        # every permuted copy stacked: one predict per tree instead of d + 1
+        stack = np.tile(xo, (d + 1, 1))
+        for j in range(d):
+            stack[(j + 1) * m : (j + 2) * m, j] = xo[rng.permutation(m), j]
+        right = forest.classes_[tree.predict(stack).astype(np.int64)] == np.tile(yo, d + 1)
+        per = right.reshape(d + 1, m).sum(axis=1)
+        total += (per[0] - per[1:]) / m
+        used += 1
+    return total / max(used, 1)
+
+
+def hamdist_scores(b: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Per binary feature (columns of `b`, 0/1): the share of pairs of rows of different
+    classes whose values on it differ."""
+    b = (np.asarray(b) != 0).astype(np.float64)
+    classes = np.unique(y)
+    ones = np.array([b[y == c].sum(axis=0) for c in classes])  # per class: rows with 1
+    sizes = np.array([(y == c).sum() for c in classes], dtype=np.float64)[:, None]
+    zeros = sizes - ones
+    apart = np.zeros(b.shape[1])
+    pairs = 0.0
+    for i in range(len(classes)):
+        for j in range(i + 1, len(classes)):
+            apart += ones[i] * zeros[j] + zeros[i] * ones[j]
+            pairs += float(sizes[i, 0] * sizes[j, 0])
+    return apart / pairs if pairs else apart
+
+
+def equal_width_edges(low: float, high: float, bins: int) -> list[float]:
+    """The bins + 1 edges of equal-width bins over [low, high]."""
+    if high <= low:
+        return [low, low]
+    return [low + (high - low) * i / bins for i in range(bins + 1)]

@@ -1,0 +1,49 @@
+"""Method `hamdist`: the Greedy_Hamdist baseline of the RFKA paper (Zhang et al.): one-hot
+features (numeric QIs cut into `--bins` equal-width bins first), ranked by the share of pairs of
+rows of different labels that each tells apart (their Hamming distance on it), then the same
+forward search and live release as `rfka` (dbanon.methods.projection)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+
+from dbanon.algorithms.featuresel import Feature, hamdist_scores
+from dbanon.methods import register
+from dbanon.methods.base import Option
+from dbanon.methods.projection import (
+    AS,
+    BINS,
+    KEEP,
+    ProjectionMethod,
+    design_matrix,
+    onehot_features,
+)
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+
+class Hamdist(ProjectionMethod):
+    name = "hamdist"
+    summary = (
+        "Greedy_Hamdist (the RFKA paper's baseline): a k-anonymous projection onto one-hot "
+        "features (equal-width bins for numbers) chosen greedily in the order of their Hamming "
+        "distance between the `--sensitive` label's classes; a live view like rfka's"
+    )
+    score_name = "hamdist"
+    options: ClassVar[tuple[Option, ...]] = (AS, KEEP, BINS)
+
+    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+        return onehot_features(conn, r.source.ident, r, r.options["bins"])
+
+    def scores(
+        self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        x, y = design_matrix(conn, r, features, 0, 0)
+        return hamdist_scores(x, y), {"fit_rows": len(y)}
+
+
+register(Hamdist())

@@ -1,0 +1,330 @@
+"""Releases that keep true values and drop columns: the projection of the source onto a subset
+of its quasi-identifiers (features) that is k-anonymous, chosen greedily in the order of a
+ranking (dbanon.algorithms.featuresel). `rfka` and `hamdist` are two rankings of this one flow.
+
+Decisions (the papers are silent on a live database):
+- The class label is the one `--sensitive` column; it is released as it is, with the columns
+  the DBA names in `--keep` (never the key: it is refused there as everywhere).
+- Features are the QI columns themselves (`plain`) or one-hot indicators (`onehot`): a
+  categorical QI gives one boolean column per value (`col=value`), a numeric or date QI is cut
+  into `--bins` equal-width bins over its range at publish time (`col=[lo,hi)`, ends open to
+  values inserted later) and gives one per non-empty bin. Indicator names longer than
+  PostgreSQL's 63 bytes become `col#i` (the report maps them).
+- The release is, by default, a VIEW over the source (`--as table` materialises it): it shows
+  the chosen features, the label and the kept columns of every row whose class (its values on
+  the chosen features) has at least k rows *now*, counted by a window function at every read,
+  so it stays k-anonymous as the source changes. This is release_select's (fulldomain's)
+  window-count suppression; it is written here rather than called because release_select
+  releases generalised text and a projection releases the values with their own types.
+  Rows come out in random order, the key is never selected; security_barrier keeps a
+  consumer's leaky WHERE functions off suppressed rows.
+- `refresh` runs the selection again on the source as it is; the run records whether the
+  chosen subset changed (`subset_changed`), and the view is replaced by the new one.
+- The report (`dbanon report NAME`) lists the chosen features in order with their scores, the
+  dropped ones with their scores and why: the classes below k (and the smallest one's rows)
+  that adding them made.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.algorithms.featuresel import (
+    Feature,
+    encode_labels,
+    equal_width_edges,
+    forward_search,
+    smallest_class,
+)
+from dbanon.db import catalog
+from dbanon.db.catalog import DATE, NUMERIC, Column
+from dbanon.db.stream import copy_out
+from dbanon.errors import DbanonError
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.models.base import Target
+from dbanon.setlogic.fulldomain import _fresh
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
+
+AS = Option(
+    "as", str, "view", "A materialised table, or a live view over the source.", ("table", "view")
+)
+KEEP = Option("keep", str, None, "Non-QI columns released as they are with the label, a,b,c.")
+BINS = Option("bins", int, 5, "Equal-width bins of a numeric QI when features are one-hot.")
+
+
+def _names(text: str | None) -> list[str]:
+    return [p.strip() for p in (text or "").split(",") if p.strip()]
+
+
+def _number(col: Column) -> sql.Composable:
+    if col.kind == DATE:
+        return sql.SQL("extract(epoch FROM {}::timestamp)::float8").format(col.ident)
+    return sql.SQL("{}::float8").format(col.ident)
+
+
+def _short(name: str, col: str, i: int) -> str:
+    return name if len(name.encode()) <= MAX_IDENT else f"{col}#{i}"
+
+
+def onehot_features(
+    conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
+) -> list[Feature]:
+    """One boolean feature per value of a categorical QI, per non-empty equal-width bin of a
+    numeric or date one (see the module doc)."""
+    out: list[Feature] = []
+    for col in r.qi:
+        if col.kind in (NUMERIC, DATE) and not r.is_categorical(col):
+            x = _number(col)
+            lo, hi = conn.execute(
+                sql.SQL("SELECT min({x}), max({x}) FROM {src}").format(x=x, src=source)
+            ).fetchone()
+            edges = equal_width_edges(float(lo), float(hi), bins)
+            bucket = (
+                sql.SQL("least(greatest(width_bucket({}, {}, {}, {}), 1), {})").format(
+                    x, sql.Literal(float(lo)), sql.Literal(float(hi)), sql.Literal(bins),
+                    sql.Literal(bins),
+                )
+                if hi > lo
+                else sql.SQL("1")
+            )  # fmt: skip
+            used = conn.execute(
+                sql.SQL("SELECT DISTINCT {} FROM {} ORDER BY 1").format(bucket, source)
+            ).fetchall()
+            for (b,) in used:
+                label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
+                name = _short(f"{col.name}={label}", col.name, b)
+                out.append(Feature(name, sql.SQL("({} = {})").format(bucket, b), col.name))
+        else:
+            values = conn.execute(
+                sql.SQL("SELECT DISTINCT {}::text FROM {} ORDER BY 1").format(col.ident, source)
+            ).fetchall()
+            for i, (v,) in enumerate(values, 1):
+                name = _short(f"{col.name}={v}", col.name, i)
+                test = sql.SQL("({}::text IS NOT DISTINCT FROM {})").format(
+                    col.ident, sql.Literal(v)
+                )
+                out.append(Feature(name, test, col.name))
+    return out
+
+
+def plain_features(r: Resolved) -> list[Feature]:
+    return [Feature(c.name, c.ident, c.name) for c in r.qi]
+
+
+def design_matrix(
+    conn: psycopg.Connection, r: Resolved, features: list[Feature], sample: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The features (numbers; text as codes of its sorted values) and the label's codes of the
+    source's rows, or of `sample` of them drawn at random, streamed out with binary COPY."""
+    cols = {c.name: c for c in r.qi}
+    label = r.sensitive[0]
+    parts: list[sql.Composable] = []
+    types: list[str] = []
+    for f in features:
+        col = cols.get(f.name)
+        if col is not None and f.expr == col.ident and r.is_categorical(col):
+            parts.append(sql.SQL("{}::text").format(col.ident))
+            types.append("text")
+        elif col is not None and f.expr == col.ident:
+            parts.append(_number(col))
+            types.append("float8")
+        else:
+            parts.append(sql.SQL("{}::int::float8").format(f.expr))
+            types.append("float8")
+    query = sql.SQL("SELECT {}, {}::text FROM {}").format(
+        sql.SQL(", ").join(parts), label.ident, r.source.ident
+    )
+    if 0 < sample < r.rows:
+        conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
+        query = sql.SQL("{} ORDER BY random() LIMIT {}").format(query, sql.Literal(sample))
+    data = copy_out(conn, query, [*types, "text"])
+    x = np.column_stack(
+        [
+            np.asarray(v, dtype=np.float64)
+            if t == "float8"
+            else np.unique(np.asarray(v, dtype=object), return_inverse=True)[1].astype(np.float64)
+            for v, t in zip(data[:-1], types, strict=True)
+        ]
+    )
+    return x, encode_labels(data[-1])
+
+
+def projection_select(
+    r: Resolved, chosen: list[Feature], extra: list[str], k: int
+) -> sql.Composable:
+    """The live projection: chosen features, label and kept columns of the rows whose class
+    has at least k rows at read time, in random order (see the module doc)."""
+    names = [f.name for f in chosen] + extra
+    size = _fresh("dbanon_class_size", names)
+    exprs = sql.SQL(", ").join(f.expr for f in chosen)
+    inner = sql.SQL(", ").join(
+        [sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in chosen]
+        + [sql.Identifier(n) for n in extra]
+    )
+    return sql.SQL(
+        "SELECT {out} FROM (SELECT {inner}, count(*) OVER (PARTITION BY {exprs}) AS {size} "
+        "FROM {src}) dbanon_classes WHERE {size} >= {k} ORDER BY random()"
+    ).format(
+        out=sql.SQL(", ").join(map(sql.Identifier, names)),
+        inner=inner,
+        exprs=exprs,
+        size=sql.Identifier(size),
+        src=r.source.ident,
+        k=sql.Literal(k),
+    )
+
+
+class ProjectionMethod(Method):
+    """A k-anonymous projection chosen by a ranking; subclasses say which features and how to
+    score them."""
+
+    promises = ("k-anonymity",)
+    requires = ("k-anonymity",)
+    generalises = False
+    # What a feature's score is, for the report.
+    score_name: ClassVar[str] = "score"
+
+    @abstractmethod
+    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+        """The candidate features of the release."""
+
+    @abstractmethod
+    def scores(
+        self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """One score per feature (higher first), and figures for the run record."""
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def _keep(self, r: Resolved) -> list[str]:
+        return _names(r.options.get("keep"))
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        if len(r.sensitive) != 1:
+            raise DbanonError(
+                f"--algorithm {self.name} needs exactly one --sensitive column, the class "
+                f"label, got {len(r.sensitive)}"
+            )
+        if r.options.get("bins", 2) < 2:
+            raise DbanonError(f"--bins must be at least 2, got {r.options['bins']}")
+        label = r.sensitive[0]
+        cols = catalog.columns(conn, r.source)
+        for name in self._keep(r):
+            if name not in cols:
+                raise DbanonError(f"--keep: column {name!r} does not exist in {r.source}")
+            if name == r.key.name:
+                raise DbanonError(f"--keep: {name!r} is the row key, which is never released")
+            if name in [c.name for c in [*r.qi, label]]:
+                raise DbanonError(f"--keep: {name!r} is already a QI or the label")
+        values = conn.execute(
+            sql.SQL("SELECT DISTINCT {}::text FROM {} LIMIT 2").format(label.ident, r.source.ident)
+        ).fetchall()
+        if len(values) < 2:
+            raise DbanonError(
+                f"label column {label.name!r} of {r.source} has one value "
+                f"({values[0][0] if values else None!r}): there is nothing to classify"
+            )
+        k = r.k or 2
+        features = self.features(conn, r)
+        smallest = smallest_class(conn, r.source.ident, features)
+        if not any(n >= k for n in smallest):
+            best = int(np.argmax(smallest))
+            raise DbanonError(
+                f"no subset of the QIs of {r.source} is {k}-anonymous, not even one column: the "
+                f"least bad, {features[best].name!r}, has a smallest class of {smallest[best]} "
+                "rows"
+            )
+
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        k = r.k or 2
+        features = self.features(conn, r)
+        ctx.say(f"scoring {len(features)} features")
+        started = time.perf_counter()
+        score, figures = self.scores(conn, r, features)
+        fit = time.perf_counter() - started
+        ctx.lap("rank")
+        order = sorted(range(len(features)), key=lambda i: (-score[i], features[i].name))
+        ranked = [features[i] for i in order]
+        ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
+        started = time.perf_counter()
+        found = forward_search(conn, r.source.ident, ranked, k)
+        search = time.perf_counter() - started
+        ctx.lap("search")
+        as_view = r.options.get("as", "view") == "view"
+        built = ctx.made(r.objects[0], "view" if as_view else "table")
+        extra = [r.sensitive[0].name, *self._keep(r)]
+        create = (
+            "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
+        )
+        conn.execute(
+            sql.SQL(create).format(
+                r.ident(built.build), projection_select(r, found.chosen, extra, k)
+            )
+        )
+        ctx.lap("materialise")
+        of = {f.name: float(score[i]) for i, f in enumerate(features)}
+        chosen = [f.name for f in found.chosen]
+        return {
+            **figures,
+            "features": len(features),
+            "chosen": [f"{n} ({self.score_name} {of[n]:.4g})" for n in chosen],
+            "dropped": [
+                f"{f.name} ({self.score_name} {of[f.name]:.4g}): with it {below} classes below "
+                f"k={k}, the smallest {smallest} rows"
+                for f, below, smallest in found.dropped
+            ],
+            "chosen_features": chosen,
+            "scores": {n: round(v, 6) for n, v in of.items()},
+            "search_queries": found.queries,
+            "seconds_rank": round(fit, 4),
+            "seconds_search": round(search, 4),
+            "subset_changed": self._changed(conn, r, chosen),
+        }
+
+    def _changed(self, conn: psycopg.Connection, r: Resolved, chosen: list[str]) -> bool | None:
+        """Whether the chosen subset differs from the last successful run's (None: first)."""
+        if r.release_id is None:
+            return None
+        row = conn.execute(
+            """SELECT metrics->'chosen_features' FROM dbanon.run WHERE release_id = %s
+               AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1""",
+            [r.release_id],
+        ).fetchone()
+        return None if row is None or row[0] is None else list(row[0]) != chosen
+
+    def _target(self, conn: psycopg.Connection, r: Resolved, rel: str) -> Target:
+        """The released relation's classes: its columns but the label and the kept ones."""
+        extra = {r.sensitive[0].name, *self._keep(r)}
+        cols = catalog.columns(conn, catalog.Relation(r.target_schema, rel))
+        qi = [c for c in cols if c not in extra]
+        return Target(r.ident(rel), qi, r.sensitive[0].name)
+
+    def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
+        """Every promised model on the relation as published, over the features it shows."""
+
+        def check(m: Any) -> Check:
+            return Check(m.name, lambda conn: m.check(conn, self._target(conn, r, built[0].build)))
+
+        return [check(m) for m in r.models]
+
+    def figures(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
+    ) -> dict[str, Any]:
+        t = self._target(conn, r, built[0].build)
+        rows, classes, smallest = conn.execute(
+            sql.SQL(
+                "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0) "
+                "FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
+            ).format(t.relation, t.qi_list)
+        ).fetchone()
+        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}

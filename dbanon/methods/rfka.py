@@ -1,0 +1,90 @@
+"""Method `rfka` (Huang & Zhu): a k-anonymous projection whose columns are chosen greedily in the
+order of random-forest importance, so a classifier of the label keeps the columns that matter.
+
+Importance is the paper's: a forest of `--trees` trees (1000) fitted on the QIs (or on their
+one-hot indicators, `--features onehot`, as the paper's experiment does) with the `--sensitive`
+column as the class label, each feature scored by the mean drop of a tree's accuracy on its
+out-of-bag rows when the feature is permuted. The rows leave PostgreSQL by binary COPY, all of
+them or `--sample` drawn at random (a big table's forest is fitted on a sample; the search and
+the release always read the whole source). The rest is the projection flow
+(dbanon.methods.projection).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import psycopg
+
+from dbanon.algorithms.featuresel import DEFAULT_JOBS, Feature, oob_permutation_importance
+from dbanon.errors import DbanonError
+from dbanon.methods import register
+from dbanon.methods.base import Option
+from dbanon.methods.projection import (
+    AS,
+    BINS,
+    KEEP,
+    ProjectionMethod,
+    design_matrix,
+    onehot_features,
+    plain_features,
+)
+
+if TYPE_CHECKING:
+    from dbanon.release import Resolved
+
+TREES = 1000  # the paper's n_estimators
+
+
+class RFKA(ProjectionMethod):
+    name = "rfka"
+    summary = (
+        "RFKA (Huang & Zhu): releases the true values of a subset of the QIs whose projection "
+        "is k-anonymous, chosen greedily in the order of random-forest (OOB permutation) "
+        "importance for the `--sensitive` label, each step one GROUP BY ... HAVING count(*) < k "
+        "in PostgreSQL; a live view that suppresses classes falling under k"
+    )
+    randomised = True
+    score_name = "importance"
+    options: ClassVar[tuple[Option, ...]] = (
+        AS,
+        KEEP,
+        Option("trees", int, TREES, "Trees of the random forest (the paper: 1000)."),
+        Option("sample", int, 0, "Rows drawn to fit the forest (0: all of them)."),
+        Option(
+            "features", str, "plain",
+            "The QI columns themselves (plain) or one-hot indicators of their values and "
+            "equal-width bins (onehot, the paper's experiment).",
+            ("plain", "onehot"),
+        ),
+        BINS,
+    )  # fmt: skip
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        if r.options["trees"] < 1:
+            raise DbanonError(f"--trees must be at least 1, got {r.options['trees']}")
+        if r.options["sample"] < 0 or 0 < r.options["sample"] < 10:
+            raise DbanonError(
+                f"--sample must be 0 (all rows) or at least 10, got {r.options['sample']}"
+            )
+        super().validate(conn, r)
+
+    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+        if r.options["features"] == "onehot":
+            return onehot_features(conn, r.source.ident, r, r.options["bins"])
+        return plain_features(r)
+
+    def scores(
+        self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        seed = r.seed or 0
+        x, y = design_matrix(conn, r, features, r.options["sample"], seed)
+        trees = r.options["trees"]
+        return oob_permutation_importance(x, y, trees, seed, DEFAULT_JOBS), {
+            "fit_rows": len(y),
+            "trees": trees,
+        }
+
+
+register(RFKA())
