@@ -1,0 +1,45 @@
+"""`dbanon experiment rfka` and `dbanon bench rfka` on tiny settings (the full runs are in the
+README, not in tests)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from helpers import cli_json
+
+
+def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> None:
+    code, data = cli_json(
+        dsn, "experiment", "rfka", "--out", str(tmp_path), "--ks", "0,5", "--trees", "20",
+        "--rows", "300",
+    )  # fmt: skip
+    assert code == 0, data
+    rows = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
+    assert len(rows) == 2 * 2 * 2  # data sets x k x methods
+    assert {r["dataset"] for r in rows} == {"adult", "breast_cancer"}
+    by = {(r["dataset"], r["method"], r["k"]): r for r in rows}
+    assert by["breast_cancer", "rfka", "0"]["rows"] == "699"  # '?' kept as a value
+    assert by["adult", "hamdist", "5"]["rows"] == "300"
+    for r in rows:
+        assert 0.0 <= float(r["auc"]) <= 1.0, r
+        assert float(r["auc"]) > 0.8 or r["k"] != "0", r  # every feature classifies well
+        assert (r["seconds"] == "") == (r["k"] == "0"), r
+    # k=0 is every feature; a k-anonymous subset has at most as many
+    for name in ("adult", "breast_cancer"):
+        assert int(by[name, "rfka", "5"]["features"]) <= int(by[name, "rfka", "0"]["features"])
+    for png in ("auc.png", "time.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert set(data["findings"]) == {"adult", "breast_cancer"}
+    # the releases it made are dropped again
+    code, listed = cli_json(dsn, "releases")
+    assert code == 0 and not listed.get("releases"), listed
+
+
+def test_bench_rfka_times_forest_and_search_apart(dsn: str) -> None:
+    code, data = cli_json(dsn, "bench", "rfka", "--rows", "2000", "--trees", "20")
+    assert code == 0, data
+    assert data["rows"] == data["fit_rows"] == 2000 and data["k"] == 10
+    assert data["search_queries"] == 8  # one query per QI tried
+    assert data["seconds_forest"] > 0 and data["seconds_search"] > 0
+    assert data["min_class_size"] >= 10 and data["released_rows"] == 2000
