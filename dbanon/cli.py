@@ -1170,13 +1170,17 @@ def experiment_ina(
     c.emit(data, human)
 
 
+def _whole_numbers(value: str) -> list[int]:
+    try:
+        return [int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+
+
 def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     if value is None:
         return None
-    try:
-        ks = [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    ks = _whole_numbers(value)
     if not ks or min(ks) < 3:
         raise click.BadParameter("every k must be at least 3 (θ = 3)")
     return ks
@@ -1229,10 +1233,7 @@ def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
     """k values a,b,c: 0 (no protection) or at least 2."""
     if value is None:
         return None
-    try:
-        ks = [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    ks = _whole_numbers(value)
     if not ks or any(k == 1 or k < 0 for k in ks):
         raise click.BadParameter("every k must be 0 (no protection) or at least 2")
     return ks

@@ -11,16 +11,9 @@ import numpy as np
 import psycopg
 
 from dbanon.algorithms.featuresel import Feature, hamdist_scores
-from dbanon.methods import register
+from dbanon.methods import projection, register
 from dbanon.methods.base import Option
-from dbanon.methods.projection import (
-    AS,
-    BINS,
-    KEEP,
-    ProjectionMethod,
-    design_matrix,
-    onehot_features,
-)
+from dbanon.methods.projection import AS, BINS, KEEP, ProjectionMethod
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -37,12 +30,12 @@ class Hamdist(ProjectionMethod):
     options: ClassVar[tuple[Option, ...]] = (AS, KEEP, BINS)
 
     def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
-        return onehot_features(conn, r.source.ident, r, r.options["bins"])
+        return projection.onehot_features(conn, r.source.ident, r, r.options["bins"])
 
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        x, y = design_matrix(conn, r, features, 0, 0)
+        x, y = projection.design_matrix(conn, r, features, 0, 0)
         return hamdist_scores(x, y), {"fit_rows": len(y)}
 
 
