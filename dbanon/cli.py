@@ -1249,18 +1249,24 @@ def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
 @click.option("--rows", type=click.IntRange(100, 30162), default=2000, show_default=True,
               help="Rows of the stratified Adult sample.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--datasets", "datasets_dir", type=click.Path(file_okay=False),
+              help="The shared data sets folder, holding breast_cancer/ (default: the project's).")
 @click.pass_obj
 @fails_cleanly
 def experiment_rfka(
-    c: Ctx, out_dir: str, ks: list[int] | None, trees: int, rows: int, seed: int
+    c: Ctx, out_dir: str, ks: list[int] | None, trees: int, rows: int, seed: int,
+    datasets_dir: str | None,
 ) -> None:
     """RFKA vs Greedy_Hamdist on Adult (2,000 rows) and Wisconsin breast cancer: SVM AUC and
     run time vs k (the paper's figs 2-5)."""
+    from pathlib import Path
+
     from dbanon.experiments.rfka import KS, run
 
     with c.progress() as say, c.db() as db:
         db.init()
-        data = run(db, out_dir, ks or KS, trees, rows, seed, say)
+        data = run(db, out_dir, ks or KS, trees, rows, seed, say,
+                   Path(datasets_dir) if datasets_dir else None)  # fmt: skip
 
     def human() -> None:
         table = Table("dataset", "method", "k", "features", "AUC", "seconds", "publish s")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from helpers import cli_json
+from helpers import cli, cli_json
 
 
 def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> None:
@@ -43,3 +43,10 @@ def test_bench_rfka_times_forest_and_search_apart(dsn: str) -> None:
     assert data["search_queries"] == 8  # one query per QI tried
     assert data["seconds_forest"] > 0 and data["seconds_search"] > 0
     assert data["min_class_size"] >= 10 and data["released_rows"] == 2000
+
+
+def test_missing_wisconsin_data_is_one_line(dsn: str, tmp_path: Path) -> None:
+    result = cli(dsn, "experiment", "rfka", "--out", str(tmp_path), "--ks", "0",
+                 "--datasets", str(tmp_path / "none"), "--rows", "300")  # fmt: skip
+    assert result.exit_code == 2 and "pass --datasets DIR" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -36,6 +36,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.data import ADULT_COLUMNS, ADULT_NUMERIC, ADULT_TRAIN_ROWS, adult_rows
+from dbanon.errors import DbanonError
 
 if TYPE_CHECKING:
     from dbanon.api import Database
@@ -45,7 +46,8 @@ METHODS = ("rfka", "hamdist")
 BINS = 5
 TREES = 1000
 ADULT_SAMPLE = 2000
-BREAST_CANCER = Path(__file__).resolve().parents[3] / "shared" / "datasets" / "breast_cancer"
+# The project's shared data sets (../shared/datasets from the repository); `--datasets DIR`.
+DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 WISCONSIN = ("a", "b", "c", "d", "e", "f", "g", "h", "i")
 SCHEMA, OUT = "dbanon_exp", "dbanon_exp_out"
 Progress = Callable[[str], None]
@@ -65,15 +67,20 @@ def adult_sample(rows: int = ADULT_SAMPLE, seed: int = 0) -> list[list[str]]:
     return [data[i] for i in sorted(picked.tolist())]
 
 
-def wisconsin_rows(path: Path | None = None) -> list[list[str]]:
+def wisconsin_rows(datasets_dir: Path | None = None) -> list[list[str]]:
     """The 699 rows: the 9 attributes as text ('?' kept), then the class."""
-    with open((path or BREAST_CANCER) / "breast-cancer-wisconsin.data", newline="") as f:
+    path = (datasets_dir or DATASETS) / "breast_cancer" / "breast-cancer-wisconsin.data"
+    if not path.is_file():
+        raise DbanonError(f"no Wisconsin breast cancer data at {path}: pass --datasets DIR")
+    with open(path, newline="") as f:
         reader = csv.reader(f)
         next(reader)
         return [row[1:] for row in reader]
 
 
-def datasets(adult_rows_: int = ADULT_SAMPLE, seed: int = 0) -> dict[str, dict[str, Any]]:
+def datasets(
+    adult_rows_: int = ADULT_SAMPLE, seed: int = 0, datasets_dir: Path | None = None
+) -> dict[str, dict[str, Any]]:
     """name -> table, columns, numeric columns, QIs, label and rows."""
     adult_qi = [c for c in ADULT_COLUMNS if c != "income"]
     return {
@@ -83,7 +90,7 @@ def datasets(adult_rows_: int = ADULT_SAMPLE, seed: int = 0) -> dict[str, dict[s
         },
         "breast_cancer": {
             "columns": [*WISCONSIN, "class"], "numeric": set(), "qi": list(WISCONSIN),
-            "label": "class", "rows": wisconsin_rows(),
+            "label": "class", "rows": wisconsin_rows(datasets_dir),
         },
     }  # fmt: skip
 
@@ -123,6 +130,7 @@ def run(
     adult_rows_: int = ADULT_SAMPLE,
     seed: int = 0,
     progress: Progress | None = None,
+    datasets_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Both methods on both data sets for every k; results.csv, auc.png and time.png."""
     from dbanon.demo import load_table
@@ -135,7 +143,7 @@ def run(
     out.mkdir(parents=True, exist_ok=True)
     positive = {"adult": ">50K", "breast_cancer": "2"}
     results: list[dict[str, Any]] = []
-    for name, d in datasets(adult_rows_, seed).items():
+    for name, d in datasets(adult_rows_, seed, datasets_dir).items():
         say(f"loading {name}")
         load_table(db, SCHEMA, name, d["columns"], d["numeric"], d["rows"])
         source = f"{SCHEMA}.{name}"
