@@ -237,6 +237,8 @@ def _plot(results: list[dict[str, Any]], field: str, label: str, path: Path) -> 
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=title)
         ax.set_xlabel("k (0: no protection)" if field == "auc" else "k")
         ax.set_ylabel(label)
+        if field == "seconds":  # the two methods' times are orders of magnitude apart
+            ax.set_yscale("log")
         ax.set_title(f"{name}: {label} vs k")
         ax.legend()
         ax.grid(alpha=0.3)
