@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -112,32 +113,49 @@ def oob_permutation_importance(
     x: np.ndarray, y: np.ndarray, trees: int = 1000, seed: int = 0, jobs: int = DEFAULT_JOBS
 ) -> np.ndarray:
     """Each column's importance: the mean over trees of (correct - correct with the column
-    permuted) / OOB rows, on each tree's out-of-bag rows (the paper's formula 3)."""
+    permuted) / OOB rows, on each tree's out-of-bag rows (the paper's formula 3).
+
+    Speed: only the features a tree splits on are permuted (any other leaves its predictions as
+    they are: a drop of 0); their permuted copies of the tree's OOB rows are stacked into one
+    float32 array and predicted at once (no per-call input checks), trees in `jobs` threads
+    (tree traversal releases the GIL); each tree permutes with its own generator, so the result
+    does not depend on the threads' order."""
+    from joblib import Parallel, delayed
     from sklearn.ensemble import RandomForestClassifier
 
     n, d = x.shape
     forest = RandomForestClassifier(
         n_estimators=trees, oob_score=True, random_state=seed, n_jobs=jobs
     ).fit(x, y)
-    rng = np.random.default_rng(seed)
-    total = np.zeros(d)
-    used = 0
-    for tree, inbag in zip(forest.estimators_, forest.estimators_samples_, strict=True):
+    x32 = np.ascontiguousarray(x, dtype=np.float32)
+    seeds = np.random.SeedSequence(seed).spawn(trees)
+
+    def drop(tree: Any, inbag: np.ndarray, ss: np.random.SeedSequence) -> np.ndarray | None:
         oob = np.ones(n, dtype=bool)
         oob[inbag] = False
-        xo, yo = x[oob], y[oob]
+        xo, yo = x32[oob], y[oob]
         m = len(yo)
         if m == 0:
-            continue
-        # every permuted copy stacked: one predict per tree instead of d + 1
-        stack = np.tile(xo, (d + 1, 1))
-        for j in range(d):
-            stack[(j + 1) * m : (j + 2) * m, j] = xo[rng.permutation(m), j]
-        right = forest.classes_[tree.predict(stack).astype(np.int64)] == np.tile(yo, d + 1)
-        per = right.reshape(d + 1, m).sum(axis=1)
-        total += (per[0] - per[1:]) / m
-        used += 1
-    return total / max(used, 1)
+            return None
+        rng = np.random.default_rng(ss)
+        # a feature the tree never splits on cannot change its predictions: drop 0
+        used = np.unique(tree.tree_.feature[tree.tree_.feature >= 0])
+        stack = np.tile(xo, (len(used) + 1, 1))
+        for i, j in enumerate(used):
+            stack[(i + 1) * m : (i + 2) * m, j] = xo[rng.permutation(m), j]
+        predicted = tree.predict(stack, check_input=False).astype(np.int64)
+        right = forest.classes_[predicted] == np.tile(yo, len(used) + 1)
+        per = right.reshape(len(used) + 1, m).sum(axis=1)
+        out = np.zeros(d)
+        out[used] = (per[0] - per[1:]) / m
+        return out
+
+    drops = Parallel(n_jobs=jobs, prefer="threads")(
+        delayed(drop)(t, s, ss)
+        for t, s, ss in zip(forest.estimators_, forest.estimators_samples_, seeds, strict=True)
+    )
+    kept = [v for v in drops if v is not None]
+    return np.mean(kept, axis=0) if kept else np.zeros(d)
 
 
 def hamdist_scores(b: np.ndarray, y: np.ndarray) -> np.ndarray:
