@@ -1221,12 +1221,17 @@ def experiment_thetak(
                 f"{r['similarity_vulnerability']:.3f}", f"{r['gcp']:.2f}", f"{r['seconds']:.3f}",
                 str(r["classes"]), str(r["leftover_rows"]), str(r["theta_k_holds"]),
             )  # fmt: skip
-        out.print(table)
-        for dataset, claims in data["claims"].items():
-            out.print(f"{dataset}: {json.dumps(claims)}", markup=False)
-        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+        print_outcome(table, data["claims"], data)
 
     c.emit(data, human)
+
+
+def print_outcome(table: Table, per_dataset: dict[str, Any], data: dict[str, Any]) -> None:
+    """An experiment's table, its verdict per data set, and the files it wrote."""
+    out.print(table)
+    for dataset, found in per_dataset.items():
+        out.print(f"{dataset}: {json.dumps(found)}", markup=False)
+    out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
 
 
 def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
@@ -1269,17 +1274,15 @@ def experiment_rfka(
                    Path(datasets_dir) if datasets_dir else None)  # fmt: skip
 
     def human() -> None:
-        table = Table("dataset", "method", "k", "features", "AUC", "seconds", "publish s")
+        table = Table("dataset", "method", "k", "features", "SVM AUC", "logistic AUC",
+                      "seconds", "publish s")  # fmt: skip
         for r in data["results"]:
             table.add_row(
                 r["dataset"], r["method"], str(r["k"]), str(r["features"]), f"{r['auc']:.4f}",
-                "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
+                f"{r['auc_logreg']:.4f}", "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
                 "-" if r["publish_seconds"] is None else f"{r['publish_seconds']:.2f}",
             )  # fmt: skip
-        out.print(table)
-        for dataset, found in data["findings"].items():
-            out.print(f"{dataset}: {json.dumps(found)}", markup=False)
-        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+        print_outcome(table, data["findings"], data)
 
     c.emit(data, human)
 
