@@ -1073,6 +1073,55 @@ def experiment() -> None:
     """Reproductions of the papers' experiments (CSV and PNG)."""
 
 
+def sizes_list(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    """Positive whole numbers a,b,c (none for an empty value)."""
+    try:
+        sizes = [int(x) for x in value.split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    if any(x < 1 for x in sizes):
+        raise click.BadParameter(f"sizes must be positive, got {value!r}")
+    return sizes
+
+
+@experiment.command("kmember-scale")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(file_okay=False),
+    default="results/kmember-scale",
+    show_default=True,
+)
+@click.option("--rows", callback=sizes_list, default="100000,300000", show_default=True,
+              help="Table sizes where the exact rule runs too.")
+@click.option("--blocks", callback=sizes_list, default="4000,8000,16000,32000", show_default=True,
+              help="Block sizes compared with the exact rule.")
+@click.option("--partitioned-only", callback=sizes_list, default="", show_default=True,
+              help="Larger sizes run in the partitioned mode alone (e.g. 1000000).")
+@click.pass_obj
+@fails_cleanly
+def experiment_kmember_scale(
+    c: Ctx, out_dir: str, rows: list[int], blocks: list[int], partitioned_only: list[int]
+) -> None:
+    """Partitioned k-member vs the exact rule on census-like mostly distinct rows."""
+    from dbanon.experiments.kmember import run_scale
+
+    with c.progress() as say:
+        data = run_scale(out_dir, rows, blocks, partitioned_only, progress=say)
+
+    def human() -> None:
+        table = Table("rows", "mode", "block", "seconds", "ncp_height", "ncp_leaf", "blocks")
+        for r in data["results"]:
+            table.add_row(
+                f"{r['rows']:,}", r["mode"], str(r["block_size"]), f"{r['seconds']:.2f}",
+                f"{r['ncp_height']:.2%}", f"{r['ncp_leaf']:.2%}", str(r["blocks"]),
+            )  # fmt: skip
+        out.print(table)
+        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
 @experiment.command("kmember")
 @click.option(
     "--out",
