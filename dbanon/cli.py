@@ -1073,25 +1073,25 @@ def experiment() -> None:
     """Reproductions of the papers' experiments (CSV and PNG)."""
 
 
-def sizes_list(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
-    """Positive whole numbers a,b,c (none for an empty value)."""
+def whole_numbers(value: str) -> list[int]:
+    """Whole numbers a,b,c, or a one-line usage error."""
     try:
-        sizes = [int(x) for x in value.split(",") if x.strip()]
+        return [int(x) for x in catalog.parse_list(value)]
     except ValueError:
         raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+
+
+def sizes_list(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    """Positive whole numbers a,b,c (none for an empty value)."""
+    sizes = whole_numbers(value) if value.strip() else []
     if any(x < 1 for x in sizes):
         raise click.BadParameter(f"sizes must be positive, got {value!r}")
     return sizes
 
 
 @experiment.command("kmember-scale")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="results/kmember-scale",
-    show_default=True,
-)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              default="results/kmember-scale", show_default=True)
 @click.option("--rows", callback=sizes_list, default="100000,300000", show_default=True,
               help="Table sizes where the exact rule runs too.")
 @click.option("--blocks", callback=sizes_list, default="4000,8000,16000,32000", show_default=True,
@@ -1224,10 +1224,7 @@ def experiment_ina(
 def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     if value is None:
         return None
-    try:
-        ks = [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    ks = whole_numbers(value)
     if not ks or min(ks) < 3:
         raise click.BadParameter("every k must be at least 3 (θ = 3)")
     return ks

@@ -5,13 +5,14 @@ Why: the exact rule's cost grows as n^1.5-2 on mostly distinct rows (200 s for 1
 each cluster only ever takes rows near its seed. Cutting the QI space first, as Mondrian does,
 keeps near rows together and bounds the work to n x block size.
 
-Two things cost quality, both measured on 100,000 mostly distinct census-like rows (exact rule:
-NCP 7.09 % by heights): each block ends its greedy run with a few loose clusters of the rows
-left over, and clusters at a block's edge lose the neighbours across it. The loss grows with the
-number of blocks (about +0.07 pt per block: 9.38 % with 4,000-row blocks, 7.41 % with 32,000).
-So after the blocks, one fix-up round dissolves the loosest 30 % of the clusters and clusters
-their rows again (in blocks cut anew if they are many): 8.24 % with 4,000-row blocks, 7.14 %
-with 16,000-row blocks, the default. A 16,000-row block takes about 0.1 s.
+Two things cost quality: each block ends its greedy run with a few loose clusters of the rows
+left over, and clusters at a block's edge lose the neighbours across it; both grow with the
+number of blocks. So after the blocks, one fix-up round dissolves the loosest 30 % of the
+clusters and clusters their rows again (in blocks cut anew if they are many). On Adult's 30,162
+rows in 8,000-row blocks: NCP 8.32 % by heights without the round, 7.62 % with it, 7.83 % for
+the exact rule. On 100,000 census-like rows (`dbanon experiment kmember-scale`; exact 3.79 %):
+4,000-row blocks 4.69 %, 16,000-row blocks (the default) 3.71 %; at 300,000 rows, exact 1.55 %,
+16,000-row blocks 1.79 %.
 
 Decisions, where the issue leaves them open:
 - A block of more than `block_size` rows is cut in two along one QI at a value boundary (equal
@@ -20,11 +21,12 @@ Decisions, where the issue leaves them open:
   cut whose crossing costs most (the cost of the block's LCA minus the larger cost of the two
   sides' LCAs: sex, or the two branches of a tree's root, before two leaves of one branch), then
   the most balanced. The greedy rule itself rarely puts such rows together, so these cuts cost
-  next to nothing (on Adult, a cut on any categorical QI changed NCP by -0.05..+0.14 pt, a
-  median cut on a numeric one by +0.6..+0.8 pt). Only when no categorical cut remains is the
-  block cut at the median of its widest numeric QI (normalised extent); failing balance, the
-  most balanced cut of any QI is taken. A block whose rows agree on every QI, or that cannot be
-  cut leaving k rows on both sides, stays whole (then it may exceed `block_size`).
+  next to nothing (on 30,000 census-like rows made from Adult, one cut on any categorical QI
+  moved NCP by -0.17..+0.14 pt, a median cut on a numeric one by +0.6..+0.8 pt). Only when no
+  categorical cut remains is the block cut at the median of its widest numeric QI (normalised
+  extent); failing balance, the most balanced cut of any QI is taken. A block whose rows agree
+  on every QI, or that cannot be cut leaving k rows on both sides, stays whole (then it may
+  exceed `block_size`).
 - So no block ever holds fewer than k rows: the fix-up of small blocks is made unnecessary by
   construction (and asserted). Inside a block the exact rule's own step 4 places the last rows
   (fewer than k) into the block's clusters, so every cluster still has k..2k-1 rows; the fix-up
