@@ -9,7 +9,7 @@ Two things cost quality: each block ends its greedy run with a few loose cluster
 left over, and clusters at a block's edge lose the neighbours across it; both grow with the
 number of blocks. So after the blocks, one fix-up round dissolves the loosest 30 % of the
 clusters and clusters their rows again (in blocks cut anew if they are many). On Adult's 30,162
-rows in 8,000-row blocks: NCP 8.32 % by heights without the round, 7.62 % with it, 7.83 % for
+rows in 8,000-row blocks: NCP 7.92 % by heights without the round, 7.57 % with it, 7.83 % for
 the exact rule. On 100,000 census-like rows (`dbanon experiment kmember-scale`; exact 3.79 %):
 4,000-row blocks 4.69 %, 16,000-row blocks (the default) 3.71 %; at 300,000 rows, exact 1.55 %,
 16,000-row blocks 1.79 %.
@@ -18,9 +18,10 @@ Decisions, where the issue leaves them open:
 - A block of more than `block_size` rows is cut in two along one QI at a value boundary (equal
   values stay on one side), leaving at least a quarter of its rows on each side where it can.
   Categorical QIs are cut first, leaves ordered depth-first so that subtrees are contiguous: the
-  cut whose crossing costs most (the cost of the block's LCA minus the larger cost of the two
-  sides' LCAs: sex, or the two branches of a tree's root, before two leaves of one branch), then
-  the most balanced. The greedy rule itself rarely puts such rows together, so these cuts cost
+  cut whose crossing costs most (what a cluster pays at least for holding rows of both sides,
+  the cost of the LCA of the two leaves next to the cut: sex, the two branches of a tree's
+  root, or two values of a QI without hierarchy, before two leaves of one branch), then the
+  most balanced. The greedy rule itself rarely puts such rows together, so these cuts cost
   next to nothing (on 30,000 census-like rows made from Adult, one cut on any categorical QI
   moved NCP by -0.17..+0.14 pt, a median cut on a numeric one by +0.6..+0.8 pt). Only when no
   categorical cut remains is the block cut at the median of its widest numeric QI (normalised
@@ -117,12 +118,10 @@ def cut(qi: QIArrays, k: int, block_size: int, cost: str = "height") -> list[np.
             if len(present) < 2:
                 continue
             pos = np.cumsum(counts[present])[:-1]  # rows below each next present rank
+            # What a cluster pays at least for holding rows of both sides: the cost of the
+            # LCA of the two leaves next to the cut (depth-first order).
             leaf = leaf_of_rank[j]
-            lo, hi = leaf[present[0]], leaf[present[-1]]
-            whole = weights[j, qi.lca[j, lo, hi]]
-            left = weights[j, qi.lca[j, lo, leaf[present[:-1]]]]
-            right = weights[j, qi.lca[j, leaf[present[1:]], hi]]
-            penalty = whole - np.maximum(left, right)
+            penalty = weights[j, qi.lca[j, leaf[present[:-1]], leaf[present[1:]]]]
             small = np.minimum(pos, m - pos)
             valid = small >= k
             if not valid.any():
