@@ -31,9 +31,10 @@ def mixed(conn: psycopg.Connection) -> int:
 QUERY = sql.SQL("SELECT id, v, t, u FROM mixed")
 
 
+@pytest.mark.parametrize("hint", ["exact", "none", "short"])
 @pytest.mark.parametrize("chunk,wide", [(None, None), (64, None), (1000, 50)])
 def test_columns_agree_with_psycopg(
-    conn: psycopg.Connection, mixed: int, chunk: int | None, wide: int | None,
+    conn: psycopg.Connection, mixed: int, chunk: int | None, wide: int | None, hint: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     if chunk:  # tiny chunks: rows and fields cut anywhere; narrow: text decoded one by one
@@ -41,7 +42,8 @@ def test_columns_agree_with_psycopg(
     if wide:
         monkeypatch.setattr(stream, "_WIDE", wide)
     want = stream.copy_out(conn, QUERY, ["text", "float8", "text", "text"])
-    keys, v, t, u = stream.copy_columns(conn, QUERY, ["key", "float8", "text", "text"])
+    rows = {"exact": mixed, "none": 0, "short": 10}[hint]  # arrays sized, or grown as rows come
+    keys, v, t, u = stream.copy_columns(conn, QUERY, ["key", "float8", "text", "text"], rows)
     assert isinstance(keys, stream.Keys) and list(keys) == want[0] and len(keys) == mixed
     got_v = [None if np.isnan(x) else x for x in v.tolist()]  # type: ignore[union-attr]
     assert got_v == want[1]

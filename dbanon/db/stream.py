@@ -19,6 +19,8 @@ from numba import njit
 from psycopg import sql
 
 CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
+# Keys are short: the blob starts at this many bytes per expected row and grows as needed.
+_KEY_BYTES = 16
 _WIDE = 1 << 26  # a text chunk wider than this as a fixed-width array is decoded value by value
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
 KINDS = ("float8", "text", "key")
@@ -60,17 +62,18 @@ class Keys:
     """Row keys as text, kept as the bytes COPY sent: one blob, each key's start and length
     (-1 for NULL). Decoded only when iterated (a refresh that keeps earlier groups)."""
 
-    blob: np.ndarray  # uint8
-    starts: np.ndarray  # int64
-    lens: np.ndarray  # int32
+    blob: np.ndarray  # uint8: the keys' bytes one after another
+    lens: np.ndarray  # int32: each key's length in bytes, -1 for NULL (no bytes)
 
     def __len__(self) -> int:
         return len(self.lens)
 
     def __iter__(self) -> Iterator[str | None]:
         raw = self.blob.tobytes()
-        for s, n in zip(self.starts.tolist(), self.lens.tolist(), strict=True):
-            yield None if n < 0 else raw[s : s + n].decode()
+        start = 0
+        for n in self.lens.tolist():
+            yield None if n < 0 else raw[start : start + n].decode()
+            start += max(n, 0)
 
 
 @njit(cache=True)
@@ -154,9 +157,9 @@ def _put32(out: np.ndarray, p: int, v: int) -> None:
 
 @njit(cache=True)
 def _pack(
-    blob: np.ndarray, starts: np.ndarray, lens: np.ndarray, ids: np.ndarray, lo: int, hi: int
+    blob: np.ndarray, start: int, lens: np.ndarray, ids: np.ndarray, lo: int, hi: int
 ) -> np.ndarray:
-    """Binary COPY rows (key text, gid int4) for rows lo..hi-1."""
+    """Binary COPY rows (key text, gid int4) for rows lo..hi-1, row lo's key at blob[start]."""
     size = 0
     for i in range(lo, hi):
         size += 14 + max(lens[i], 0)
@@ -168,35 +171,56 @@ def _pack(
         _put32(out, p + 2, lens[i])
         p += 6
         for b in range(max(lens[i], 0)):
-            out[p + b] = blob[starts[i] + b]
+            out[p + b] = blob[start + b]
         p += max(lens[i], 0)
+        start += max(lens[i], 0)
         _put32(out, p, 4)
         _put32(out, p + 4, ids[i])
         p += 8
     return out
 
 
-class _Column:
-    """One column being received: chunks of converted values, joined at the end."""
+def _grow(a: np.ndarray, used: int, need: int) -> np.ndarray:
+    """`a` with room for `need` items past `used` (x1.5 or more when it must grow)."""
+    if used + need <= len(a):
+        return a
+    out = np.empty(max(used + need, len(a) * 3 // 2, 1024), dtype=a.dtype)
+    out[:used] = a[:used]
+    return out
 
-    def __init__(self, kind: str) -> None:
+
+class _Column:
+    """One column being received, written into arrays sized for the rows expected (grown if
+    more come), so that no chunk outlives its parsing: the heap holds the result and one
+    chunk's temporaries, nothing else."""
+
+    def __init__(self, kind: str, rows: int) -> None:
         if kind not in KINDS:
             raise ValueError(f"column kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
-        self.parts: list[np.ndarray] = []
-        self.lens: list[np.ndarray] = []
+        self.n = 0
+        dtype = {"float8": np.float64, "text": np.int32, "key": np.int32}[kind]
+        self.out = np.empty(rows, dtype=dtype)  # values, codes, or key lengths
+        self.blob = np.empty(_KEY_BYTES * rows if kind == "key" else 0, dtype=np.uint8)
+        self.used = 0  # bytes of blob in use
         self.index: dict[str | None, int] = {}  # text: distinct value -> code
 
     def add(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> None:
+        m = len(lens)
+        self.out = _grow(self.out, self.n, m)
+        part = self.out[self.n : self.n + m]
         if self.kind == "float8":
-            raw = _gather(buf, offs, lens, 8).view(">f8").reshape(-1).astype(np.float64)
-            raw[lens < 0] = np.nan
-            self.parts.append(raw)
+            part[:] = _gather(buf, offs, lens, 8).view(">f8").reshape(-1)
+            part[lens < 0] = np.nan
         elif self.kind == "key":
-            self.parts.append(_concat(buf, offs, lens))
-            self.lens.append(lens.astype(np.int32))
+            raw = _concat(buf, offs, lens)
+            self.blob = _grow(self.blob, self.used, len(raw))
+            self.blob[self.used : self.used + len(raw)] = raw
+            self.used += len(raw)
+            part[:] = lens
         else:
-            self.parts.append(self._codes(buf, offs, lens))
+            part[:] = self._codes(buf, offs, lens)
+        self.n += m
 
     def _codes(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
         """Codes of a chunk's text values: distinct values found with np.unique over the chunk
@@ -221,27 +245,22 @@ class _Column:
         return out
 
     def result(self) -> np.ndarray | Coded | Keys:
-        """The whole column; its chunks are let go, so only one column is ever held twice."""
-        joined = np.concatenate(self.parts) if self.parts else np.empty(0)
-        self.parts = []
+        """The whole column (views of the arrays filled; no copy)."""
+        filled = self.out[: self.n]
         if self.kind == "float8":
-            return joined.astype(np.float64)
+            return filled
         if self.kind == "text":
-            return Coded(list(self.index), joined.astype(np.int32))
-        lens = np.concatenate(self.lens) if self.lens else np.empty(0, np.int32)
-        self.lens = []
-        starts = np.zeros(len(lens), dtype=np.int64)
-        np.cumsum(np.maximum(lens, 0)[:-1], out=starts[1:])
-        return Keys(joined.astype(np.uint8), starts, lens)
+            return Coded(list(self.index), filled)
+        return Keys(self.blob[: self.used], filled)
 
 
 def copy_columns(
-    conn: psycopg.Connection, query: sql.Composable, kinds: Sequence[str]
+    conn: psycopg.Connection, query: sql.Composable, kinds: Sequence[str], rows: int = 0
 ) -> list[np.ndarray | Coded | Keys]:
     """Columns of a query's result, streamed with binary COPY: per `kinds`, a float64 array
     (NaN for NULL) for "float8", a Coded for "text", Keys for "key". The query must produce
-    float8 and text columns in that order."""
-    cols = [_Column(k) for k in kinds]
+    float8 and text columns in that order; `rows`, the rows expected, sizes the arrays."""
+    cols = [_Column(k, rows) for k in kinds]
     nf = len(kinds)
     pending = bytearray()
     header = True
@@ -279,7 +298,7 @@ def copy_columns(
                 if rows < cap:
                     break
             del pending[:pos]
-    return [c.result() for c in cols]  # noqa: B035 - in order, each freeing its chunks
+    return [c.result() for c in cols]
 
 
 def copy_in_ids(
@@ -295,7 +314,9 @@ def copy_in_ids(
         cur.copy(sql.SQL("COPY {} (key, gid) FROM STDIN (FORMAT BINARY)").format(table)) as copy,
     ):
         copy.write(_HEADER)
+        start = 0
         for lo in range(0, len(ids), step):
             hi = min(lo + step, len(ids))
-            copy.write(_pack(keys.blob, keys.starts, lens, ids, lo, hi).tobytes())
+            copy.write(_pack(keys.blob, start, lens, ids, lo, hi).tobytes())
+            start += int(np.maximum(lens[lo:hi], 0).sum())
         copy.write(b"\xff\xff")

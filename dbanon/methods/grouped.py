@@ -101,7 +101,7 @@ def extract(
         exprs.append(expr)
         kinds.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
-    keys, *values = copy_columns(conn, query, kinds)
+    keys, *values = copy_columns(conn, query, kinds, r.rows)
     sensitive = _objects(values.pop()) if with_sensitive else None
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values, strict=True):
