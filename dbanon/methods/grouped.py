@@ -63,9 +63,10 @@ def encode(r: Resolved, col: Column, values: Coded) -> tuple[np.ndarray, Hierarc
     the hierarchy lacks is an error naming every missing value. Looked up once per distinct
     value."""
     h = r.hierarchies.get(col.name) or Hierarchy.flat(col.name, values.values)
-    leaf = np.array([h.leaves.get(v, -1) for v in values.values], dtype=np.int32)  # type: ignore[arg-type]
+    leaves: dict[str | None, int] = dict(h.leaves)
+    leaf = np.array([leaves.get(v, -1) for v in values.values], dtype=np.int32)
     if (leaf < 0).any():
-        missing = sorted(v for v, x in zip(values.values, leaf, strict=True) if x < 0)  # type: ignore[type-var]
+        missing = sorted((v for v, x in zip(values.values, leaf, strict=True) if x < 0), key=str)
         raise DbanonError(
             f"values of column {col.name!r} are not in hierarchy {h.name!r}: {offenders(missing)}"
         )
@@ -106,11 +107,12 @@ def extract(
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values, strict=True):
         if r.is_categorical(col):
-            categorical.append(encode(r, col, vals))  # type: ignore[arg-type]
+            assert isinstance(vals, Coded)
+            categorical.append(encode(r, col, vals))
         else:
             numeric.append(vals)
     assert isinstance(keys, Keys)
-    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive  # type: ignore[arg-type]
+    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive
 
 
 def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
