@@ -453,11 +453,13 @@ def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         default = "" if o.default is None else f"; default {o.default}"
         if len(set(map(repr, defaults[o.name].values()))) > 1:  # say whose default is which
             default = "; default " + ", ".join(f"{m} {d}" for m, d in defaults[o.name].items())
+        # A bool option is a flag (None when absent, so other methods' runs never see it).
+        flag: dict[str, Any] = {"is_flag": True} if o.type is bool else {"type": kind}
         fn = click.option(
-            o.flag, "method_" + o.name, type=kind, default=None,
+            o.flag, "method_" + o.name, default=None,
             help=(o.help if len(helps[o.name]) == 1
                   else " ".join(f"{m}: {h}" for h, m in helps[o.name].items()))
-            + f" [{', '.join(owners)}{default}]",
+            + f" [{', '.join(owners)}{default}]", **flag,
         )(fn)  # fmt: skip
     return fn
 
@@ -932,18 +934,23 @@ def bench() -> None:
 @click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
 @click.option("--k", type=click.IntRange(2), default=10, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--cost", type=click.Choice(["height", "ncp"]), default="height", show_default=True)
+@click.option(
+    "--seeding", type=click.Choice(["random", "furthest"]), default="random", show_default=True
+)
 @click.pass_obj
 @fails_cleanly
-def bench_kmember(c: Ctx, rows: int, k: int, seed: int) -> None:
-    """Greedy k-member on Adult (8 QIs, ARX hierarchies): seconds and GCP."""
+def bench_kmember(c: Ctx, rows: int, k: int, seed: int, cost: str, seeding: str) -> None:
+    """Greedy k-member on Adult (8 QIs, ARX hierarchies): seconds, NCP by heights and by
+    leaf counts."""
     from dbanon.bench import bench_kmember as run
 
-    data = run(rows, k, seed)
+    data = run(rows, k, seed, cost, seeding)
     c.emit(
         data,
         lambda: click.echo(
             f"kmember: {data['rows']} rows, k={data['k']}: {data['seconds']:.2f} s, "
-            f"GCP {data['gcp']:.2%}"
+            f"ncp_height {data['ncp_height']:.2%}, ncp_leaf {data['ncp_leaf']:.2%}"
         ),
     )
 
@@ -1074,6 +1081,55 @@ def experiment() -> None:
     """Reproductions of the papers' experiments (CSV and PNG)."""
 
 
+def whole_numbers(value: str) -> list[int]:
+    """Whole numbers a,b,c, or a one-line usage error."""
+    try:
+        return [int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+
+
+def sizes_list(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
+    """Positive whole numbers a,b,c (none for an empty value)."""
+    sizes = whole_numbers(value) if value.strip() else []
+    if any(x < 1 for x in sizes):
+        raise click.BadParameter(f"sizes must be positive, got {value!r}")
+    return sizes
+
+
+@experiment.command("kmember-scale")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              default="results/kmember-scale", show_default=True)
+@click.option("--rows", callback=sizes_list, default="100000,300000", show_default=True,
+              help="Table sizes where the exact rule runs too.")
+@click.option("--blocks", callback=sizes_list, default="4000,8000,16000,32000", show_default=True,
+              help="Block sizes compared with the exact rule.")
+@click.option("--partitioned-only", callback=sizes_list, default="", show_default=True,
+              help="Larger sizes run in the partitioned mode alone (e.g. 1000000).")
+@click.pass_obj
+@fails_cleanly
+def experiment_kmember_scale(
+    c: Ctx, out_dir: str, rows: list[int], blocks: list[int], partitioned_only: list[int]
+) -> None:
+    """Partitioned k-member vs the exact rule on census-like mostly distinct rows."""
+    from dbanon.experiments.kmember import run_scale
+
+    with c.progress() as say:
+        data = run_scale(out_dir, rows, blocks, partitioned_only, progress=say)
+
+    def human() -> None:
+        table = Table("rows", "mode", "block", "seconds", "ncp_height", "ncp_leaf", "blocks")
+        for r in data["results"]:
+            table.add_row(
+                f"{r['rows']:,}", r["mode"], str(r["block_size"]), f"{r['seconds']:.2f}",
+                f"{r['ncp_height']:.2%}", f"{r['ncp_leaf']:.2%}", str(r["blocks"]),
+            )  # fmt: skip
+        out.print(table)
+        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
 @experiment.command("kmember")
 @click.option(
     "--out",
@@ -1093,13 +1149,16 @@ def experiment_kmember(c: Ctx, out_dir: str, rows: int) -> None:
         data = run(out_dir, rows=rows, progress=say)
 
     def human() -> None:
-        table = Table("algorithm", "k", "Total-IL", "NCP", "classes", "seconds")
+        table = Table(
+            "algorithm", "k", "total_il_height", "ncp_height", "ncp_leaf", "classes", "seconds"
+        )
         for r in data["results"]:
             table.add_row(
                 r["algorithm"],
                 str(r["k"]),
-                f"{r['total_il']:.0f}",
-                f"{r['ncp']:.2%}",
+                f"{r['total_il_height']:.0f}",
+                f"{r['ncp_height']:.2%}",
+                f"{r['ncp_leaf']:.2%}",
                 str(r["classes"]),
                 f"{r['seconds']:.3f}",
             )
@@ -1170,17 +1229,10 @@ def experiment_ina(
     c.emit(data, human)
 
 
-def _whole_numbers(value: str) -> list[int]:
-    try:
-        return [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
-
-
 def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     if value is None:
         return None
-    ks = _whole_numbers(value)
+    ks = whole_numbers(value)
     if not ks or min(ks) < 3:
         raise click.BadParameter("every k must be at least 3 (θ = 3)")
     return ks
@@ -1238,7 +1290,7 @@ def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
     """k values a,b,c: 0 (no protection) or at least 2."""
     if value is None:
         return None
-    ks = _whole_numbers(value)
+    ks = whole_numbers(value)
     if not ks or any(k == 1 or k < 0 for k in ks):
         raise click.BadParameter("every k must be 0 (no protection) or at least 2")
     return ks

@@ -23,10 +23,16 @@ def test_bench_kmember() -> None:
     out = bench("kmember", "--rows", "500", "--k", "5", "--seed", "3")
     assert (out["algorithm"], out["rows"], out["k"]) == ("kmember", 500, 5)
     assert out["classes"] == 500 // 5  # clusters of k..2k-1 rows, one per k rows
-    assert 0 < out["gcp"] < 1 and out["total_il"] > 0 and out["seconds"] >= 0
+    assert 0 < out["ncp_height"] < 1 and out["total_il_height"] > 0 and out["seconds"] >= 0
+    assert out["ncp_height"] == out["total_il_height"] / (500 * 8)
+    assert out["ncp_leaf"] == out["total_il_leaf"] / (500 * 8)
     # the seed is read: the same seed gives the same clusters, k is read too
     again = bench("kmember", "--rows", "500", "--k", "5", "--seed", "3")
-    assert (again["gcp"], again["total_il"]) == (out["gcp"], out["total_il"])
+    for figure in ("ncp_leaf", "total_il_height"):
+        assert again[figure] == out[figure]
+    ncp = bench("kmember", "--rows", "500", "--k", "5", "--cost", "ncp", "--seeding", "furthest")
+    assert (ncp["cost"], ncp["seeding"]) == ("ncp", "furthest")
+    assert ncp["total_il_leaf"] != out["total_il_leaf"]
     assert bench("kmember", "--rows", "500", "--k", "10", "--seed", "3")["classes"] == 50
 
 

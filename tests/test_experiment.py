@@ -30,6 +30,6 @@ def test_experiment_writes_csv_and_plots(tmp_path: Path) -> None:
     for png in ("loss.png", "time.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # The verdict is computed from the rows, not asserted: recompute it.
-    by = {(r["algorithm"], int(r["k"])): float(r["total_il"]) for r in rows}
+    by = {(r["algorithm"], int(r["k"])): float(r["total_il_height"]) for r in rows}
     lower = all(by["kmember", k] < by["mondrian", k] for k in (2, 5, 10, 20, 50, 100))
     assert data["kmember_loss_lower_for_every_k"] is lower

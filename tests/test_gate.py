@@ -60,7 +60,11 @@ HAMDIST_QI = ("sex=F", "sex=M", "region=N", "region=S", "region=W", "region=E")
 CASES: dict[str, Case] = {
     "kmember": Case(
         {
-            "k-anonymity": [("--k", "4", "--seed", "3")],
+            "k-anonymity": [
+                ("--k", "4", "--seed", "3"),
+                # partitioned: 120 rows in blocks of at most 30, and the leaf-count cost
+                ("--k", "4", "--block-size", "30", "--cost", "ncp", "--seed", "3"),
+            ],
             "p-k-anonymity": [("--k", "4", "--sensitive", "dx", "--p", "3", "--seed", "3")],
         }
     ),

@@ -38,6 +38,7 @@ import numpy as np
 from numba import njit
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.metrics.loss import node_weights
 
 _SEEDINGS = ("random", "furthest")
 # Tuning only (any positive values give the same clusters; the tests shrink them to stress the
@@ -275,7 +276,7 @@ def _furthest(
     return best_i
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # nogil: partitioned k-member runs blocks in threads
 def _greedy(
     unum: np.ndarray,
     ucat: np.ndarray,
@@ -492,13 +493,17 @@ def kmember(
     seeding: str = "random",
     sensitive: np.ndarray | None = None,
     p: int = 1,
+    cost: str = "height",
 ) -> np.ndarray:
     """int32[n] cluster ids 0..g-1 (in creation order) of the greedy k-member clustering.
 
     Every cluster has k..2k-1 members. With `sensitive` (one code per row, any dtype) and p > 1,
     every cluster instead has >= k members and >= p distinct sensitive values ((p,k)-anonymity).
     The result depends only on the data, k, p, `seeding` ("random", or "furthest": Byun et al.'s
-    seed furthest from the previous one) and `seed`. Raises ValueError when it cannot be done.
+    seed furthest from the previous one) and `seed`. `cost` is what a categorical LCA costs in
+    IL: "height" (the paper's H(LCA) / H(T)) or "ncp" (Xu et al.'s leaf share, the peer
+    implementations' rule); both only grow as a cluster grows, so the pruning holds for both.
+    Raises ValueError when it cannot be done.
     """
     n = qi.n
     if k < 1:
@@ -551,7 +556,7 @@ def kmember(
     gmax = np.maximum.reduceat(unum, gfirst, axis=0) if unum.shape[1] else unum[gfirst]
     gminrow = np.minimum.reduceat(members[start[:-1]], gfirst).astype(np.int64)
     lca = np.ascontiguousarray(qi.lca, dtype=np.int64)
-    height = np.ascontiguousarray(qi.height, dtype=np.float64)
+    height = np.ascontiguousarray(node_weights(qi, cost))
     hcost = np.ascontiguousarray(height[np.arange(q)[:, None, None], lca])
     groups = (gstart, np.ascontiguousarray(ucat[gfirst]), gmin, gmax, gminrow, hcost)
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)

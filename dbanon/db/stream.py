@@ -1,16 +1,29 @@
 """COPY streaming between PostgreSQL and numpy: QI columns out, group ids back in.
 
-The binary COPY protocol avoids text parsing on both sides; psycopg converts each field by the
-types set here, so every column is cast in SQL to float8 or text first.
+The binary COPY protocol avoids text parsing on both sides. `copy_columns` reads the raw stream
+in chunks of a few MiB and indexes each chunk's fields in compiled code (numba), then converts
+whole columns at once: no Python object is made per value, and memory beyond the result is one
+chunk. Text columns come back as their distinct values and an int32 code per row; row keys as
+one byte blob, written back as they came by `copy_in_ids`. `copy_out` (a list per column,
+decoded by psycopg) stays for small results.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import psycopg
+from numba import njit
 from psycopg import sql
+
+CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
+# Keys are short: the blob starts at this many bytes per expected row and grows as needed.
+_KEY_BYTES = 16
+_WIDE = 1 << 26  # a text chunk wider than this as a fixed-width array is decoded value by value
+_HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
+KINDS = ("float8", "text", "key")
 
 
 def copy_out(
@@ -30,14 +43,280 @@ def copy_out(
     return cols
 
 
+@dataclass
+class Coded:
+    """A text column as its distinct values (None for NULL) and each row's code into them."""
+
+    values: list[str | None]
+    codes: np.ndarray  # int32, one per row
+
+    def objects(self) -> np.ndarray:
+        """One value per row as an object array (references to the distinct values)."""
+        out = np.empty(len(self.values), dtype=object)
+        out[:] = self.values
+        return out[self.codes]
+
+
+@dataclass
+class Keys:
+    """Row keys as text, kept as the bytes COPY sent: one blob, each key's start and length
+    (-1 for NULL). Decoded only when iterated (a refresh that keeps earlier groups)."""
+
+    blob: np.ndarray  # uint8: the keys' bytes one after another
+    lens: np.ndarray  # int32: each key's length in bytes, -1 for NULL (no bytes)
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    def __iter__(self) -> Iterator[str | None]:
+        raw = self.blob.tobytes()
+        start = 0
+        for n in self.lens.tolist():
+            yield None if n < 0 else raw[start : start + n].decode()
+            start += max(n, 0)
+
+
+@njit(cache=True)
+def _int32(buf: np.ndarray, p: int) -> int:
+    v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16)
+    v |= (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
+    return v - (1 << 32) if v >= (1 << 31) else v
+
+
+@njit(cache=True)
+def _scan(
+    buf: np.ndarray, pos: int, nf: int, offs: np.ndarray, lens: np.ndarray
+) -> tuple[int, int, int]:
+    """Index the complete rows of `buf` from `pos`: each field's offset and length (-1: NULL).
+
+    Returns (rows, position after the last complete row, state): state 1 at the trailer,
+    -1 on a row with another number of fields, else 0 (more data needed)."""
+    n = len(buf)
+    r = 0
+    while r < offs.shape[0] and pos + 2 <= n:
+        count = (np.int64(buf[pos]) << 8) | np.int64(buf[pos + 1])
+        if count == 0xFFFF:
+            return r, pos + 2, 1
+        if count != nf:
+            return r, pos, -1
+        p = pos + 2
+        complete = True
+        for f in range(nf):
+            if p + 4 > n:
+                complete = False
+                break
+            ln = _int32(buf, p)
+            p += 4
+            if ln > 0 and p + ln > n:
+                complete = False
+                break
+            offs[r, f] = p
+            lens[r, f] = ln
+            if ln > 0:
+                p += ln
+        if not complete:
+            break
+        pos = p
+        r += 1
+    return r, pos, 0
+
+
+@njit(cache=True)
+def _gather(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, width: int) -> np.ndarray:
+    """uint8[rows, width]: each field's bytes, zero-padded (NULL: all zero)."""
+    out = np.zeros((len(offs), width), np.uint8)
+    for i in range(len(offs)):
+        for b in range(max(lens[i], 0)):
+            out[i, b] = buf[offs[i] + b]
+    return out
+
+
+@njit(cache=True)
+def _concat(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The fields' bytes one after another (NULL: none)."""
+    total = 0
+    for i in range(len(lens)):
+        total += max(lens[i], 0)
+    out = np.empty(total, np.uint8)
+    p = 0
+    for i in range(len(lens)):
+        for b in range(max(lens[i], 0)):
+            out[p + b] = buf[offs[i] + b]
+        p += max(lens[i], 0)
+    return out
+
+
+@njit(cache=True)
+def _put32(out: np.ndarray, p: int, v: int) -> None:
+    v &= 0xFFFFFFFF
+    out[p] = (v >> 24) & 255
+    out[p + 1] = (v >> 16) & 255
+    out[p + 2] = (v >> 8) & 255
+    out[p + 3] = v & 255
+
+
+@njit(cache=True)
+def _pack(
+    blob: np.ndarray, start: int, lens: np.ndarray, ids: np.ndarray, lo: int, hi: int
+) -> np.ndarray:
+    """Binary COPY rows (key text, gid int4) for rows lo..hi-1, row lo's key at blob[start]."""
+    size = 0
+    for i in range(lo, hi):
+        size += 14 + max(lens[i], 0)
+    out = np.empty(size, np.uint8)
+    p = 0
+    for i in range(lo, hi):
+        out[p] = 0
+        out[p + 1] = 2
+        _put32(out, p + 2, lens[i])
+        p += 6
+        for b in range(max(lens[i], 0)):
+            out[p + b] = blob[start + b]
+        p += max(lens[i], 0)
+        start += max(lens[i], 0)
+        _put32(out, p, 4)
+        _put32(out, p + 4, ids[i])
+        p += 8
+    return out
+
+
+def _grow(a: np.ndarray, used: int, need: int) -> np.ndarray:
+    """`a` with room for `need` items past `used` (x1.5 or more when it must grow)."""
+    if used + need <= len(a):
+        return a
+    out = np.empty(max(used + need, len(a) * 3 // 2, 1024), dtype=a.dtype)
+    out[:used] = a[:used]
+    return out
+
+
+class _Column:
+    """One column being received, written into arrays sized for the rows expected (grown if
+    more come), so that no chunk outlives its parsing: the heap holds the result and one
+    chunk's temporaries, nothing else."""
+
+    def __init__(self, kind: str, rows: int) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"column kind must be one of {KINDS}, got {kind!r}")
+        self.kind = kind
+        self.n = 0
+        dtype = {"float8": np.float64, "text": np.int32, "key": np.int32}[kind]
+        self.out = np.empty(rows, dtype=dtype)  # values, codes, or key lengths
+        self.blob = np.empty(_KEY_BYTES * rows if kind == "key" else 0, dtype=np.uint8)
+        self.used = 0  # bytes of blob in use
+        self.index: dict[str | None, int] = {}  # text: distinct value -> code
+
+    def add(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> None:
+        m = len(lens)
+        self.out = _grow(self.out, self.n, m)
+        part = self.out[self.n : self.n + m]
+        if self.kind == "float8":
+            part[:] = _gather(buf, offs, lens, 8).view(">f8").reshape(-1)
+            part[lens < 0] = np.nan
+        elif self.kind == "key":
+            raw = _concat(buf, offs, lens)
+            self.blob = _grow(self.blob, self.used, len(raw))
+            self.blob[self.used : self.used + len(raw)] = raw
+            self.used += len(raw)
+            part[:] = lens
+        else:
+            part[:] = self._codes(buf, offs, lens)
+        self.n += m
+
+    def _codes(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
+        """Codes of a chunk's text values: distinct values found with np.unique over the chunk
+        as a fixed-width byte array, so only distinct values become Python strings."""
+        width = max(int(lens.max(initial=0)), 1)
+        if len(lens) * width > _WIDE:  # a few very long values: decode one by one
+            raw = buf.tobytes()
+            values = [None if n < 0 else raw[o : o + n].decode() for o, n in zip(
+                offs.tolist(), lens.tolist(), strict=True)]  # fmt: skip
+            return np.fromiter(
+                (self.index.setdefault(v, len(self.index)) for v in values), np.int32, len(values)
+            )
+        fixed = np.ascontiguousarray(_gather(buf, offs, lens, width)).view(f"S{width}").ravel()
+        distinct, inverse = np.unique(fixed, return_inverse=True)
+        code = np.array(
+            [self.index.setdefault(v.decode(), len(self.index)) for v in distinct.tolist()],
+            dtype=np.int32,
+        )
+        out = code[inverse.reshape(-1)]
+        if (lens < 0).any():  # NULL and '' look alike as fixed-width bytes
+            out[lens < 0] = self.index.setdefault(None, len(self.index))
+        return out
+
+    def result(self) -> np.ndarray | Coded | Keys:
+        """The whole column (views of the arrays filled; no copy)."""
+        filled = self.out[: self.n]
+        if self.kind == "float8":
+            return filled
+        if self.kind == "text":
+            return Coded(list(self.index), filled)
+        return Keys(self.blob[: self.used], filled)
+
+
+def copy_columns(
+    conn: psycopg.Connection, query: sql.Composable, kinds: Sequence[str], rows: int = 0
+) -> list[np.ndarray | Coded | Keys]:
+    """Columns of a query's result, streamed with binary COPY: per `kinds`, a float64 array
+    (NaN for NULL) for "float8", a Coded for "text", Keys for "key". The query must produce
+    float8 and text columns in that order; `rows`, the rows expected, sizes the arrays."""
+    cols = [_Column(k, rows) for k in kinds]
+    nf = len(kinds)
+    pending = bytearray()
+    header = True
+    finished = False
+    with (
+        conn.cursor() as cur,
+        cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query)) as copy,
+    ):
+        data = b"."
+        while data:
+            data = copy.read()
+            pending += data
+            if len(pending) < CHUNK and data:
+                continue
+            if header:
+                if len(pending) < 19:
+                    continue
+                ext = int.from_bytes(pending[15:19], "big")
+                del pending[: 19 + ext]
+                header = False
+            buf = np.frombuffer(bytes(pending), dtype=np.uint8)
+            pos = 0
+            while not finished:
+                cap = max(len(buf) // (2 + 4 * nf), 1)
+                offs = np.empty((cap, nf), np.int32)  # a chunk is far below 2 GiB
+                lens = np.empty((cap, nf), np.int32)
+                rows, pos_after, state = _scan(buf, pos, nf, offs, lens)
+                if state < 0:
+                    raise ValueError("COPY stream: a row with an unexpected number of fields")
+                for f, col in enumerate(cols):
+                    if rows:
+                        col.add(buf, offs[:rows, f], lens[:rows, f])
+                pos = pos_after
+                finished = state == 1
+                if rows < cap:
+                    break
+            del pending[:pos]
+    return [c.result() for c in cols]
+
+
 def copy_in_ids(
-    conn: psycopg.Connection, table: sql.Identifier, keys: Sequence[str], ids: np.ndarray
+    conn: psycopg.Connection, table: sql.Identifier, keys: Keys, ids: np.ndarray
 ) -> None:
-    """Write (key text, gid int4) pairs into a staging table with binary COPY."""
+    """Write (key text, gid int4) pairs into a staging table with binary COPY, built in
+    compiled code a chunk of rows at a time."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    lens = keys.lens.astype(np.int64)
+    step = 1 << 18
     with (
         conn.cursor() as cur,
         cur.copy(sql.SQL("COPY {} (key, gid) FROM STDIN (FORMAT BINARY)").format(table)) as copy,
     ):
-        copy.set_types(["text", "int4"])
-        for key, gid in zip(keys, ids.tolist(), strict=True):
-            copy.write_row((key, gid))
+        copy.write(_HEADER)
+        start = 0
+        for lo in range(0, len(ids), step):
+            hi = min(lo + step, len(ids))
+            copy.write(_pack(keys.blob, start, lens, ids, lo, hi).tobytes())
+            start += int(np.maximum(lens[lo:hi], 0).sum())
+        copy.write(b"\xff\xff")

@@ -116,7 +116,7 @@ def run(
                     "dataset": dataset, "algorithm": name, "k": k, "rows": data[0].n,
                     "background_vulnerability": round(vuln["background_vulnerability"], 6),
                     "similarity_vulnerability": round(vuln["similarity_vulnerability"], 6),
-                    "seconds": round(seconds, 4), "gcp": round(100 * loss.ncp, 4),
+                    "seconds": round(seconds, 4), "gcp": round(100 * loss.ncp_height, 4),
                     "classes": loss.classes, "min_class_size": loss.min_class_size,
                     "avg_class_size": round(loss.avg_class_size, 3),
                     "leftover_rows": "" if leftovers is None else leftovers,

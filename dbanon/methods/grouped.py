@@ -23,7 +23,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import persist_groups, subset
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
-from dbanon.db.stream import copy_in_ids, copy_out
+from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, offenders
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Method, Option
@@ -58,18 +58,19 @@ def codes(values: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
     return out, list(index)
 
 
-def encode(r: Resolved, col: Column, vals: list[Any]) -> tuple[np.ndarray, Hierarchy]:
+def encode(r: Resolved, col: Column, values: Coded) -> tuple[np.ndarray, Hierarchy]:
     """Leaf ids of a categorical QI's values in its hierarchy (a flat one without); a value
-    the hierarchy lacks is an error naming every missing value."""
-    h = r.hierarchies.get(col.name) or Hierarchy.flat(col.name, vals)
-    lookup = h.leaves
-    codes = np.fromiter((lookup.get(v, -1) for v in vals), dtype=np.int32, count=len(vals))
-    if (codes < 0).any():
-        missing = sorted({vals[i] for i in np.flatnonzero(codes < 0)})
+    the hierarchy lacks is an error naming every missing value. Looked up once per distinct
+    value."""
+    h = r.hierarchies.get(col.name) or Hierarchy.flat(col.name, values.values)
+    leaves: dict[str | None, int] = dict(h.leaves)
+    leaf = np.array([leaves.get(v, -1) for v in values.values], dtype=np.int32)
+    if (leaf < 0).any():
+        missing = sorted((v for v, x in zip(values.values, leaf, strict=True) if x < 0), key=str)
         raise DbanonError(
             f"values of column {col.name!r} are not in hierarchy {h.name!r}: {offenders(missing)}"
         )
-    return codes, h
+    return leaf[values.codes], h
 
 
 def extract(
@@ -77,37 +78,51 @@ def extract(
     r: Resolved,
     with_sensitive: bool,
     stream: tuple[sql.Composable, str] | None = None,
-) -> tuple[list[str], QIArrays, np.ndarray | None]:
+) -> tuple[Keys, QIArrays, np.ndarray | None]:
     """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
 
-    The sensitive column comes as an array of its values (None for NULL): as text, or as
-    `stream` says (an expression over the source's columns and its COPY type)."""
+    Nothing is held per value as a Python object (dbanon.db.stream): keys stay bytes, numeric
+    QIs float64, categorical ones codes. The sensitive column comes as an object array of its
+    values (None for NULL): as text, or as `stream` says (an expression over the source's
+    columns and its COPY type, text or float8)."""
     exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
-    types = ["text"]
+    kinds = ["key"]
     for col in r.qi:
         if r.is_categorical(col):
             exprs.append(sql.SQL("{}::text").format(col.ident))
-            types.append("text")
+            kinds.append("text")
         elif col.kind == catalog.DATE:
             exprs.append(sql.SQL("extract(epoch FROM {})::float8").format(col.ident))
-            types.append("float8")
+            kinds.append("float8")
         else:
             exprs.append(sql.SQL("{}::float8").format(col.ident))
-            types.append("float8")
+            kinds.append("float8")
     if with_sensitive:
         expr, kind = stream or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
         exprs.append(expr)
-        types.append(kind)
+        kinds.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
-    keys, *values = copy_out(conn, query, types)
-    sensitive = np.asarray(values.pop(), dtype=object) if with_sensitive else None
+    keys, *values = copy_columns(conn, query, kinds, r.rows)
+    sensitive = _objects(values.pop()) if with_sensitive else None
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values, strict=True):
         if r.is_categorical(col):
+            assert isinstance(vals, Coded)
             categorical.append(encode(r, col, vals))
         else:
-            numeric.append(np.asarray(vals, dtype=np.float64))
+            numeric.append(vals)
+    assert isinstance(keys, Keys)
     return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive
+
+
+def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
+    """A streamed column as an object array of its values, None for NULL (what methods'
+    `encode_sensitive` receive)."""
+    if isinstance(column, Coded):
+        return column.objects()
+    out = np.asarray(column, dtype=object)
+    out[np.isnan(np.asarray(column, dtype=np.float64))] = None
+    return out
 
 
 def generalised(r: Resolved, col: Column) -> sql.Composable:
