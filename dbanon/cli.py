@@ -447,6 +447,12 @@ def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     for o, owners in reversed(list(seen.values())):
         kind: Any = click.Choice(o.choices) if o.choices else o.type
         default = "" if o.default is None else f"; default {o.default}"
+        if o.type is bool:  # a switch: given or not
+            fn = click.option(
+                o.flag, "method_" + o.name, is_flag=True, default=None,
+                help=f"{o.help} [{', '.join(owners)}]",
+            )(fn)  # fmt: skip
+            continue
         fn = click.option(
             o.flag, "method_" + o.name, type=kind, default=None,
             help=f"{o.help} [{', '.join(owners)}{default}]",

@@ -405,7 +405,7 @@ def resolve(
             f"the release must go to its own schema, not the source's ({schema!r}): "
             "consumers get access to the whole release schema"
         )
-    objects = method.objects(name)
+    objects = method.release_objects(conn, spec, name)
     previous: list[tuple[str, str]] = []
     before: list[str] = []
     if existing:

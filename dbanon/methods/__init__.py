@@ -16,7 +16,9 @@ __all__ = ["Built", "BuildContext", "Check", "Method", "Option", "get", "methods
 
 _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
-BUILTIN = ("kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise")
+BUILTIN = (
+    "kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise", "localanatomy", "lag",
+)  # fmt: skip
 DEFAULT = "kmember"
 
 
