@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -51,6 +51,12 @@ class Case:
     qi: tuple[str, ...] | None = None
     count: str | None = None
     sensitive: str = "dx"  # the sensitive column when the method promises everything at once
+    # Promises checked on another object than `obj`: kind -> (object number, its class columns).
+    where: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+
+    def at(self, kind: str) -> tuple[int, tuple[str, ...] | None]:
+        """The object number and class columns where a promise of `kind` is checked."""
+        return self.where.get(kind, (self.obj, self.qi))
 
 
 THETA_K = ("--k", "4", "--theta", "2", "--sensitive", "severity", "--category-width", "3",
@@ -103,6 +109,20 @@ CASES: dict[str, Case] = {
     ),
     "thetak": Case(
         dict.fromkeys(("k-anonymity", "theta-k-anonymity"), [THETA_K]), sensitive="severity"
+    ),
+    # Local anatomy: l on each attribute's buckets (here dx, every value sensitive: NAME_dx_st);
+    # LAG's k on NAME over its QIs.
+    "localanatomy": Case(
+        {"distinct-l-diversity": [("--sensitive", "dx", "--l", "3", "--seed", "3")]},
+        obj=2,
+        qi=("bucket_id",),
+    ),
+    "lag": Case(
+        dict.fromkeys(
+            ("k-anonymity", "distinct-l-diversity"),
+            [("--k", "4", "--sensitive", "dx", "--l", "3", "--seed", "3")],
+        ),
+        where={"distinct-l-diversity": (2, ("bucket_id",))},
     ),
     # Methods that promise no class model: their own checks are gated below (OWN_CHECKS).
     "ina": Case({}),
@@ -163,13 +183,28 @@ def verify_release(
 ) -> None:  # fmt: skip
     """Every promised model on the published release, by the independent verifier; every
     source row released (sensitive values unchanged, as a multiset)."""
-    relation = out["objects"][case.obj]
-    cls = verify.verify(conn, relation, list(case.qi or QI), promised, sensitive, case.count)
-    if sensitive is not None:
-        column = ["id", "age", "region", "sex", "dx", "severity"].index(sensitive)
-        assert cls.overall == Counter(r[column] for r in source)
-    else:
-        assert sum(cls.sizes) == len(source)
+    for obj, qi in sorted({case.at(m["name"]) for m in promised}, key=repr):
+        models = located(case, promised, obj, qi)
+        sens = sensitive_at(models, sensitive)
+        cls = verify.verify(conn, out["objects"][obj], list(qi or QI), models, sens, case.count)
+        if sens is not None:
+            column = ["id", "age", "region", "sex", "dx", "severity"].index(sens)
+            assert cls.overall == Counter(r[column] for r in source)
+        else:
+            assert sum(cls.sizes) == len(source)
+
+
+def located(
+    case: Case, models: list[dict[str, Any]], obj: int, qi: tuple[str, ...] | None
+) -> list[dict[str, Any]]:
+    """The promised models checked on object `obj` over `qi`."""
+    return [m for m in models if case.at(m["name"]) == (obj, qi)]
+
+
+def sensitive_at(models: list[dict[str, Any]], sensitive: str | None) -> str | None:
+    """The sensitive column where only k-anonymity is checked is not read (LAG's NAME has
+    none: every value of it is bucketised)."""
+    return None if all(m["name"] == "k-anonymity" for m in models) else sensitive
 
 
 # --- the corruption ----------------------------------------------------------------------------
@@ -337,16 +372,18 @@ def test_a_build_breaking_a_promise_is_refused(
 
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
-        obj = r.objects[case.obj]
+        number, qi = case.at(kind)
+        obj = r.objects[number]
         built = next(b for b in ctx.built if b.name == obj)
+        models = located(case, r.spec.models, number, qi)
         done.append(
             corrupt(
                 conn_,
                 r.ident(built.build),
-                list(case.qi or QI),
-                sensitive,
+                list(qi or QI),
+                sensitive_at(models, sensitive),
                 case.count,
-                r.spec.models,
+                models,
                 kind,
             )
         )

@@ -173,6 +173,6 @@ def local_anatomy(
             try:
                 ids[flagged] = bucketise(values[flagged], principles[attr], use_heuristic, rng)
             except ValueError as e:
-                raise ValueError(f"the flagged values of {attr!r} {e}") from None
+                raise ValueError(f"attribute {attr!r} {e}") from None
         out[attr] = ids
     return out

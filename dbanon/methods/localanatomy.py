@@ -253,7 +253,9 @@ class LocalAnatomy(Method):
                     label: str = label) -> Any:  # fmt: skip
                 return check_attribute(conn, a, main, idt, st, label)
 
-            out.append(Check(label, run))
+            # Named as the model it checks (one check per attribute): the failure message
+            # names the attribute in its worst class.
+            out.append(Check(model.name if model and a.principle.kind == "l" else label, run))
         if not out and model is not None:  # nothing flagged: nothing can fail the promise
             out.append(Check(model.name, lambda conn: _nothing(model.name)))
         return out
