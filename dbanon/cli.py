@@ -741,6 +741,35 @@ def _figure(value: Any) -> str:
 
 @main.command()
 @click.argument("name")
+@click.option("--queries", "n", type=click.IntRange(1), default=1000, show_default=True,
+              help="Random SUM queries in the workload.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload.")
+@click.pass_obj
+@fails_cleanly
+def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
+    """Query error of release NAME (a seeded SUM workload, bounds against the source's exact
+    answers), with its DM and the exposure its run recorded."""
+    from dbanon.metrics.evaluate import evaluate as run
+
+    with c.db() as db:
+        data = run(db.conn, name, n, seed)
+
+    def human() -> None:
+        def shown(v: Any) -> str:
+            return "-" if v is None else f"{v:.4g}"
+
+        click.echo(
+            f"{name}: query error {data['query_error']:.4f} (median "
+            f"{data['query_error_median']:.4f}, {data['queries']} queries, seed {seed}), "
+            f"DM {data['dm']:,}, exposure {shown(data['exposure'])} "
+            f"(max {shown(data['exposure_max'])})"
+        )
+
+    c.emit(data, human)
+
+
+@main.command()
+@click.argument("name")
 @click.pass_obj
 @fails_cleanly
 def report(c: Ctx, name: str) -> None:

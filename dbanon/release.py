@@ -38,6 +38,7 @@ from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.metrics import exposure
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -548,13 +549,16 @@ def _publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
+        measured = exposure.at_publish(conn, r, built)
+        if measured:
+            lap("exposure")
         grouped = new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
-        metrics = {"seed": r.seed, **metrics, **figures, "seconds": seconds}
+        metrics = {"seed": r.seed, **metrics, **figures, **measured, "seconds": seconds}
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)

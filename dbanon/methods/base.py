@@ -144,6 +144,9 @@ class Method(ABC):
     randomised: ClassVar[bool] = False  # takes --seed; a fresh secret seed per run otherwise
     # The relations it publishes are its QIs generalised (True) or released as they are.
     generalises: ClassVar[bool] = True
+    # How its relations read to the metrics (dbanon.metrics.queries.REGISTRY): "generalised"
+    # (one table, QIs generalised per class), "anatomy", "cbg", "perturbed", ...
+    shape: ClassVar[str] = "generalised"
 
     # --- declared -------------------------------------------------------------------------------
 
