@@ -1250,3 +1250,140 @@ def experiment_thetak(
         out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
 
     c.emit(data, human)
+
+
+def _float_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list | None:
+    if value is None:
+        return None
+    try:
+        return [float(x) if "." in x else int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers a,b,c, got {value!r}") from None
+
+
+@experiment.command("localanatomy")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              default="results/localanatomy", show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(200, 45222), default=17629, show_default=True)
+@click.option("--ls", callback=_float_list, help="Values of l, a,b,c (default 5,8,...,20).")
+@click.option("--densities", callback=_float_list, help="Shares flagged (default .1,.2,.3,.4).")
+@click.option("--queries", "n_queries", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_localanatomy(
+    c: Ctx, out_dir: str, rows: int, ls: list | None, densities: list | None, n_queries: int,
+    seed: int,
+) -> None:  # fmt: skip
+    """Local anatomy vs Anatomy and Mondrian: exposure and query error vs l, density, the
+    t-closeness extension (the thesis's ch. 4, Figs 4.3-4.8, 4.10)."""
+    from dbanon.experiments.localanatomy import DENSITIES, LS, run
+
+    with c.progress() as say:
+        data = run(out_dir, ls=[int(x) for x in ls or LS], densities=densities or DENSITIES,
+                   rows=rows, n_queries=n_queries, seed=seed, progress=say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("series", "density", "l", "exposure semi", "exposure salary")
+        for r in data["exposure"]:
+            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
+                          f"{r['semi_sensitive']:.4f}", f"{r['sensitive']:.4f}")  # fmt: skip
+        out.print(table)
+        table = Table("series", "density", "l", "query error")
+        for r in [*data["query_error"], *data["tcloseness"]]:
+            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
+                          f"{r['query_error']:.4f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
+@experiment.command("lag")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/lag",
+              show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(200, 45222), default=31055, show_default=True)
+@click.option("--ks", "ks_", callback=_float_list, help="Values of k (default 5,8,10).")
+@click.option("--ls", callback=_float_list, help="Values of l (default 5,8,...,20).")
+@click.option("--densities", callback=_float_list, help="Shares flagged (default .1,.2,.3,.4).")
+@click.option("--queries", "n_queries", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_lag(
+    c: Ctx, out_dir: str, rows: int, ks_: list | None, ls: list | None, densities: list | None,
+    n_queries: int, seed: int,
+) -> None:  # fmt: skip
+    """LAG_1 vs LAG_2: DM, NCP and query error over k, l and density (the thesis's ch. 5,
+    Figs 5.4-5.27)."""
+    from dbanon.experiments.lag import DENSITIES, KS, LS, run
+
+    with c.progress() as say:
+        data = run(out_dir, ks=[int(x) for x in ks_ or KS], ls=[int(x) for x in ls or LS],
+                   densities=densities or DENSITIES, rows=rows, n_queries=n_queries, seed=seed,
+                   progress=say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("variant", "density", "k", "l", "DM", "NCP", "query error")
+        for r in data["results"]:
+            table.add_row(r["variant"], f"{r['density']:.0%}", str(r["k"]), str(r["l"]),
+                          f"{r['dm']:,}", f"{r['ncp']:.4f}", f"{r['query_error']:.3f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
+@bench.command("lag")
+@click.option("--rows", type=click.IntRange(100, 45222), default=31055, show_default=True)
+@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
+@click.option("--density", type=float, default=0.2, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_lag(c: Ctx, rows: int, k: int, l_: int, density: float) -> None:
+    """`publish --algorithm lag`, both variants, end to end with verification, on the salary
+    stand-in (kept in schema dbanon_bench)."""
+    from dbanon.bench import bench_lag as run
+
+    with c.db() as db:
+        db.init()
+        data = run(db.conn, rows, k, l_, density)
+
+    def human() -> None:
+        for variant, v in data["variants"].items():
+            click.echo(f"lag {variant}: {rows} rows, k={k}, l={l_}, density {density:.0%}: "
+                       f"{v['seconds']:.2f} s ({v['timings']}), NCP {v['ncp']:.4f}, "
+                       f"{v['groups']} classes")  # fmt: skip
+
+    c.emit(data, human)
+
+
+@main.group("flags")
+def flags_group() -> None:
+    """Per-value consent for personalised releases (localanatomy, lag)."""
+
+
+@flags_group.command("generate")
+@click.argument("source")
+@click.option("--key", required=True, help="The source's row key.")
+@click.option("--columns", required=True, callback=qi_list, help="Semi-sensitive columns, a,b.")
+@click.option("--density", type=float, required=True, help="Share of each column flagged.")
+@click.option("--into", required=True, help="SCHEMA.TABLE to create (key, column_name).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def flags_generate(
+    c: Ctx, source: str, key: str, columns: list[str], density: float, into: str, seed: int
+) -> None:
+    """Flag a seeded share of each column's values (for experiments and the demo)."""
+    from dbanon import flags
+
+    with c.db() as db:
+        rel = catalog.relation(db.conn, source)
+        col = catalog.require_columns(catalog.columns(db.conn, rel), rel, [key])[0]
+        n = flags.generate(db.conn, rel, col, columns, density, into, seed)
+        db.conn.commit()
+    c.emit({"flags": n, "into": into}, lambda: click.echo(f"flagged {n} values into {into}"))

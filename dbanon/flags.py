@@ -138,3 +138,16 @@ def generate(
             )
         )  # fmt: skip
     return round(density * rows) * len(columns)
+
+
+def draw(n: int, columns: list[str], density: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """The in-memory twin of `generate` for the experiments: per column a mask flagging
+    round(density x n) of n rows, drawn by numpy's default_rng((seed, column number))."""
+    if not 0 < density < 1:
+        raise DbanonError(f"--density must be in (0, 1), got {density}")
+    out = {}
+    for i, col in enumerate(columns):
+        mask = np.zeros(n, dtype=bool)
+        mask[np.random.default_rng([seed, i]).choice(n, round(density * n), replace=False)] = True
+        out[col] = mask
+    return out

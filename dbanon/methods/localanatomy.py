@@ -30,6 +30,7 @@ from dbanon.flags import COLUMN, masks, relation_of
 from dbanon.flags import validate as validate_flags
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.metrics import personal  # noqa: F401 - registers the "localanatomy" query answerer
 from dbanon.setlogic.localanatomy import (
     BUCKET_ID,
     GROUP_ID,
@@ -101,6 +102,7 @@ class LocalAnatomy(Method):
     options: ClassVar[tuple[Option, ...]] = (FLAGS, HEURISTIC, PRINCIPLE)
     randomised = True
     generalises = False
+    shape = "localanatomy"  # dbanon.metrics.personal reads it for query error
 
     # --- declared -------------------------------------------------------------------------------
 
