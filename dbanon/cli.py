@@ -336,7 +336,12 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @main.command()
 @click.argument("relation")
-@click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
+@click.option("--qi", callback=qi_list, help="Quasi-identifier columns, a,b,c (required).")
+@click.option(
+    "--release", "is_release", is_flag=True,
+    help="RELATION is a release's name: run the checks its publish ran (every promise, e.g. "
+    "local anatomy's per-attribute buckets) on its relations as they are now.",
+)  # fmt: skip
 @click.option("--k", type=int, help="k-anonymity.")
 @click.option("--sensitive", help="Sensitive column (for --l, --t, --alpha, --p, --theta).")
 @model_options
@@ -349,6 +354,7 @@ def check(
     c: Ctx,
     relation: str,
     qi: list[str],
+    is_release: bool,
     k: int | None,
     sensitive: str | None,
     l_: float | None,
@@ -366,26 +372,22 @@ def check(
     count: str | None,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not."""
-    with c.db() as db:
-        results = db.check(
-            relation,
-            qi,
-            sensitive=sensitive,
-            count=count,
-            sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
-            theta=theta,
-            category_level=category_level,
-            category_width=category_width,
-            k=k,
-            l=l_,
-            l_kind=l_kind or "distinct",
-            c=c_,
-            t=t_,
-            alpha=alpha,
-            p=p_,
-            t_ground=t_ground,
-            alpha_value=alpha_value,
-        )
+    if is_release:
+        from dbanon.release import recheck
+
+        with c.db() as db:
+            results = recheck(db.conn, relation)
+    elif not qi:
+        raise DbanonError("check needs --qi (or --release and a release's name)")
+    else:
+        with c.db() as db:
+            results = db.check(
+                relation, qi, sensitive=sensitive, count=count,
+                sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
+                theta=theta, category_level=category_level, category_width=category_width, k=k,
+                l=l_, l_kind=l_kind or "distinct", c=c_, t=t_, alpha=alpha, p=p_,
+                t_ground=t_ground, alpha_value=alpha_value,
+            )  # fmt: skip
     holds = all(r.holds for r in results)
     figures: dict[str, Any] = {}
     for r in results:

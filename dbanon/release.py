@@ -26,7 +26,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -454,6 +454,23 @@ def verify(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[st
             raise failed(r.spec.name, check, result)
         figures.update(result.figures)
     return figures
+
+
+def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
+    """Run a published release's own checks (what the gate ran before it became visible) on its
+    relations as they are now; `dbanon check NAME --release`. Changes nothing."""
+    spec = load_spec(conn, name)
+    row = _release_row(conn, name)
+    assert row is not None  # load_spec found it
+    _, _, schema, objects = row
+    try:
+        r = replace(resolve(conn, spec, replace=True), target_schema=schema, objects=objects)
+        missing = _missing(conn, schema, objects)
+        if missing:
+            raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
+        return [c.run(conn) for c in r.method.checks(r, [Built(o, o) for o in objects])]
+    finally:
+        conn.rollback()
 
 
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:

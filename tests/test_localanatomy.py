@@ -219,3 +219,24 @@ def test_bad_input_is_refused_in_one_line(
     assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
         k: v for k, v in before["relations"].items() if k != "dbanon.run"
     }
+
+
+def test_dbanon_check_release_reruns_the_per_attribute_checks(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """`dbanon check NAME --release` runs the checks the publish ran on the relations as they
+    are now: a value made to repeat inside an age bucket is caught, naming the attribute."""
+    load_t41(conn)
+    code, out = cli_json(dsn, *la_args("t44", "--l", "4"))
+    assert code == 0, out
+    code, checked = cli_json(dsn, "check", "t44", "--release")
+    assert code == 0 and checked["holds"], checked
+    assert len(checked["models"]) == 3  # age, occupation, disease
+    conn.execute("UPDATE released.t44_age_st SET age = (SELECT min(age) FROM released.t44_age_st)")
+    conn.commit()
+    code, checked = cli_json(dsn, "check", "t44", "--release")
+    assert code == 1 and not checked["holds"]
+    failing = [m for m in checked["models"] if not m["holds"]]
+    assert len(failing) == 1 and failing[0]["worst_class"].startswith("age bucket"), failing
+    result = cli(dsn, "check", "released.t44")
+    assert result.exit_code == 2 and "--qi" in result.stderr
