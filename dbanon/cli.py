@@ -1263,16 +1263,27 @@ def _float_list(_ctx: click.Context, _param: click.Parameter, value: str | None)
         raise click.BadParameter(f"expected numbers a,b,c, got {value!r}") from None
 
 
+def grid_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options the personalised-privacy experiments share: l, density, queries, seed."""
+    fn = fails_cleanly(fn)
+    for option in reversed([
+        click.option("--ls", callback=_float_list, help="Values of l (default 5,8,...,20)."),
+        click.option("--densities", callback=_float_list,
+                     help="Shares flagged (default .1,.2,.3,.4)."),
+        click.option("--queries", "n_queries", type=click.IntRange(1), default=1000,
+                     show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.pass_obj,
+    ]):  # fmt: skip
+        fn = option(fn)
+    return fn
+
+
 @experiment.command("localanatomy")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False),
               default="results/localanatomy", show_default=True)  # fmt: skip
 @click.option("--rows", type=click.IntRange(200, 45222), default=17629, show_default=True)
-@click.option("--ls", callback=_float_list, help="Values of l, a,b,c (default 5,8,...,20).")
-@click.option("--densities", callback=_float_list, help="Shares flagged (default .1,.2,.3,.4).")
-@click.option("--queries", "n_queries", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.pass_obj
-@fails_cleanly
+@grid_options
 def experiment_localanatomy(
     c: Ctx, out_dir: str, rows: int, ls: list | None, densities: list | None, n_queries: int,
     seed: int,
@@ -1307,12 +1318,7 @@ def experiment_localanatomy(
               show_default=True)  # fmt: skip
 @click.option("--rows", type=click.IntRange(200, 45222), default=31055, show_default=True)
 @click.option("--ks", "ks_", callback=_float_list, help="Values of k (default 5,8,10).")
-@click.option("--ls", callback=_float_list, help="Values of l (default 5,8,...,20).")
-@click.option("--densities", callback=_float_list, help="Shares flagged (default .1,.2,.3,.4).")
-@click.option("--queries", "n_queries", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.pass_obj
-@fails_cleanly
+@grid_options
 def experiment_lag(
     c: Ctx, out_dir: str, rows: int, ks_: list | None, ls: list | None, densities: list | None,
     n_queries: int, seed: int,

@@ -10,9 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 import verify_local
-from helpers import cli, cli_json, make_table, snapshot
+from helpers import cli, cli_json, make_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_localanatomy import fresh_tables, refused_in_one_line
 
 # Table 5.2: (id, age, gender, zip, disease); flags per column.
 T52 = [
@@ -107,14 +108,8 @@ def test_random_tables_and_flags(
             for i in range(1, n + 1)]  # fmt: skip
     flags = {c: {r[0] for r in rows if rng.random() < density} for c in ("a", "b")}
     with psycopg.connect(dsn) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS p CASCADE")
-        conn.execute("DROP SCHEMA IF EXISTS released CASCADE")
-        conn.execute("DELETE FROM dbanon.release")
-        make_table(conn, "p", "t", [("id", "int"), ("a", "int"), ("b", "text"), ("c", "int"),
-                                    ("s", "text")], rows)  # fmt: skip
-        make_table(conn, "p", "f", [("id", "int"), ("column_name", "text")],
-                   [(i, c) for c, ids in flags.items() for i in ids])  # fmt: skip
-        conn.commit()
+        fresh_tables(conn, [("id", "int"), ("a", "int"), ("b", "text"), ("c", "int"),
+                            ("s", "text")], rows, flags)  # fmt: skip
         result = cli(dsn, "publish", "r", "--source", "p.t", "--key", "id", "--qi",
                      "a,b,c", "--sensitive", "s", "--algorithm", "lag", "--k", str(k), "--l",
                      str(l_), "--flags", "p.f", "--variant", variant, "--seed",
@@ -147,12 +142,4 @@ def test_bad_input_is_refused_in_one_line(
     conn: psycopg.Connection, dsn: str, extra: tuple[str, ...], message: str
 ) -> None:
     load_t52(conn)
-    before = snapshot(conn)
-    result = cli(dsn, *lag_args("bad", *extra))
-    assert result.exit_code == 2, result.stdout
-    assert message in result.stderr, result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-    after = snapshot(conn)
-    assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
-        k: v for k, v in before["relations"].items() if k != "dbanon.run"
-    }
+    refused_in_one_line(conn, dsn, lag_args("bad", *extra), message)

@@ -13,6 +13,7 @@ import verify_local
 from helpers import cli, cli_json, make_table, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_publish import rank_correlation
 
 # Table 4.1 (Mark 1001 ... Tina 1008): (id, name, age, gender, occupation, disease) and flags.
 T41 = [
@@ -115,10 +116,24 @@ def test_row_id_is_not_the_key(conn: psycopg.Connection, dsn: str) -> None:
     pairs = sorted(linked["r1"].items())
     assert len(pairs) == 300
     assert sum(rid == key for key, rid in pairs) < 10, "row_id is the key"
-    rho = verify_local.spearman([k for k, _ in pairs], [r for _, r in pairs])
+    rho = rank_correlation([k for k, _ in pairs], [r for _, r in pairs])
     assert abs(rho) < 0.2, rho
     same = sum(linked["r2"][key] == rid for key, rid in pairs)
     assert same < 10, "row ids repeat between releases"
+
+
+def fresh_tables(
+    conn: psycopg.Connection, columns: list[tuple[str, str]], rows: list[tuple],
+    flags: dict[str, set],
+) -> None:  # fmt: skip
+    """p.t (the rows) and p.f (their flags), with no release left from an earlier example."""
+    conn.execute("DROP SCHEMA IF EXISTS p CASCADE")
+    conn.execute("DROP SCHEMA IF EXISTS released CASCADE")
+    conn.execute("DELETE FROM dbanon.release")
+    make_table(conn, "p", "t", columns, rows)
+    make_table(conn, "p", "f", [("id", "int"), ("column_name", "text")],
+               [(i, c) for c, ids in flags.items() for i in ids])  # fmt: skip
+    conn.commit()
 
 
 @given(
@@ -136,14 +151,8 @@ def test_random_tables_and_flags(
             for i in range(1, n + 1)]  # fmt: skip
     flags = {c: {r[0] for r in rows if rng.random() < density} for c in ("a", "b")}
     with psycopg.connect(dsn) as conn:
-        conn.execute("DROP SCHEMA IF EXISTS p CASCADE")
-        conn.execute("DROP SCHEMA IF EXISTS released CASCADE")
-        conn.execute("DELETE FROM dbanon.release")
-        make_table(conn, "p", "t", [("id", "int"), ("a", "int"), ("b", "text"), ("s", "text")],
-                   rows)  # fmt: skip
-        make_table(conn, "p", "f", [("id", "int"), ("column_name", "text")],
-                   [(i, c) for c, ids in flags.items() for i in ids])  # fmt: skip
-        conn.commit()
+        fresh_tables(conn, [("id", "int"), ("a", "int"), ("b", "text"), ("s", "text")], rows,
+                     flags)  # fmt: skip
         extra = ["--heuristic"] if heuristic else []
         result = cli(dsn, "publish", "r", "--source", "p.t", "--key", "id", "--qi", "a,b",
                      "--sensitive", "s", "--algorithm", "localanatomy", "--l", str(l_), "--flags",
@@ -208,9 +217,17 @@ def test_bad_input_is_refused_in_one_line(
     load_t41(conn)
     make_table(conn, "toy", "bad_flags", [("id", "int"), ("column_name", "text")], flags_rows)
     conn.commit()
-    before = snapshot(conn)
     args = la_args("bad", *(extra or ("--l", "2")))
     args[args.index("toy.t41_flags")] = "toy.bad_flags"
+    refused_in_one_line(conn, dsn, args, message)
+
+
+def refused_in_one_line(
+    conn: psycopg.Connection, dsn: str, args: list[str], message: str
+) -> None:
+    """`dbanon ARGS` exits 2 with one line holding `message`; nothing but the run trail
+    changed."""
+    before = snapshot(conn)
     result = cli(dsn, *args)
     assert result.exit_code == 2, result.stdout
     assert message in result.stderr, result.stderr

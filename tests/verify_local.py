@@ -9,7 +9,7 @@ reads and checks, from their textbook definitions (thesis Cor. 4.1, Def. 5.5):
 - the multiset of each attribute's flagged values in its ST equals the source's flagged values,
   and (LA) NAME's non-NULL cells are the source's unflagged values, as a multiset;
 - LAG: every class of NAME over its QI columns (NULL a value of its own) has >= k rows;
-- row_id is not the key: not equal to it in any row, and not rank-correlated with it.
+- row_id is not the key (tests/test_localanatomy.py also checks it is not in key order).
 """
 
 from __future__ import annotations
@@ -116,12 +116,3 @@ def _same_order(main: list[tuple], cols: list[str], source: Sequence[Mapping[str
     """Whether every released row's row_id is its key (possible only in LA, values raw)."""
     by_key = {r[key]: tuple(r[c] for c in qi) for r in source}
     return all(by_key.get(r[0]) == tuple(r[cols.index(c)] for c in qi) for r in main)
-
-
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    """Spearman's rank correlation (no ties expected: ids and keys are distinct)."""
-    n = len(a)
-    ra = {v: i for i, v in enumerate(sorted(a))}
-    rb = {v: i for i, v in enumerate(sorted(b))}
-    d2 = sum((ra[x] - rb[y]) ** 2 for x, y in zip(a, b, strict=True))
-    return 1 - 6 * d2 / (n * (n * n - 1))

@@ -29,11 +29,10 @@ from dbanon.experiments.localanatomy import (
     bucketed,
     group_boxes,
     la_release,
-    load,
     plot,
+    prepare,
     qi_arrays,
     view,
-    workload,
 )
 from dbanon.flags import draw
 from dbanon.metrics import queries
@@ -53,11 +52,7 @@ def run(
     densities: Sequence[float] = DENSITIES, rows: int = ROWS, n_queries: int = 1000,
     seed: int = 0, progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    data = load(rows, [*QI, *SEMI], seed)
-    work = workload(data, n_queries, seed)
+    say, out, data, work = prepare(out_dir, rows, [*QI, *SEMI], n_queries, seed, progress)
     qi = qi_arrays(data)
     numeric = [j for j, a in enumerate(data.attrs) if a.numeric]
     categorical = [j for j, a in enumerate(data.attrs) if not a.numeric]

@@ -275,17 +275,24 @@ def plot(results: list[dict[str, Any]], series: str, field: str, label: str, tit
     return str(path)
 
 
+def prepare(
+    out_dir: str | Path, rows: int, columns: list[str], n_queries: int, seed: int,
+    progress: Callable[[str], None] | None,
+) -> tuple[Callable[[str], None], Path, Data, queries.Workload]:  # fmt: skip
+    """What every run starts from: progress, the output folder, the data and its workload."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    data = load(rows, columns, seed)
+    return progress or (lambda _msg: None), out, data, workload(data, n_queries, seed)
+
+
 def run(
     out_dir: str | Path, ls: Sequence[int] = LS, densities: Sequence[float] = DENSITIES,
     rows: int = ROWS, n_queries: int = QUERIES, seed: int = 0,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Every series of the module docstring; writes CSVs and PNGs into `out_dir`."""
-    say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    data = load(rows, [*QI, *SEMI], seed)
-    work = workload(data, n_queries, seed)
+    say, out, data, work = prepare(out_dir, rows, [*QI, *SEMI], n_queries, seed, progress)
     semi = [data.column(c) for c in SEMI]
     exposure_rows: list[dict[str, Any]] = []
     error_rows: list[dict[str, Any]] = []
