@@ -101,7 +101,7 @@ class LAG(LocalAnatomy):
         figures["ncp"] = ncp(qi, fnum, fcat, gid)
         figures["gcp"] = figures["ncp"]
         figures["discernibility"] = discernibility(gid)
-        return kept, gid[kept], figures
+        return kept, gid[kept] + 1, figures  # group ids from 1, as Table 5.4 numbers them
 
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier
