@@ -148,8 +148,11 @@ def bucketise(
         raise ValueError(f"has {len(codes)} flagged values, fewer than l = {ell}")
     if bad is not None:
         top = int(np.bincount(codes)[bad])
+        value = uniq[bad].item() if hasattr(uniq[bad], "item") else uniq[bad]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         raise ValueError(
-            f"is not {ell}-eligible: value {uniq[bad]!r} is flagged in {top} of {len(codes)} rows "
+            f"is not {ell}-eligible: value {value!r} is flagged in {top} of {len(codes)} rows "
             f"(at most {len(codes) // ell} allowed)"
         )
     ids = heuristic(codes, ell, rng) if use_heuristic else deal(codes, ell, rng)
