@@ -254,7 +254,8 @@ def bench_lag(
     gate's checks, swap, record) for both variants on the salary stand-in (dbanon.data.salary)
     with QIs relationship, marital status, race, education, hours; sex (t = 0.2), age and
     occupation (x education, see dbanon.experiments.localanatomy) semi-sensitive with `density`
-    of each flagged (dbanon.flags.generate); salary sensitive. Tables in schema dbanon_bench, releases in dbanon_bench_out (replaced)."""
+    of each flagged (dbanon.flags.generate); salary sensitive. Tables in schema dbanon_bench,
+    releases in dbanon_bench_out (replaced)."""
     from psycopg import sql
 
     from dbanon import flags
