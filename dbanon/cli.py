@@ -343,6 +343,11 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--count", help="Column giving how many rows each row stands for (e.g. an Anatomy ST table)."
 )
+@click.option(
+    "--buckets",
+    help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
+    "(--l-kind cross-bucket).",
+)
 @click.pass_obj
 @fails_cleanly
 def check(
@@ -364,6 +369,7 @@ def check(
     category_level: int | None,
     category_width: float | None,
     count: str | None,
+    buckets: str | None,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not."""
     with c.db() as db:
@@ -372,6 +378,7 @@ def check(
             qi,
             sensitive=sensitive,
             count=count,
+            buckets=buckets,
             sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
             theta=theta,
             category_level=category_level,

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 import pytest
 import verify
+import verify_cbg
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg import sql
 
@@ -51,6 +52,11 @@ class Case:
     qi: tuple[str, ...] | None = None
     count: str | None = None
     sensitive: str = "dx"  # the sensitive column when the method promises everything at once
+    # A release of two relations read together (a cross-bucket QIT + ST): its own independent
+    # verifier (conn, published objects, promised models, sensitive, source rows) and its own
+    # corruption (conn, built relations, sensitive, models, kind) -> (what, broken kinds).
+    verify: Callable[..., None] | None = None
+    corrupt: Callable[..., tuple[str, list[str]]] | None = None
 
 
 THETA_K = ("--k", "4", "--theta", "2", "--sensitive", "severity", "--category-width", "3",
@@ -103,6 +109,14 @@ CASES: dict[str, Case] = {
     ),
     "thetak": Case(
         dict.fromkeys(("k-anonymity", "theta-k-anonymity"), [THETA_K]), sensitive="severity"
+    ),
+    "cbg": Case(
+        {
+            "k-anonymity": [("--k", "3", "--sensitive", "dx", "--l", "2")],
+            "cross-bucket-l-diversity": [("--k", "2", "--sensitive", "dx", "--l", "3")],
+        },
+        verify=verify_cbg.verify_release,
+        corrupt=verify_cbg.corrupt,
     ),
     # Methods that promise no class model: their own checks are gated below (OWN_CHECKS).
     "ina": Case({}),
@@ -163,6 +177,9 @@ def verify_release(
 ) -> None:  # fmt: skip
     """Every promised model on the published release, by the independent verifier; every
     source row released (sensitive values unchanged, as a multiset)."""
+    if case.verify is not None:
+        case.verify(conn, out["objects"], promised, sensitive, source)
+        return
     relation = out["objects"][case.obj]
     cls = verify.verify(conn, relation, list(case.qi or QI), promised, sensitive, case.count)
     if sensitive is not None:
@@ -337,6 +354,10 @@ def test_a_build_breaking_a_promise_is_refused(
 
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
+        if case.corrupt is not None:
+            rels = [r.ident(next(b for b in ctx.built if b.name == o).build) for o in r.objects]
+            done.append(case.corrupt(conn_, rels, sensitive, r.spec.models, kind))
+            return metrics
         obj = r.objects[case.obj]
         built = next(b for b in ctx.built if b.name == obj)
         done.append(
