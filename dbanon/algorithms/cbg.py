@@ -22,10 +22,11 @@ thus (k,l) hold by construction:
   m * max(c_1 - alpha, c_(beta+1)) <= n - alpha * beta, with m = diversity_num while the
   remainder is diversity_num-eligible (so that T_gens of that size can go on being taken: with
   m = l, a tight remainder strands rows) and m = l otherwise. If no alpha >= 1 exists, beta
-  grows by k (line 9). The thesis's "last call" when fewer than 2 * diversity_num values are left (line 2)
-  is not used: it breaks the toy example (6 values < 8 would make one T_gen of 6 and strand 2
-  rows); eligibility decides instead. When no beta keeps the remainder eligible, the largest
-  valid beta <= the number of distinct values left is taken with alpha = its least count.
+  grows by k (line 9). The thesis's "last call" when fewer than 2 * diversity_num values are
+  left (line 2) is not used: it breaks the toy example (6 values < 8 would make one T_gen of 6
+  and strand 2 rows); eligibility decides instead. When no beta keeps the remainder eligible,
+  the largest valid beta <= the number of distinct values left is taken with alpha = its least
+  count.
 - valid T_gen sizes: a multiple of k that is >= l (Case 1: p = 1/|T_gen|), or a size whose
   k * floor(beta / k) >= 2l (Case 2, groups of k..2k-1 rows: p <= 2 / (k * floor(beta / k)),
   (3.18)-(3.20)). Fewer than l distinct values left, or no valid size: the rows left are
