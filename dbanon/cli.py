@@ -348,6 +348,11 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--count", help="Column giving how many rows each row stands for (e.g. an Anatomy ST table)."
 )
+@click.option(
+    "--buckets",
+    help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
+    "(--l-kind cross-bucket).",
+)
 @click.pass_obj
 @fails_cleanly
 def check(
@@ -370,6 +375,7 @@ def check(
     category_level: int | None,
     category_width: float | None,
     count: str | None,
+    buckets: str | None,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not."""
     if is_release:
@@ -382,7 +388,7 @@ def check(
     else:
         with c.db() as db:
             results = db.check(
-                relation, qi, sensitive=sensitive, count=count,
+                relation, qi, sensitive=sensitive, count=count, buckets=buckets,
                 sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
                 theta=theta, category_level=category_level, category_width=category_width, k=k,
                 l=l_, l_kind=l_kind or "distinct", c=c_, t=t_, alpha=alpha, p=p_,
@@ -1077,6 +1083,39 @@ def bench_ina(c: Ctx, rows: int, sample: int) -> None:
     )
 
 
+@bench.command("cbg")
+@click.option("--sizes", default="22517,45222", show_default=True,
+              help="Rows of Adult with a salary, a,b,...")  # fmt: skip
+@click.option("--k", type=click.IntRange(2), default=3, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_cbg(c: Ctx, sizes: str, k: int, l_: int) -> None:
+    """`publish --algorithm cbg` end to end on Adult with a salary (kept in schema dbanon_exp):
+    phases, the (k,l) check and exposure, and how they scale."""
+    from dbanon.experiments.cbg import bench as run
+
+    rows = [int(x) for x in catalog.parse_list(sizes)]
+    if not rows or min(rows) < 100 or max(rows) > 45222:
+        raise DbanonError(f"--sizes must be row counts between 100 and 45222, got {sizes!r}")
+    with c.db() as db:
+        db.init()
+        data = run(db.conn, rows, k, l_)
+
+    def human() -> None:
+        for r in data["runs"]:
+            click.echo(
+                f"cbg: {r['rows']} rows, k={r['k']}, l={r['l']}: {r['seconds']:.2f} s end to "
+                f"end ({', '.join(f'{p} {t:.2f} s' for p, t in r['timings'].items())}); "
+                f"(k,l) check alone {r['check_seconds']:.2f} s, holds {r['check_holds']}; "
+                f"exposure {r['exposure']:.4f} (max {r['exposure_max']:.4f}), DM {r['dm']:,}"
+            )
+        click.echo(f"rows x{data['rows_ratio']}: check x{data['check_time_ratio']}, "
+                   f"exposure x{data['exposure_time_ratio']}")  # fmt: skip
+
+    c.emit(data, human)
+
+
 @bench.command("check")
 @click.option("--rows", type=click.IntRange(1), default=1_000_000, show_default=True)
 @click.option("--k", type=click.IntRange(1), default=5, show_default=True)
@@ -1195,6 +1234,57 @@ def experiment_ina(
         out.print(table)
         out.print(f"trends: {json.dumps(data['trends'])}", markup=False)
         out.print(f"wrote {', '.join(data['csv'] + data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
+def whole_list(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        out = [int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    if not out or min(out) < 2:
+        raise click.BadParameter("every value must be at least 2")
+    return out
+
+
+@experiment.command("cbg")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/cbg",
+              show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(100, 45222), default=22517, show_default=True)
+@click.option("--ls", callback=whole_list, help="l of Figs 3.6-3.8 (default 2,4,...,20).")
+@click.option("--fixed", callback=whole_list, help="l of Figs 3.9-3.11 (default 5,10,15,20).")
+@click.option("--ks", callback=whole_list, help="k of Figs 3.9-3.11 (default 2,3,4,5,6,8,10).")
+@click.option("--queries", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--seed", type=int, default=2018, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_cbg(
+    c: Ctx, out_dir: str, rows: int, ls: list[int] | None, fixed: list[int] | None,
+    ks: list[int] | None, queries: int, seed: int,
+) -> None:  # fmt: skip
+    """CBG vs Mondrian-l vs Anatomy on Adult with a salary: exposure, DM and query error
+    against l (k=3), then CBG against k for l in 5,10,15,20 (the thesis's Figs 3.6-3.11)."""
+    from dbanon.experiments.cbg import KS, L_FIXED, LS, run
+
+    with c.db() as db, c.progress() as say:
+        db.init()
+        data = run(db.conn, out_dir, rows, ls or LS, fixed or L_FIXED, ks or KS, queries, seed,
+                   say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("part", "method", "k", "l", "exposure", "DM", "query error", "seconds")
+        for r in data["results"]:
+            table.add_row(r["part"], r["method"], str(r["k"]), str(r["l"]),
+                          f"{r['exposure']:.4f}", f"{r['dm']:,}", f"{r['query_error']:.3f}",
+                          f"{r['publish_seconds']:.1f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
 
     c.emit(data, human)
 

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import pytest
 import verify
+import verify_cbg
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg import sql
 
@@ -53,6 +54,11 @@ class Case:
     sensitive: str = "dx"  # the sensitive column when the method promises everything at once
     # Promises checked on another object than `obj`: kind -> (object number, its class columns).
     where: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    # A release of two relations read together (a cross-bucket QIT + ST): its own independent
+    # verifier (conn, published objects, promised models, sensitive, source rows) and its own
+    # corruption (conn, built relations, sensitive, models, kind) -> (what, broken kinds).
+    verify: Callable[..., None] | None = None
+    corrupt: Callable[..., tuple[str, list[str]]] | None = None
 
     def at(self, kind: str) -> tuple[int, tuple[str, ...] | None]:
         """The object number and class columns where a promise of `kind` is checked."""
@@ -109,6 +115,14 @@ CASES: dict[str, Case] = {
     ),
     "thetak": Case(
         dict.fromkeys(("k-anonymity", "theta-k-anonymity"), [THETA_K]), sensitive="severity"
+    ),
+    "cbg": Case(
+        {
+            "k-anonymity": [("--k", "3", "--sensitive", "dx", "--l", "2")],
+            "cross-bucket-l-diversity": [("--k", "2", "--sensitive", "dx", "--l", "3")],
+        },
+        verify=verify_cbg.verify_release,
+        corrupt=verify_cbg.corrupt,
     ),
     # Local anatomy: l on each attribute's buckets (here dx, every value sensitive: NAME_dx_st);
     # LAG's k on NAME over its QIs.
@@ -183,6 +197,9 @@ def verify_release(
 ) -> None:  # fmt: skip
     """Every promised model on the published release, by the independent verifier; every
     source row released (sensitive values unchanged, as a multiset)."""
+    if case.verify is not None:
+        case.verify(conn, out["objects"], promised, sensitive, source)
+        return
     for obj, qi in sorted({case.at(m["name"]) for m in promised}, key=repr):
         models = located(case, promised, obj, qi)
         sens = sensitive_at(models, sensitive)
@@ -372,6 +389,10 @@ def test_a_build_breaking_a_promise_is_refused(
 
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
+        if case.corrupt is not None:
+            rels = [r.ident(next(b for b in ctx.built if b.name == o).build) for o in r.objects]
+            done.append(case.corrupt(conn_, rels, sensitive, r.spec.models, kind))
+            return metrics
         number, qi = case.at(kind)
         obj = r.objects[number]
         built = next(b for b in ctx.built if b.name == obj)

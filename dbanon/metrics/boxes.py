@@ -71,6 +71,8 @@ class Bucketed:
 
     def box_keys(self) -> np.ndarray:
         """One integer per row; rows with equal boxes get equal keys (classes of the release)."""
+        if self.n == 0:
+            return np.zeros(0, dtype=np.int64)
         parts = [self.lo, self.hi, *(c.astype(np.float64) for c in self.cats)]
         table = np.concatenate([p.reshape(self.n, -1) for p in parts], axis=1)
         return np.unique(table, axis=0, return_inverse=True)[1].reshape(-1)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from numba import njit
 from psycopg import sql
 
 from dbanon.db.catalog import NUMERIC
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from dbanon.release import Resolved
 
 EXPOSURE_MAX_ROWS = 200_000  # above this, publish skips the metric (it is O(rows x boxes))
-CHUNK_CELLS = 4_000_000  # source rows x boxes compared at once
 
 Exposure = Callable[[Bucketed, Bucketed], dict[str, Any]]
 REGISTRY: dict[str, Exposure] = {}
@@ -64,6 +64,37 @@ def _is_point(b: Bucketed) -> bool:
 
 def _point_table(b: Bucketed) -> np.ndarray:
     return np.column_stack([b.lo, *(c.argmax(axis=1).astype(np.float64) for c in b.cats)])
+
+
+@njit(cache=True)
+def _containment(x: np.ndarray, cats: np.ndarray, codes: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray, mask: np.ndarray, count: np.ndarray, indptr: np.ndarray,
+                 fcode: np.ndarray, fval: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """Per source row: the released rows whose box contains its point, and the sum of f(s, B)
+    over them for its own value s (F of each box as sorted (code, value) runs)."""
+    n, boxes = x.shape[0], lo.shape[0]
+    matches = np.zeros(n)
+    num = np.zeros(n)
+    for t in range(n):
+        for b in range(boxes):
+            inside = True
+            for j in range(x.shape[1]):
+                if x[t, j] < lo[b, j] or x[t, j] > hi[b, j]:
+                    inside = False
+                    break
+            if inside:
+                for j in range(cats.shape[1]):
+                    if not mask[b, cats[t, j]]:
+                        inside = False
+                        break
+            if not inside:
+                continue
+            matches[t] += count[b]
+            a, z = indptr[b], indptr[b + 1]
+            i = a + np.searchsorted(fcode[a:z], codes[t])
+            if i < z and fcode[i] == codes[t]:
+                num[t] += fval[i]
+    return matches, num
 
 
 def exposure(release: Bucketed, source: Bucketed) -> dict[str, Any]:
@@ -104,24 +135,18 @@ def exposure(release: Bucketed, source: Bucketed) -> dict[str, Any]:
         num = f_at(src_box, src_codes)
     else:
         first = np.unique(keys, return_index=True)[1]
-        lo, hi = release.lo[first], release.hi[first]
-        cats = [c[first] for c in release.cats]
-        src_cats = [c.argmax(axis=1) for c in source.cats]
-        matches = np.empty(source.n)
-        num = np.empty(source.n)
-        step = max(1, CHUNK_CELLS // max(boxes, 1))
-        for a in range(0, source.n, step):
-            z = slice(a, min(a + step, source.n))
-            x = source.lo[z]
-            c = np.ones((x.shape[0], boxes), dtype=bool)
-            for j in range(x.shape[1]):
-                c &= (lo[:, j] <= x[:, j, None]) & (x[:, j, None] <= hi[:, j])
-            for m, codes in zip(cats, src_cats, strict=True):
-                c &= m[:, codes[z]].T
-            matches[z] = c @ count
-            rows_c, boxes_c = np.nonzero(c)
-            num[z] = np.bincount(rows_c, weights=f_at(boxes_c, src_codes[z][rows_c]),
-                                 minlength=x.shape[0])  # fmt: skip
+        widths = [c.shape[1] for c in release.cats]
+        starts = np.concatenate([[0], np.cumsum(widths)]).astype(np.int64)
+        mask = (np.concatenate([c[first] for c in release.cats], axis=1) if release.cats
+                else np.zeros((boxes, 0), dtype=bool))  # fmt: skip
+        src = (np.column_stack([c.argmax(axis=1) + starts[j] for j, c in enumerate(source.cats)])
+               if source.cats else np.zeros((source.n, 0), dtype=np.int64))  # fmt: skip
+        indptr = np.searchsorted(fkeys, np.arange(boxes + 1, dtype=np.int64) * n_values)
+        matches, num = _containment(
+            np.ascontiguousarray(source.lo), src.astype(np.int64), src_codes.astype(np.int64),
+            np.ascontiguousarray(release.lo[first]), np.ascontiguousarray(release.hi[first]),
+            mask, count, indptr, (fkeys % n_values).astype(np.int64), fvals,
+        )  # fmt: skip
     p = np.divide(num, matches, out=np.zeros(source.n), where=matches > 0)
     return {
         "exposure": float(p.mean()) if source.n else 0.0,
