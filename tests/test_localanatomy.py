@@ -257,3 +257,26 @@ def test_dbanon_check_release_reruns_the_per_attribute_checks(
     assert len(failing) == 1 and failing[0]["worst_class"].startswith("age bucket"), failing
     result = cli(dsn, "check", "released.t44")
     assert result.exit_code == 2 and "--qi" in result.stderr
+
+
+def test_refresh_follows_changed_consent(conn: psycopg.Connection, dsn: str) -> None:
+    """The flags relation is read at every run: once nobody flags occupation any more and
+    gender is flagged instead, a refresh publishes gender's IDT/ST and drops occupation's."""
+    source = load_t41(conn)
+    code, out = cli_json(dsn, *la_args("t44", "--l", "2", "--seed", "1"))
+    assert code == 0, out
+    conn.execute("DELETE FROM toy.t41_flags WHERE column_name = 'occupation'")
+    conn.execute("INSERT INTO toy.t41_flags VALUES (1001, 'gender'), (1003, 'gender'), "
+                 "(1006, 'gender'), (1008, 'gender')")  # fmt: skip
+    conn.commit()
+    code, out = cli_json(dsn, "refresh", "t44")
+    assert code == 0, out
+    names = {r[0] for r in conn.execute(
+        "SELECT relname FROM pg_class WHERE relnamespace = 'released'::regnamespace "
+        "AND relkind = 'r'")}  # fmt: skip
+    assert names == {"t44", "t44_age_idt", "t44_age_st", "t44_gender_idt", "t44_gender_st",
+                     "t44_disease_idt", "t44_disease_st"}  # fmt: skip
+    flagged = {"age": T41_FLAGS["age"], "gender": {1001, 1003, 1006, 1008},
+               "disease": {r[0] for r in T41}}  # fmt: skip
+    verify_local.verify_release(conn, "released", "t44", QI,
+                                dict.fromkeys(flagged, ("l", 2)), source, flagged)  # fmt: skip
