@@ -15,6 +15,7 @@ COL=t:T` promises t-closeness of its buckets instead.
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -201,7 +202,9 @@ class LocalAnatomy(Method):
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         ctx.lap("bucketise")
         n = int(kept.sum())
-        row_id = np.random.default_rng([r.seed or 0, 1]).permutation(n) + 1
+        # Row ids from a fresh secret, whatever --seed (which fixes buckets and groups): two
+        # runs' row ids never line up, so releases cannot be joined on them.
+        row_id = np.random.default_rng(secrets.randbits(128)).permutation(n) + 1
         stage_rows(conn, [k for k, x in zip(keys, kept, strict=True) if x], row_id, gid,
                    [buckets[a.column] for a in attrs])  # fmt: skip
         built = [ctx.made(o) for o in r.objects]
