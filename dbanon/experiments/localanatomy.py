@@ -88,9 +88,7 @@ def load(rows: int, columns: Sequence[str], seed: int) -> Data:
 
 
 def workload(data: Data, n: int, seed: int) -> queries.Workload:
-    d = data.codes.shape[1]
     source = bucketed(data, data.codes, data.codes, {}, np.arange(data.n), per_row=True)
-    del d
     return queries.workload(data.attrs, source, SALARY, n, seed)
 
 
@@ -133,7 +131,7 @@ def bucketed(
             member[ids[inb], data.codes[inb, j]] = True
             mask[inb] = member[ids[inb]]
         cats.append(mask)
-    values = data.salary.astype(str) if False else np.asarray(data.salary, dtype=object)
+    values = np.asarray(data.salary, dtype=object)
     if per_row:
         return Bucketed(out_lo, out_hi, cats, np.arange(n), values, np.arange(n + 1))
     _, bucket = np.unique(salary_bucket, return_inverse=True)
@@ -395,14 +393,10 @@ def findings(exposure_rows: list[dict[str, Any]], error_rows: list[dict[str, Any
                 and r["density"] == density}  # fmt: skip
 
     anat = at(exposure_rows, "Anatomy", "semi_sensitive")
-    la_a = at(exposure_rows, "LocalAnatomy_a", "semi_sensitive")
-    la_b = at(exposure_rows, "LocalAnatomy_b", "semi_sensitive")
     err = {s: at(error_rows, s, "query_error") for s in
            ("Mondrian", "Anatomy", "LocalAnatomy", "HeuristicLocalAnatomy")}  # fmt: skip
     below = [ell for ell in ls if err["HeuristicLocalAnatomy"].get(ell, 1e9)
              < err["Anatomy"].get(ell, -1)]  # fmt: skip
-    dens = {d: at(exposure_rows, "LocalAnatomy_a", "semi_sensitive", d)
-            for d in sorted({r["density"] for r in exposure_rows})}  # fmt: skip
     def within(series: str, density: float | None = None) -> bool:
         """Every attribute's exposure within 1/l of the l its buckets were built for."""
         return all(
@@ -411,7 +405,6 @@ def findings(exposure_rows: list[dict[str, Any]], error_rows: list[dict[str, Any
             if r["series"] == series and (density is None or r["density"] == density)
         )
 
-    del la_a, la_b, dens
     return {
         "anatomy_semi_exposure": anat,
         "la_within_1_over_l_a": within("LocalAnatomy_a", 0.2),
