@@ -251,7 +251,7 @@ def _write(out: Path, name: str, results: list[dict[str, Any]]) -> str:
 
 
 def plot(results: list[dict[str, Any]], series: str, field: str, label: str, title: str,
-         path: Path, x: str = "l") -> str:  # fmt: skip
+         path: Path, x: str = "l", log: bool = False) -> str:  # fmt: skip
     import matplotlib
 
     matplotlib.use("Agg")
@@ -262,6 +262,8 @@ def plot(results: list[dict[str, Any]], series: str, field: str, label: str, tit
         pts = sorted((r[x], r[field]) for r in results if r[series] == name and r.get(field)
                      is not None)  # fmt: skip
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=str(name))
+    if log:
+        ax.set_yscale("log")
     ax.set_xlabel(x)
     ax.set_ylabel(label)
     ax.set_title(title)
@@ -358,8 +360,13 @@ def run(
              "Fig 4.3: semi-sensitive attributes (density 20%)", out / "fig4_3_exposure_semi.png"),
         plot(at20, "series", "sensitive", "mean exposure", "Fig 4.4: salary (density 20%)",
              out / "fig4_4_exposure_salary.png"),
-        plot([r for r in error_rows if r["density"] == 0.2], "series", "query_error",
-             "query error", "Figs 4.5/4.6: query error (density 20%)", out / "fig4_6_error.png"),
+        plot([r for r in error_rows if r["density"] == 0.2 and r["series"] != "Anatomy"],
+             "series", "query_error", "query error (log)",
+             "Fig 4.5: Mondrian vs local anatomy (density 20%)", out / "fig4_5_error.png",
+             log=True),
+        plot([r for r in error_rows if r["density"] == 0.2 and r["series"] != "Mondrian"],
+             "series", "query_error", "query error",
+             "Fig 4.6: Anatomy vs local anatomy (density 20%)", out / "fig4_6_error.png"),
         plot([{**r, "d": f"{r['density']:.0%}"} for r in exposure_rows
               if r["series"] == "LocalAnatomy_a"], "d", "semi_sensitive", "mean exposure",
              "Fig 4.7: heuristic LA exposure by density", out / "fig4_7_density_exposure.png"),
