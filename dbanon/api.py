@@ -17,6 +17,7 @@ from dbanon.hierarchy import Hierarchy
 from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
+from dbanon.models.crossbucket import BUCKET_ID, BucketTarget
 from dbanon.release import (
     Progress,
     PublishResult,
@@ -103,11 +104,13 @@ class Database:
         sensitive: str | None = None,
         count: str | None = None,
         sensitive_hierarchies: dict[str, str] | None = None,
+        buckets: str | None = None,
         **options: Any,
     ) -> list[CheckResult]:
         """Audit any table or view against the models the options name (see
         dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, theta, ...); the (θ,k)
-        model reads its categories from `sensitive_hierarchies` ({column: hierarchy})."""
+        model reads its categories from `sensitive_hierarchies` ({column: hierarchy}); the
+        cross-bucket l-diversity reads the ST named by `buckets` beside the QIT `relation`."""
         named = named_hierarchy(sensitive_hierarchies, [sensitive] if sensitive else [])
         if named is not None:
             options["sensitive_hierarchy"] = named
@@ -117,9 +120,15 @@ class Database:
         try:
             rel = catalog.relation(self.conn, relation)
             cols = catalog.columns(self.conn, rel)
-            extra = [c for c in (sensitive, count) if c]
+            extra = [c for c in (None if buckets else sensitive, count) if c]
             catalog.require_columns(cols, rel, [*qi, *extra])
-            return audit(self.conn, Target(rel.ident, list(qi), sensitive, count), models)
+            target = Target(rel.ident, list(qi), sensitive, count)
+            if buckets is not None:  # a cross-bucket release: QIT `relation`, ST `buckets`
+                st = catalog.relation(self.conn, buckets)
+                needed = [BUCKET_ID, *([sensitive] if sensitive else [])]
+                catalog.require_columns(catalog.columns(self.conn, st), st, needed)
+                target = BucketTarget(rel.ident, list(qi), sensitive, count, st.ident)
+            return audit(self.conn, target, models)
         finally:
             self.conn.rollback()
 

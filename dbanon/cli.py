@@ -336,12 +336,22 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @main.command()
 @click.argument("relation")
-@click.option("--qi", required=True, callback=qi_list, help="Quasi-identifier columns, a,b,c.")
+@click.option("--qi", callback=qi_list, help="Quasi-identifier columns, a,b,c (required).")
+@click.option(
+    "--release", "is_release", is_flag=True,
+    help="RELATION is a release's name: run the checks its publish ran (every promise, e.g. "
+    "local anatomy's per-attribute buckets) on its relations as they are now.",
+)  # fmt: skip
 @click.option("--k", type=int, help="k-anonymity.")
 @click.option("--sensitive", help="Sensitive column (for --l, --t, --alpha, --p, --theta).")
 @model_options
 @click.option(
     "--count", help="Column giving how many rows each row stands for (e.g. an Anatomy ST table)."
+)
+@click.option(
+    "--buckets",
+    help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
+    "(--l-kind cross-bucket).",
 )
 @click.pass_obj
 @fails_cleanly
@@ -349,6 +359,7 @@ def check(
     c: Ctx,
     relation: str,
     qi: list[str],
+    is_release: bool,
     k: int | None,
     sensitive: str | None,
     l_: float | None,
@@ -364,28 +375,25 @@ def check(
     category_level: int | None,
     category_width: float | None,
     count: str | None,
+    buckets: str | None,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not."""
-    with c.db() as db:
-        results = db.check(
-            relation,
-            qi,
-            sensitive=sensitive,
-            count=count,
-            sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
-            theta=theta,
-            category_level=category_level,
-            category_width=category_width,
-            k=k,
-            l=l_,
-            l_kind=l_kind or "distinct",
-            c=c_,
-            t=t_,
-            alpha=alpha,
-            p=p_,
-            t_ground=t_ground,
-            alpha_value=alpha_value,
-        )
+    if is_release:
+        from dbanon.release import recheck
+
+        with c.db() as db:
+            results = recheck(db.conn, relation)
+    elif not qi:
+        raise DbanonError("check needs --qi (or --release and a release's name)")
+    else:
+        with c.db() as db:
+            results = db.check(
+                relation, qi, sensitive=sensitive, count=count, buckets=buckets,
+                sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
+                theta=theta, category_level=category_level, category_width=category_width, k=k,
+                l=l_, l_kind=l_kind or "distinct", c=c_, t=t_, alpha=alpha, p=p_,
+                t_ground=t_ground, alpha_value=alpha_value,
+            )  # fmt: skip
     holds = all(r.holds for r in results)
     figures: dict[str, Any] = {}
     for r in results:
@@ -745,6 +753,35 @@ def _figure(value: Any) -> str:
 
 @main.command()
 @click.argument("name")
+@click.option("--queries", "n", type=click.IntRange(1), default=1000, show_default=True,
+              help="Random SUM queries in the workload.")  # fmt: skip
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the workload.")
+@click.pass_obj
+@fails_cleanly
+def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
+    """Query error of release NAME (a seeded SUM workload, bounds against the source's exact
+    answers), with its DM and the exposure its run recorded."""
+    from dbanon.metrics.evaluate import evaluate as run
+
+    with c.db() as db:
+        data = run(db.conn, name, n, seed)
+
+    def human() -> None:
+        def shown(v: Any) -> str:
+            return "-" if v is None else f"{v:.4g}"
+
+        click.echo(
+            f"{name}: query error {data['query_error']:.4f} (median "
+            f"{data['query_error_median']:.4f}, {data['queries']} queries, seed {seed}), "
+            f"DM {data['dm']:,}, exposure {shown(data['exposure'])} "
+            f"(max {shown(data['exposure_max'])})"
+        )
+
+    c.emit(data, human)
+
+
+@main.command()
+@click.argument("name")
 @click.pass_obj
 @fails_cleanly
 def report(c: Ctx, name: str) -> None:
@@ -1055,6 +1092,39 @@ def bench_ina(c: Ctx, rows: int, sample: int) -> None:
     )
 
 
+@bench.command("cbg")
+@click.option("--sizes", default="22517,45222", show_default=True,
+              help="Rows of Adult with a salary, a,b,...")  # fmt: skip
+@click.option("--k", type=click.IntRange(2), default=3, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_cbg(c: Ctx, sizes: str, k: int, l_: int) -> None:
+    """`publish --algorithm cbg` end to end on Adult with a salary (kept in schema dbanon_exp):
+    phases, the (k,l) check and exposure, and how they scale."""
+    from dbanon.experiments.cbg import bench as run
+
+    rows = [int(x) for x in catalog.parse_list(sizes)]
+    if not rows or min(rows) < 100 or max(rows) > 45222:
+        raise DbanonError(f"--sizes must be row counts between 100 and 45222, got {sizes!r}")
+    with c.db() as db:
+        db.init()
+        data = run(db.conn, rows, k, l_)
+
+    def human() -> None:
+        for r in data["runs"]:
+            click.echo(
+                f"cbg: {r['rows']} rows, k={r['k']}, l={r['l']}: {r['seconds']:.2f} s end to "
+                f"end ({', '.join(f'{p} {t:.2f} s' for p, t in r['timings'].items())}); "
+                f"(k,l) check alone {r['check_seconds']:.2f} s, holds {r['check_holds']}; "
+                f"exposure {r['exposure']:.4f} (max {r['exposure_max']:.4f}), DM {r['dm']:,}"
+            )
+        click.echo(f"rows x{data['rows_ratio']}: check x{data['check_time_ratio']}, "
+                   f"exposure x{data['exposure_time_ratio']}")  # fmt: skip
+
+    c.emit(data, human)
+
+
 @bench.command("check")
 @click.option("--rows", type=click.IntRange(1), default=1_000_000, show_default=True)
 @click.option("--k", type=click.IntRange(1), default=5, show_default=True)
@@ -1229,6 +1299,57 @@ def experiment_ina(
     c.emit(data, human)
 
 
+def whole_list(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        out = [int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
+    if not out or min(out) < 2:
+        raise click.BadParameter("every value must be at least 2")
+    return out
+
+
+@experiment.command("cbg")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/cbg",
+              show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(100, 45222), default=22517, show_default=True)
+@click.option("--ls", callback=whole_list, help="l of Figs 3.6-3.8 (default 2,4,...,20).")
+@click.option("--fixed", callback=whole_list, help="l of Figs 3.9-3.11 (default 5,10,15,20).")
+@click.option("--ks", callback=whole_list, help="k of Figs 3.9-3.11 (default 2,3,4,5,6,8,10).")
+@click.option("--queries", type=click.IntRange(1), default=1000, show_default=True)
+@click.option("--seed", type=int, default=2018, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def experiment_cbg(
+    c: Ctx, out_dir: str, rows: int, ls: list[int] | None, fixed: list[int] | None,
+    ks: list[int] | None, queries: int, seed: int,
+) -> None:  # fmt: skip
+    """CBG vs Mondrian-l vs Anatomy on Adult with a salary: exposure, DM and query error
+    against l (k=3), then CBG against k for l in 5,10,15,20 (the thesis's Figs 3.6-3.11)."""
+    from dbanon.experiments.cbg import KS, L_FIXED, LS, run
+
+    with c.db() as db, c.progress() as say:
+        db.init()
+        data = run(db.conn, out_dir, rows, ls or LS, fixed or L_FIXED, ks or KS, queries, seed,
+                   say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("part", "method", "k", "l", "exposure", "DM", "query error", "seconds")
+        for r in data["results"]:
+            table.add_row(r["part"], r["method"], str(r["k"]), str(r["l"]),
+                          f"{r['exposure']:.4f}", f"{r['dm']:,}", f"{r['query_error']:.3f}",
+                          f"{r['publish_seconds']:.1f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
 def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
     if value is None:
         return None
@@ -1336,6 +1457,63 @@ def experiment_rfka(
             )  # fmt: skip
         print_outcome(table, data["findings"], data)
 
+
+def _float_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list | None:
+    if value is None:
+        return None
+    try:
+        return [float(x) if "." in x else int(x) for x in catalog.parse_list(value)]
+    except ValueError:
+        raise click.BadParameter(f"expected numbers a,b,c, got {value!r}") from None
+
+
+def grid_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options the personalised-privacy experiments share: l, density, queries, seed."""
+    fn = fails_cleanly(fn)
+    for option in reversed([
+        click.option("--ls", callback=_float_list, help="Values of l (default 5,8,...,20)."),
+        click.option("--densities", callback=_float_list,
+                     help="Shares flagged (default .1,.2,.3,.4)."),
+        click.option("--queries", "n_queries", type=click.IntRange(1), default=1000,
+                     show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.pass_obj,
+    ]):  # fmt: skip
+        fn = option(fn)
+    return fn
+
+
+@experiment.command("localanatomy")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False),
+              default="results/localanatomy", show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(200, 45222), default=17629, show_default=True)
+@grid_options
+def experiment_localanatomy(
+    c: Ctx, out_dir: str, rows: int, ls: list | None, densities: list | None, n_queries: int,
+    seed: int,
+) -> None:  # fmt: skip
+    """Local anatomy vs Anatomy and Mondrian: exposure and query error vs l, density, the
+    t-closeness extension (the thesis's ch. 4, Figs 4.3-4.8, 4.10)."""
+    from dbanon.experiments.localanatomy import DENSITIES, LS, run
+
+    with c.progress() as say:
+        data = run(out_dir, ls=[int(x) for x in ls or LS], densities=densities or DENSITIES,
+                   rows=rows, n_queries=n_queries, seed=seed, progress=say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("series", "density", "l", "exposure semi", "exposure salary")
+        for r in data["exposure"]:
+            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
+                          f"{r['semi_sensitive']:.4f}", f"{r['sensitive']:.4f}")  # fmt: skip
+        out.print(table)
+        table = Table("series", "density", "l", "query error")
+        for r in [*data["query_error"], *data["tcloseness"]]:
+            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
+                          f"{r['query_error']:.4f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
+
     c.emit(data, human)
 
 
@@ -1365,3 +1543,87 @@ def bench_rfka(c: Ctx, rows: int, k: int, trees: int, sample: int) -> None:
             f"chosen {', '.join(data['chosen'])}"
         ),
     )
+
+
+@experiment.command("lag")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/lag",
+              show_default=True)  # fmt: skip
+@click.option("--rows", type=click.IntRange(200, 45222), default=31055, show_default=True)
+@click.option("--ks", "ks_", callback=_float_list, help="Values of k (default 5,8,10).")
+@grid_options
+def experiment_lag(
+    c: Ctx, out_dir: str, rows: int, ks_: list | None, ls: list | None, densities: list | None,
+    n_queries: int, seed: int,
+) -> None:  # fmt: skip
+    """LAG_1 vs LAG_2: DM, NCP and query error over k, l and density (the thesis's ch. 5,
+    Figs 5.4-5.27)."""
+    from dbanon.experiments.lag import DENSITIES, KS, LS, run
+
+    with c.progress() as say:
+        data = run(out_dir, ks=[int(x) for x in ks_ or KS], ls=[int(x) for x in ls or LS],
+                   densities=densities or DENSITIES, rows=rows, n_queries=n_queries, seed=seed,
+                   progress=say)  # fmt: skip
+
+    def human() -> None:
+        table = Table("variant", "density", "k", "l", "DM", "NCP", "query error")
+        for r in data["results"]:
+            table.add_row(r["variant"], f"{r['density']:.0%}", str(r["k"]), str(r["l"]),
+                          f"{r['dm']:,}", f"{r['ncp']:.4f}", f"{r['query_error']:.3f}")  # fmt: skip
+        out.print(table)
+        out.print(json.dumps(data["findings"]), markup=False)
+        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
+
+    c.emit(data, human)
+
+
+@bench.command("lag")
+@click.option("--rows", type=click.IntRange(100, 45222), default=31055, show_default=True)
+@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
+@click.option("--density", type=float, default=0.2, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def bench_lag(c: Ctx, rows: int, k: int, l_: int, density: float) -> None:
+    """`publish --algorithm lag`, both variants, end to end with verification, on the salary
+    stand-in (kept in schema dbanon_bench)."""
+    from dbanon.bench import bench_lag as run
+
+    with c.db() as db:
+        db.init()
+        data = run(db.conn, rows, k, l_, density)
+
+    def human() -> None:
+        for variant, v in data["variants"].items():
+            click.echo(f"lag {variant}: {rows} rows, k={k}, l={l_}, density {density:.0%}: "
+                       f"{v['seconds']:.2f} s ({v['timings']}), NCP {v['ncp']:.4f}, "
+                       f"{v['groups']} classes")  # fmt: skip
+
+    c.emit(data, human)
+
+
+@main.group("flags")
+def flags_group() -> None:
+    """Per-value consent for personalised releases (localanatomy, lag)."""
+
+
+@flags_group.command("generate")
+@click.argument("source")
+@click.option("--key", required=True, help="The source's row key.")
+@click.option("--columns", required=True, callback=qi_list, help="Semi-sensitive columns, a,b.")
+@click.option("--density", type=float, required=True, help="Share of each column flagged.")
+@click.option("--into", required=True, help="SCHEMA.TABLE to create (key, column_name).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.pass_obj
+@fails_cleanly
+def flags_generate(
+    c: Ctx, source: str, key: str, columns: list[str], density: float, into: str, seed: int
+) -> None:
+    """Flag a seeded share of each column's values (for experiments and the demo)."""
+    from dbanon import flags
+
+    with c.db() as db:
+        rel = catalog.relation(db.conn, source)
+        col = catalog.require_columns(catalog.columns(db.conn, rel), rel, [key])[0]
+        n = flags.generate(db.conn, rel, col, columns, density, into, seed)
+        db.conn.commit()
+    c.emit({"flags": n, "into": into}, lambda: click.echo(f"flagged {n} values into {into}"))

@@ -26,7 +26,7 @@ import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import psycopg
@@ -38,6 +38,7 @@ from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.metrics import exposure
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -405,7 +406,7 @@ def resolve(
             f"the release must go to its own schema, not the source's ({schema!r}): "
             "consumers get access to the whole release schema"
         )
-    objects = method.objects(name)
+    objects = method.release_objects(conn, spec, name)
     previous: list[tuple[str, str]] = []
     before: list[str] = []
     if existing:
@@ -453,6 +454,23 @@ def verify(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[st
             raise failed(r.spec.name, check, result)
         figures.update(result.figures)
     return figures
+
+
+def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
+    """Run a published release's own checks (what the gate ran before it became visible) on its
+    relations as they are now; `dbanon check NAME --release`. Changes nothing."""
+    spec = load_spec(conn, name)
+    row = _release_row(conn, name)
+    assert row is not None  # load_spec found it
+    _, _, schema, objects = row
+    try:
+        r = replace(resolve(conn, spec, replace=True), target_schema=schema, objects=objects)
+        missing = _missing(conn, schema, objects)
+        if missing:
+            raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
+        return [c.run(conn) for c in r.method.checks(r, [Built(o, o) for o in objects])]
+    finally:
+        conn.rollback()
 
 
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
@@ -548,13 +566,16 @@ def _publish(
         figures = verify(conn, r, built)
         figures = r.method.figures(conn, r, built, figures)
         lap("verify")
+        measured = exposure.at_publish(conn, r, built)
+        if measured:
+            lap("exposure")
         grouped = new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
-        metrics = {"seed": r.seed, **metrics, **figures, "seconds": seconds}
+        metrics = {"seed": r.seed, **metrics, **figures, **measured, "seconds": seconds}
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 import pytest
 import verify
+import verify_cbg
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg import sql
 
@@ -51,6 +52,17 @@ class Case:
     qi: tuple[str, ...] | None = None
     count: str | None = None
     sensitive: str = "dx"  # the sensitive column when the method promises everything at once
+    # Promises checked on another object than `obj`: kind -> (object number, its class columns).
+    where: dict[str, tuple[int, tuple[str, ...]]] = field(default_factory=dict)
+    # A release of two relations read together (a cross-bucket QIT + ST): its own independent
+    # verifier (conn, published objects, promised models, sensitive, source rows) and its own
+    # corruption (conn, built relations, sensitive, models, kind) -> (what, broken kinds).
+    verify: Callable[..., None] | None = None
+    corrupt: Callable[..., tuple[str, list[str]]] | None = None
+
+    def at(self, kind: str) -> tuple[int, tuple[str, ...] | None]:
+        """The object number and class columns where a promise of `kind` is checked."""
+        return self.where.get(kind, (self.obj, self.qi))
 
 
 THETA_K = ("--k", "4", "--theta", "2", "--sensitive", "severity", "--category-width", "3",
@@ -120,6 +132,28 @@ CASES: dict[str, Case] = {
         {"k-anonymity": [("--k", "4", "--sensitive", "dx", "--as", "table")]},
         qi=HAMDIST_QI,
     ),
+    "cbg": Case(
+        {
+            "k-anonymity": [("--k", "3", "--sensitive", "dx", "--l", "2")],
+            "cross-bucket-l-diversity": [("--k", "2", "--sensitive", "dx", "--l", "3")],
+        },
+        verify=verify_cbg.verify_release,
+        corrupt=verify_cbg.corrupt,
+    ),
+    # Local anatomy: l on each attribute's buckets (here dx, every value sensitive: NAME_dx_st);
+    # LAG's k on NAME over its QIs.
+    "localanatomy": Case(
+        {"distinct-l-diversity": [("--sensitive", "dx", "--l", "3", "--seed", "3")]},
+        obj=2,
+        qi=("bucket_id",),
+    ),
+    "lag": Case(
+        dict.fromkeys(
+            ("k-anonymity", "distinct-l-diversity"),
+            [("--k", "4", "--sensitive", "dx", "--l", "3", "--seed", "3")],
+        ),
+        where={"distinct-l-diversity": (2, ("bucket_id",))},
+    ),
     # Methods that promise no class model: their own checks are gated below (OWN_CHECKS).
     "ina": Case({}),
     "noise": Case({}),
@@ -179,13 +213,31 @@ def verify_release(
 ) -> None:  # fmt: skip
     """Every promised model on the published release, by the independent verifier; every
     source row released (sensitive values unchanged, as a multiset)."""
-    relation = out["objects"][case.obj]
-    cls = verify.verify(conn, relation, list(case.qi or QI), promised, sensitive, case.count)
-    if sensitive is not None:
-        column = ["id", "age", "region", "sex", "dx", "severity"].index(sensitive)
-        assert cls.overall == Counter(r[column] for r in source)
-    else:
-        assert sum(cls.sizes) == len(source)
+    if case.verify is not None:
+        case.verify(conn, out["objects"], promised, sensitive, source)
+        return
+    for obj, qi in sorted({case.at(m["name"]) for m in promised}, key=repr):
+        models = located(case, promised, obj, qi)
+        sens = sensitive_at(models, sensitive)
+        cls = verify.verify(conn, out["objects"][obj], list(qi or QI), models, sens, case.count)
+        if sens is not None:
+            column = ["id", "age", "region", "sex", "dx", "severity"].index(sens)
+            assert cls.overall == Counter(r[column] for r in source)
+        else:
+            assert sum(cls.sizes) == len(source)
+
+
+def located(
+    case: Case, models: list[dict[str, Any]], obj: int, qi: tuple[str, ...] | None
+) -> list[dict[str, Any]]:
+    """The promised models checked on object `obj` over `qi`."""
+    return [m for m in models if case.at(m["name"]) == (obj, qi)]
+
+
+def sensitive_at(models: list[dict[str, Any]], sensitive: str | None) -> str | None:
+    """The sensitive column where only k-anonymity is checked is not read (LAG's NAME has
+    none: every value of it is bucketised)."""
+    return None if all(m["name"] == "k-anonymity" for m in models) else sensitive
 
 
 # --- the corruption ----------------------------------------------------------------------------
@@ -353,16 +405,22 @@ def test_a_build_breaking_a_promise_is_refused(
 
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
-        obj = r.objects[case.obj]
+        if case.corrupt is not None:
+            rels = [r.ident(next(b for b in ctx.built if b.name == o).build) for o in r.objects]
+            done.append(case.corrupt(conn_, rels, sensitive, r.spec.models, kind))
+            return metrics
+        number, qi = case.at(kind)
+        obj = r.objects[number]
         built = next(b for b in ctx.built if b.name == obj)
+        models = located(case, r.spec.models, number, qi)
         done.append(
             corrupt(
                 conn_,
                 r.ident(built.build),
-                list(case.qi or QI),
-                sensitive,
+                list(qi or QI),
+                sensitive_at(models, sensitive),
                 case.count,
-                r.spec.models,
+                models,
                 kind,
             )
         )

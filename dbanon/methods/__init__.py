@@ -18,6 +18,7 @@ _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
 BUILTIN = (
     "kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise", "rfka", "hamdist",
+    "cbg", "localanatomy", "lag",
 )
 DEFAULT = "kmember"
 
@@ -61,7 +62,8 @@ def markdown_table() -> str:
             by_flag.setdefault(MODEL_KINDS[p].option, []).append(p)
         promises = ", ".join(
             f"`{flag}`"
-            + (f" ({', '.join(k.split('-')[0] for k in kinds)})" if flag == "--l" else "")
+            + (f" ({', '.join(k.removesuffix('-l-diversity') for k in kinds)})"
+               if flag == "--l" else "")
             for flag, kinds in by_flag.items()
         )
         promises = promises or "no class model: checks of its own"

@@ -29,6 +29,7 @@ class Anatomy(Method):
     requires = ("frequency-l-diversity",)
     randomised = True
     generalises = False
+    shape = "anatomy"
 
     def objects(self, target: str) -> list[str]:
         return [f"{target}_qit", f"{target}_st"]

@@ -9,7 +9,8 @@ A method declares:
 - `name`, `summary` (one line), the models it can `promises` and those it `requires`;
 - its own `options` (name, type, default, help), which the CLI turns into `publish` flags and
   the spec stores under `options`;
-- `objects(target)`: the names of the relations it publishes (Anatomy: NAME_qit and NAME_st);
+- `objects(target)`: the names of the relations it publishes (Anatomy: NAME_qit and NAME_st),
+  or `release_objects(conn, spec, target)` when they depend on the spec or the data;
 - `validate(conn, r)`: refusals specific to it, before anything is written;
 - `build(conn, r, ctx)`: CREATE its relations under `ctx.build_name(obj)`; returns metrics;
 - `checks(r, built)`: the independent checks of what it promised, run by the lifecycle. The
@@ -143,6 +144,9 @@ class Method(ABC):
     randomised: ClassVar[bool] = False  # takes --seed; a fresh secret seed per run otherwise
     # The relations it publishes are its QIs generalised (True) or released as they are.
     generalises: ClassVar[bool] = True
+    # How its relations read to the metrics (dbanon.metrics.queries.REGISTRY): "generalised"
+    # (one table, QIs generalised per class), "anatomy", "cbg", "perturbed", ...
+    shape: ClassVar[str] = "generalised"
 
     # --- declared -------------------------------------------------------------------------------
 
@@ -171,6 +175,12 @@ class Method(ABC):
     def objects(self, target: str) -> list[str]:
         """The relations this method publishes for a release whose target is `target`."""
         return [target]
+
+    def release_objects(self, conn: psycopg.Connection, spec: Any, target: str) -> list[str]:
+        """The relations of a release whose target is `target`, for a method whose relations
+        depend on the spec or the data (local anatomy: one pair per flagged attribute); by
+        default `objects(target)`. Called by resolve before `validate`."""
+        return self.objects(target)
 
     # --- the lifecycle's calls --------------------------------------------------------------------
 

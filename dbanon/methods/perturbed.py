@@ -102,6 +102,7 @@ class PerturbingMethod(Method):
     promises: ClassVar[tuple[str, ...]] = ()  # no equivalence-class model: its own checks
     randomised = True
     generalises = False
+    shape = "perturbed"
 
     # --- what a method supplies -----------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from numbers import Real
 
 from dbanon.errors import DbanonError
 from dbanon.models.base import CheckResult, ClassTest, Counts, PrivacyModel, Target, audit
+from dbanon.models.crossbucket import CrossBucketLDiversity
 from dbanon.models.kanonymity import AlphaKAnonymity, KAnonymity, PKAnonymity
 from dbanon.models.ldiversity import (
     DistinctLDiversity,
@@ -41,6 +42,7 @@ __all__ = [
     "EntropyLDiversity",
     "RecursiveCLDiversity",
     "FrequencyLDiversity",
+    "CrossBucketLDiversity",
     "TCloseness",
     "ThetaKAnonymity",
     "L_KINDS",
@@ -48,7 +50,7 @@ __all__ = [
     "from_options",
 ]
 
-L_KINDS = ("distinct", "entropy", "recursive", "frequency")
+L_KINDS = ("distinct", "entropy", "recursive", "frequency", "cross-bucket")
 T_GROUNDS = GROUNDS
 
 
@@ -122,6 +124,8 @@ def from_options(
             raise DbanonError("--c needs --l and --l-kind recursive")
     elif l_kind == "distinct":
         models.append(DistinctLDiversity(_whole("l", l)))
+    elif l_kind == "cross-bucket":
+        models.append(CrossBucketLDiversity(_whole("l", l, least=2)))
     elif l_kind == "recursive":
         if c is None:
             raise DbanonError("--l-kind recursive needs --c")

@@ -13,6 +13,7 @@ from typing import Any
 
 from dbanon.errors import DbanonError
 from dbanon.models.base import PrivacyModel
+from dbanon.models.crossbucket import CrossBucketLDiversity
 from dbanon.models.kanonymity import AlphaKAnonymity, KAnonymity, PKAnonymity
 from dbanon.models.ldiversity import (
     DistinctLDiversity,
@@ -51,6 +52,12 @@ for _kind in (
     ModelKind("entropy-l-diversity", EntropyLDiversity, "--l", "entropy of every class >= log(l)"),
     ModelKind("recursive-l-diversity", RecursiveCLDiversity, "--l", "r1 < c (r_l + ... + r_m)"),
     ModelKind("frequency-l-diversity", FrequencyLDiversity, "--l", "no sensitive value above 1/l"),
+    ModelKind(
+        "cross-bucket-l-diversity",
+        CrossBucketLDiversity,
+        "--l",
+        "no sensitive value above 1/l for a class of QIT over its buckets in ST (3.22)",
+    ),
     ModelKind("t-closeness", TCloseness, "--t", "EMD to the whole table's distribution <= t"),
     ModelKind(
         "alpha-k-anonymity", AlphaKAnonymity, "--alpha", "no sensitive value above share alpha"
@@ -105,6 +112,7 @@ _VALIDATED: dict[str, Callable[[Callable[..., list[PrivacyModel]], dict], list[P
     "entropy-l-diversity": lambda f, p: f(l=p.get("l"), l_kind="entropy"),
     "recursive-l-diversity": lambda f, p: f(l=p.get("l"), l_kind="recursive", c=p.get("c")),
     "frequency-l-diversity": lambda f, p: f(l=p.get("l"), l_kind="frequency"),
+    "cross-bucket-l-diversity": lambda f, p: f(l=p.get("l"), l_kind="cross-bucket"),
     "t-closeness": lambda f, p: f(t=p.get("t"), t_ground=p.get("ground", "auto")),
     "alpha-k-anonymity": lambda f, p: f(
         k=p.get("k"), alpha=p.get("alpha"), alpha_value=p.get("value")

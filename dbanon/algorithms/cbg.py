@@ -1,0 +1,280 @@
+"""Cross-bucket generalisation (thesis Ch. 3, Algorithms 3.1-3.5), with the repairs of §6.2.
+
+The table is partitioned twice: into equivalence groups of >= k rows (QIs generalised per group:
+identity) and into buckets (sensitive values published per bucket: attributes). Rows are taken
+in T_gens: sets of rows with pairwise distinct sensitive values, each cut into contiguous groups
+(Algorithm 3.4) and dealt into k buckets by stride k (Algorithm 3.5), so that every group has
+one row (two at most) in each of k buckets.
+
+Arrays in, ids out: `x` holds the QIs as ordinal numbers scaled to [0, 1] per column (numeric
+values; categorical ones by their leaf order in the hierarchy, so siblings are adjacent), `sa`
+the sensitive value codes. The returned group and bucket ids are -1 for a suppressed row.
+
+Decisions where the thesis is silent or broken (§6.2 items 1-5), each so that Property 3.2 and
+thus (k,l) hold by construction:
+- `cal_diversity(k, l)` = k * ceil(l / k): the smallest T_gen size that is a multiple of k and at
+  least l (a T_gen of that size gives every row p(t, s) = 1 / |T_gen| <= 1 / l, (3.17)).
+- `cal_sen_set` (Algorithm 3.2): S_set is the beta most frequent remaining values (ties: the
+  value whose first row in lexicographic QI order comes first, so that QI-close values go
+  together; this reproduces the thesis's Table 3.6); alpha, how many T_gens reuse S_set, is the
+  largest alpha <= c_beta (the beta-th count) that keeps the remainder m-eligible (no value in
+  more than 1/m of the remaining rows, the m-invariance rule the thesis cites), in closed form:
+  m * max(c_1 - alpha, c_(beta+1)) <= n - alpha * beta, with m = diversity_num while the
+  remainder is diversity_num-eligible (so that T_gens of that size can go on being taken: with
+  m = l, a tight remainder strands rows) and m = l otherwise. If no alpha >= 1 exists, beta
+  grows by k (line 9). The thesis's "last call" when fewer than 2 * diversity_num values are
+  left (line 2) is not used: it breaks the toy example (6 values < 8 would make one T_gen of 6
+  and strand 2 rows); eligibility decides instead. When no beta keeps the remainder eligible,
+  the largest valid beta <= the number of distinct values left is taken with alpha = its least
+  count.
+- valid T_gen sizes: a multiple of k that is >= l (Case 1: p = 1/|T_gen|), or a size whose
+  k * floor(beta / k) >= 2l (Case 2, groups of k..2k-1 rows: p <= 2 / (k * floor(beta / k)),
+  (3.18)-(3.20)). Fewer than l distinct values left, or no valid size: the rows left are
+  suppressed and counted (`suppressed_rows`); with an l-eligible input this is rare.
+- `pick_tuples` (Algorithm 3.3): Mondrian's choice of attribute (widest scaled range among those
+  not yet tried), the lower median, left half tried before the right; a split needs both halves
+  non-empty. `select_tuples` takes for each value of S_set its row nearest (L1, scaled) to the
+  region's median point, ties to the lower row number.
+- T_gen order before Algorithm 3.4: a kd order (split at the median of the widest attribute,
+  left half first, recursively), so that contiguous groups are QI-close (§6.2 item 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from dbanon.algorithms.mondrian import _select
+
+
+def diversity_num(k: int, l: int) -> int:  # noqa: E741 - the thesis's name
+    """cal_diversity: the smallest multiple of k that is at least l."""
+    return k * -(-l // k)
+
+
+def valid_size(beta: int, k: int, l: int) -> bool:  # noqa: E741
+    """Whether a T_gen of beta distinct values keeps every p(t, s) <= 1/l (Property 3.2)."""
+    return (beta % k == 0 and beta >= l) or k * (beta // k) >= 2 * l
+
+
+def calculate_alpha(counts: np.ndarray, beta: int, l: int) -> int:  # noqa: E741
+    """The largest alpha (0 if none) such that taking alpha rows of each of the beta most
+    frequent values (counts sorted decreasingly) leaves an l-eligible remainder (here l is the
+    m of m-eligibility)."""
+    n = int(counts.sum())
+    c1, cb = int(counts[0]), int(counts[beta - 1])
+    c_next = int(counts[beta]) if beta < len(counts) else 0
+    alpha = min(cb, (n - l * c_next) // beta)
+    if beta > l:
+        alpha = min(alpha, (n - l * c1) // (beta - l))
+    elif l * c1 > n:
+        return 0
+    return max(int(alpha), 0)
+
+
+def sen_set(
+    counts: np.ndarray, first: np.ndarray, k: int, l: int  # noqa: E741
+) -> tuple[np.ndarray, int] | None:
+    """cal_sen_set: (codes of S_set, alpha), or None when what is left cannot form a T_gen."""
+    present = np.flatnonzero(counts > 0)
+    order = present[np.lexsort((first[present], -counts[present]))]
+    c = counts[order]
+    d = len(order)
+    if d < l:
+        return None
+    beta = diversity_num(k, l)
+    # Eligibility is kept for diversity_num when the remainder has it (so T_gens of that size
+    # can go on being taken), else for l.
+    m = beta if beta * int(c[0]) <= int(c.sum()) else l
+    while beta <= d:
+        alpha = calculate_alpha(c, beta, m)
+        if alpha >= 1:
+            return order[:beta], alpha
+        beta += k
+    for beta in range(d, l - 1, -1):
+        if valid_size(beta, k, l):
+            return order[:beta], int(c[beta - 1])
+    return None
+
+
+@njit(cache=True)
+def _covers(rows: np.ndarray, sa: np.ndarray, need: np.ndarray, beta: int, seen: np.ndarray,
+            stamp: int) -> bool:  # fmt: skip
+    """Whether the rows hold every needed value (`seen` is a scratch array of stamps)."""
+    found = 0
+    for r in rows:
+        v = sa[r]
+        if need[v] and seen[v] != stamp:
+            seen[v] = stamp
+            found += 1
+            if found == beta:
+                return True
+    return False
+
+
+@njit(cache=True)
+def _pick(x: np.ndarray, sa: np.ndarray, alive: np.ndarray, need: np.ndarray, beta: int,
+          seen: np.ndarray, stamp: int, tmp: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
+    """Algorithm 3.3: narrow the alive rows to a small QI region holding every needed value,
+    then one row per needed value, nearest to the region's median point.
+
+    The region is a slice [lo, hi) of a permutation of the alive rows, cut in place (as in
+    dbanon.algorithms.mondrian): each attempt costs one pass over the region, no allocation."""
+    perm = alive.copy()
+    lo, hi = 0, len(perm)
+    d = x.shape[1]
+    tried = np.zeros(d, dtype=np.bool_)
+    low = np.empty(d)
+    high = np.empty(d)
+    fresh = True  # the region changed: its spans are measured again (one pass, every QI)
+    while True:
+        if fresh:
+            low[:] = np.inf
+            high[:] = -np.inf
+            for p in range(lo, hi):
+                r = perm[p]
+                for j in range(d):
+                    v = x[r, j]
+                    if v < low[j]:
+                        low[j] = v
+                    if v > high[j]:
+                        high[j] = v
+            fresh = False
+        best, width = -1, 0.0
+        for j in range(d):
+            if not tried[j] and high[j] - low[j] > width:
+                best, width = j, high[j] - low[j]
+        if best < 0:
+            break
+        m = hi - lo
+        for p in range(m):
+            tmp[p] = x[perm[lo + p], best]
+        med = _select(tmp[:m], (m - 1) // 2)
+        cut = lo
+        for p in range(lo, hi):
+            if x[perm[p], best] <= med:
+                perm[cut], perm[p] = perm[p], perm[cut]
+                cut += 1
+        if cut == hi:  # the median is the largest value: cut below it
+            cut = lo
+            for p in range(lo, hi):
+                if x[perm[p], best] < med:
+                    perm[cut], perm[p] = perm[p], perm[cut]
+                    cut += 1
+        moved = False
+        if cut - lo >= beta and cut > lo:
+            stamp += 1
+            if _covers(perm[lo:cut], sa, need, beta, seen, stamp):
+                hi = cut
+                moved = True
+        if not moved and hi - cut >= beta and cut < hi:
+            stamp += 1
+            if _covers(perm[cut:hi], sa, need, beta, seen, stamp):
+                lo = cut
+                moved = True
+        if moved:
+            tried[:] = False
+            fresh = True
+        else:
+            tried[best] = True
+    cur = perm[lo:hi]
+    centre = np.empty(d)
+    for j in range(d):
+        for p in range(len(cur)):
+            tmp[p] = x[cur[p], j]
+        centre[j] = _select(tmp[: len(cur)], (len(cur) - 1) // 2)
+    best_row = np.full(need.shape[0], -1, dtype=np.int64)
+    best_dist = np.full(need.shape[0], np.inf)
+    for r in cur:
+        v = sa[r]
+        if need[v]:
+            dist = np.abs(x[r] - centre).sum()
+            if dist < best_dist[v] or (dist == best_dist[v] and r < best_row[v]):
+                best_dist[v] = dist
+                best_row[v] = r
+    out = np.empty(beta, dtype=np.int64)
+    i = 0
+    for v in range(need.shape[0]):
+        if need[v]:
+            out[i] = best_row[v]
+            i += 1
+    return out, stamp
+
+
+def kd_order(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Rows in kd order: split at the median of the widest attribute, left half first."""
+    if len(rows) <= 2:
+        return rows[np.lexsort(x[rows].T[::-1])] if len(rows) == 2 else rows
+    pts = x[rows]
+    spans = pts.max(axis=0) - pts.min(axis=0)
+    j = int(np.argmax(spans))
+    if spans[j] == 0:
+        return rows
+    order = np.argsort(pts[:, j], kind="stable")
+    half = len(rows) // 2
+    return np.concatenate([kd_order(x, rows[order[:half]]), kd_order(x, rows[order[half:]])])
+
+
+def group_sizes(size: int, k: int) -> list[int]:
+    """Algorithm 3.4: contiguous groups of k rows, or of k + base (+1) rows when k does not
+    divide the T_gen (per_remainder_num groups get the extra row)."""
+    if size % k == 0:
+        return [k] * (size // k)
+    groups, rem = size // k, size % k
+    base, extra = rem // groups, rem % groups
+    return [k + base + 1] * extra + [k + base] * (groups - extra)
+
+
+@dataclass(frozen=True)
+class CBGResult:
+    gid: np.ndarray  # int64 per row: its equivalence group (1..), -1 if suppressed
+    bid: np.ndarray  # int64 per row: its bucket (1..), -1 if suppressed
+    tgens: int
+    suppressed: int
+    uneven_tgens: int  # T_gens whose size k does not divide (groups of k..2k-1 rows)
+
+
+def cross_bucket(x: np.ndarray, sa: np.ndarray, k: int, l: int) -> CBGResult:  # noqa: E741
+    """Algorithm 3.1: T_gens of distinct sensitive values, grouped and bucketed."""
+    n = len(sa)
+    if k < 2 or l < 2:
+        raise ValueError(f"k and l must be at least 2, got k={k}, l={l}")
+    sa = np.ascontiguousarray(sa, dtype=np.int64)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    m = int(sa.max()) + 1 if n else 0
+    gid = np.full(n, -1, dtype=np.int64)
+    bid = np.full(n, -1, dtype=np.int64)
+    alive_mask = np.ones(n, dtype=bool)
+    lex = np.empty(n, dtype=np.int64)
+    lex[np.lexsort(x.T[::-1])] = np.arange(n)
+    seen = np.zeros(m, dtype=np.int64)
+    tmp = np.empty(n)
+    stamp, tgens, groups, uneven = 0, 0, 0, 0
+    while alive_mask.any():
+        alive = np.flatnonzero(alive_mask)
+        counts = np.bincount(sa[alive], minlength=m)
+        first = np.full(m, n, dtype=np.int64)
+        np.minimum.at(first, sa[alive], lex[alive])
+        chosen = sen_set(counts, first, k, l)
+        if chosen is None:
+            break
+        values, alpha = chosen
+        need = np.zeros(m, dtype=np.bool_)
+        need[values] = True
+        beta = len(values)
+        for _ in range(alpha):
+            rows, stamp = _pick(x, sa, alive, need, beta, seen, stamp, tmp)
+            rows = kd_order(x, rows)
+            pos = 0
+            for size in group_sizes(beta, k):
+                groups += 1
+                gid[rows[pos : pos + size]] = groups
+                pos += size
+            bid[rows] = tgens * k + np.arange(beta) % k + 1
+            tgens += 1
+            uneven += beta % k != 0
+            alive_mask[rows] = False
+            alive = alive[alive_mask[alive]]
+    return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven)

@@ -1,0 +1,153 @@
+"""Personalised privacy consent as data: which of their own values each person marked sensitive.
+
+A flags relation holds one row per flagged value: the source's row key (a column of the same
+name as the release's `--key`) and `column_name`, the column whose value in that row its owner
+marked sensitive. The DBA keeps it as any other table (a consent form writes to it); a release
+reads it at every run, so a refresh follows changed consent. A column named in `--sensitive` is
+flagged in every row without rows in the relation.
+
+`generate` is the seeded stand-in for consent used by the experiments and the demo: it marks a
+given share of the rows of each semi-sensitive column, the rows drawn by a hash of (seed, column,
+key), so the same seed gives the same flags whatever the physical order of the source.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.db import catalog
+from dbanon.db.catalog import Column, Relation
+from dbanon.errors import DbanonError, offenders
+
+COLUMN = "column_name"
+
+
+def relation_of(conn: psycopg.Connection, name: str, key: Column) -> Relation:
+    """The flags relation named by `--flags`, with its two columns checked."""
+    rel = catalog.relation(conn, name)
+    cols = catalog.columns(conn, rel)
+    missing = [c for c in (key.name, COLUMN) if c not in cols]
+    if missing:
+        raise DbanonError(
+            f"flags relation {rel} needs columns {key.name!r} (the source key) and {COLUMN!r}; "
+            f"it lacks {offenders(missing)}"
+        )
+    return rel
+
+
+def validate(
+    conn: psycopg.Connection, flags: Relation, source: Relation, key: Column, qi: list[Column]
+) -> dict[str, int]:
+    """Flagged values per QI column; a one-line error for a flag naming a key the source lacks
+    or a column that is not a quasi-identifier (how many rows, and which), or a NULL."""
+    k, c = sql.Identifier(key.name), sql.Identifier(COLUMN)
+    nulls = conn.execute(
+        sql.SQL("SELECT count(*) FROM {f} WHERE {k} IS NULL OR {c} IS NULL").format(
+            f=flags.ident, k=k, c=c
+        )
+    ).fetchone()[0]
+    if nulls:
+        raise DbanonError(f"flags relation {flags} has {nulls} rows with a NULL key or column")
+    unknown_keys = conn.execute(
+        sql.SQL(
+            """SELECT count(*), (array_agg(DISTINCT f.{k}::text ORDER BY f.{k}::text))[1:6]
+               FROM {f} f
+               WHERE NOT EXISTS (SELECT 1 FROM {src} s WHERE s.{sk}::text = f.{k}::text)"""
+        ).format(f=flags.ident, k=k, src=source.ident, sk=key.ident)
+    ).fetchone()
+    if unknown_keys[0]:
+        raise DbanonError(
+            f"flags relation {flags} names {unknown_keys[0]} keys that {source} lacks: "
+            f"{offenders(list(unknown_keys[1]))}"
+        )
+    per_column = dict(
+        conn.execute(
+            sql.SQL("SELECT {c}::text, count(*) FROM {f} GROUP BY 1 ORDER BY 1").format(
+                c=c, f=flags.ident
+            )
+        ).fetchall()
+    )
+    names = {q.name for q in qi}
+    unknown = sorted(col for col in per_column if col not in names)
+    if unknown:
+        rows = sum(per_column[col] for col in unknown)
+        raise DbanonError(
+            f"flags relation {flags} names {len(unknown)} columns that are not quasi-identifiers "
+            f"(--qi) of {source} in {rows} rows: {offenders(unknown)}"
+        )
+    twice = conn.execute(
+        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {f} GROUP BY {k}, {c} HAVING count(*) > 1) d")
+        .format(f=flags.ident, k=k, c=c)
+    ).fetchone()[0]  # fmt: skip
+    if twice:
+        raise DbanonError(f"flags relation {flags} flags {twice} values more than once")
+    return {col: int(n) for col, n in per_column.items()}
+
+
+def masks(
+    conn: psycopg.Connection, flags: Relation | None, key: Column, keys: list[str],
+    columns: list[str],
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Per column, a boolean mask over `keys` (the source keys as text, in extraction order):
+    which values are flagged."""
+    out = {c: np.zeros(len(keys), dtype=bool) for c in columns}
+    if flags is None:
+        return out
+    where = {k: i for i, k in enumerate(keys)}
+    rows = conn.execute(
+        sql.SQL("SELECT {k}::text, {c}::text FROM {f}").format(
+            k=sql.Identifier(key.name), c=sql.Identifier(COLUMN), f=flags.ident
+        )
+    ).fetchall()
+    for k, col in rows:
+        if col in out and k in where:
+            out[col][where[k]] = True
+    return out
+
+
+def generate(
+    conn: psycopg.Connection, source: Relation, key: Column, columns: list[str], density: float,
+    into: str, seed: int = 0,
+) -> int:  # fmt: skip
+    """CREATE TABLE `into` (key, column_name) flagging round(density x rows) values of each
+    column, drawn by md5(seed, column, key); returns the number of flags written."""
+    if not 0 < density < 1:
+        raise DbanonError(f"--density must be in (0, 1), got {density}")
+    cols = catalog.columns(conn, source)
+    catalog.require_columns(cols, source, columns)
+    schema, name = catalog.parse_target(into)
+    target = sql.Identifier(schema or "public", name)
+    if catalog.find_relation(conn, f"{schema or 'public'}.{name}") is not None:
+        raise DbanonError(f"{schema or 'public'}.{name} already exists")
+    conn.execute(
+        sql.SQL("CREATE TABLE {t} AS SELECT {k}, NULL::text AS {c} FROM {src} LIMIT 0").format(
+            t=target, k=key.ident, c=sql.Identifier(COLUMN), src=source.ident
+        )
+    )
+    rows = catalog.count_rows(conn, source)
+    for col in columns:
+        conn.execute(
+            sql.SQL(
+                """INSERT INTO {t} SELECT {k}, {col} FROM {src}
+                   ORDER BY md5({seed} || '/' || {col} || '/' || {k}::text) LIMIT {n}"""
+            ).format(
+                t=target, k=key.ident, col=sql.Literal(col), src=source.ident,
+                seed=sql.Literal(str(seed)), n=sql.Literal(round(density * rows)),
+            )
+        )  # fmt: skip
+    return round(density * rows) * len(columns)
+
+
+def draw(n: int, columns: list[str], density: float, seed: int = 0) -> dict[str, np.ndarray]:
+    """The in-memory twin of `generate` for the experiments: per column a mask flagging
+    round(density x n) of n rows, drawn by numpy's default_rng((seed, column number))."""
+    if not 0 < density < 1:
+        raise DbanonError(f"--density must be in (0, 1), got {density}")
+    out = {}
+    for i, col in enumerate(columns):
+        mask = np.zeros(n, dtype=bool)
+        mask[np.random.default_rng([seed, i]).choice(n, round(density * n), replace=False)] = True
+        out[col] = mask
+    return out

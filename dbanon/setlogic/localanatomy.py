@@ -1,0 +1,134 @@
+"""The relations of a local anatomy (LA) or LAG release, and their independent checks, in SQL.
+
+Release shape (thesis Def. 4.4 and Table 4.4; Def. 5.3 and Table 5.4):
+- `NAME(row_id, [group_id,] qi...)`: one row per released person under a fresh pseudonymous
+  `row_id` (a random permutation per run: never the key, not in key order; rows in random
+  order). Unflagged values as they are (LA) or generalised over the row's group (LAG: numeric
+  `lo-hi`, categorical the LCA or '*'); flagged cells NULL. A column of `--sensitive` (every
+  value flagged) has no column here: it would be NULL throughout;
+- per attribute with flagged values, `NAME_<attr>_idt(row_id, bucket_id)` (which bucket holds
+  the row's value) and `NAME_<attr>_st(bucket_id, <attr>)` (the bucket's values, one row per
+  value, in value order: not aligned to the IDT rows). Bucket ids are local to the attribute.
+
+Checks read only these relations (never the source nor the build's own figures):
+- per attribute under l (Corollary 4.1): every bucket has >= l values, each value at most once,
+  so p(t, s) <= 1/l whatever the attacker knows;
+- per attribute under t: every bucket's value shares within t of the attribute's flagged values
+  (equal ground distance: half the L1 distance);
+- per attribute, IDT and ST agree: the same buckets with the same sizes, every IDT row id once
+  and present in NAME, NAME's cell NULL exactly for the IDT rows (a QI attribute);
+- LAG: k-anonymity of NAME over its QI columns, NULL a value of its own: rows of one group share
+  their flag pattern and generalised values, so classes are the groups inside QI-partition
+  subsets (the k-anonymity model's own check, dbanon.models).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from dbanon.algorithms.localanatomy import Principle
+from dbanon.models.base import CheckResult
+
+ROW_ID = "row_id"
+GROUP_ID = "group_id"
+BUCKET_ID = "bucket_id"
+IDENT_LIMIT = 63  # PostgreSQL's identifier length (bytes)
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """One bucketised attribute of a release: its column, principle and relations."""
+
+    column: str
+    principle: Principle
+    in_main: bool  # a QI column of NAME (semi-sensitive) rather than a --sensitive one
+
+    def idt(self, target: str) -> str:
+        return f"{target}_{self.column}_idt"
+
+    def st(self, target: str) -> str:
+        return f"{target}_{self.column}_st"
+
+
+def check_attribute(
+    conn: psycopg.Connection, attr: Attribute, main: sql.Identifier, idt: sql.Identifier,
+    st: sql.Identifier, label: str,
+) -> CheckResult:  # fmt: skip
+    """The principle of one attribute's buckets, and IDT/ST/NAME agreeing (see the module)."""
+    v = sql.Identifier(attr.column)
+    b, rid = sql.Identifier(BUCKET_ID), sql.Identifier(ROW_ID)
+    if attr.principle.kind == "l":
+        ell = int(attr.principle.value)
+        buckets, failing, worst, size, distinct = conn.execute(
+            sql.SQL(
+                """WITH g AS (SELECT {b} AS b, count(*) AS n, count(DISTINCT {v}) AS d,
+                                     count({v}) AS nn FROM {st} GROUP BY {b}),
+                   bad AS (SELECT * FROM g WHERE b IS NULL OR n < {l} OR d < n OR nn < n)
+                   SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM bad), w.b, w.n, w.d
+                   FROM (SELECT 1) one LEFT JOIN (SELECT * FROM bad ORDER BY d, n LIMIT 1) w
+                   ON true"""
+            ).format(b=b, v=v, st=st, l=sql.Literal(ell))
+        ).fetchone()
+        figures = {"buckets": buckets, "failing_buckets": failing}
+        if failing:
+            return CheckResult(
+                label, False, figures,
+                f"{attr.column} bucket {worst}: {size} values, {distinct} distinct",
+            )  # fmt: skip
+    else:
+        buckets, failing, worst, dist = conn.execute(
+            sql.SQL(
+                """WITH c AS (SELECT {b} AS b, {v}::text AS v, count(*)::float8 AS n FROM {st}
+                              GROUP BY 1, 2),
+                   bs AS (SELECT b, sum(n) AS n FROM c GROUP BY b),
+                   whole AS (SELECT v, sum(n) / (SELECT sum(n) FROM c) AS p FROM c GROUP BY v),
+                   cells AS (SELECT bs.b, whole.v, whole.p,
+                                    coalesce(c.n, 0) / bs.n AS q
+                             FROM bs CROSS JOIN whole LEFT JOIN c ON c.b = bs.b AND c.v = whole.v),
+                   d AS (SELECT b, 0.5 * sum(abs(q - p)) AS emd FROM cells GROUP BY b)
+                   SELECT (SELECT count(*) FROM d),
+                          (SELECT count(*) FROM d WHERE emd > {t} + 1e-9 OR b IS NULL),
+                          w.b, w.emd
+                   FROM (SELECT 1) one LEFT JOIN (SELECT * FROM d ORDER BY emd DESC LIMIT 1) w
+                   ON true"""
+            ).format(b=b, v=v, st=st, t=sql.Literal(attr.principle.value))
+        ).fetchone()
+        figures = {"buckets": buckets, "failing_buckets": failing, "max_emd": dist}
+        if failing:
+            return CheckResult(label, False, figures, f"{attr.column} bucket {worst}: EMD {dist}")
+    # IDT and ST: same buckets, same sizes; row ids once each and released in NAME.
+    mismatched, twice, missing = conn.execute(
+        sql.SQL(
+            """WITH i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
+                    s AS (SELECT {b} AS b, count(*) AS n FROM {st} GROUP BY {b})
+               SELECT (SELECT count(*) FROM i FULL JOIN s USING (b)
+                       WHERE i.n IS DISTINCT FROM s.n),
+                      (SELECT count(*) FROM (SELECT 1 FROM {idt} GROUP BY {rid}
+                                             HAVING count(*) > 1) t),
+                      (SELECT count(*) FROM {idt} x
+                       WHERE NOT EXISTS (SELECT 1 FROM {main} m WHERE m.{rid} = x.{rid}))"""
+        ).format(b=b, idt=idt, st=st, rid=rid, main=main)
+    ).fetchone()
+    if mismatched or twice or missing:
+        return CheckResult(
+            label, False, figures,
+            f"{attr.column}: {mismatched} buckets differ in size between IDT and ST, "
+            f"{twice} row ids twice, {missing} row ids not released",
+        )  # fmt: skip
+    if attr.in_main:
+        leaks = conn.execute(
+            sql.SQL(
+                """SELECT count(*) FROM {main} m LEFT JOIN {idt} x ON x.{rid} = m.{rid}
+                   WHERE (x.{rid} IS NULL) = (m.{v} IS NULL)"""
+            ).format(main=main, idt=idt, rid=rid, v=v)
+        ).fetchone()[0]
+        if leaks:
+            return CheckResult(
+                label, False, figures,
+                f"{attr.column}: {leaks} rows of the release show a flagged value or hide an "
+                "unflagged one",
+            )  # fmt: skip
+    return CheckResult(label, True, figures)

@@ -1,0 +1,203 @@
+"""Method `cbg`: the thesis's toy example (Table 3.2 -> Table 3.6), the (k,l) check, bad input
+and random tables, each release proven by the independent verifier (tests/verify_cbg.py)."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from fractions import Fraction
+
+import psycopg
+import pytest
+import verify_cbg
+from helpers import cli, cli_json, make_table, snapshot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+# Table 3.2 of the thesis: ID, age, gender, zip, disease.
+TABLE_3_2 = [
+    (101, 16, "F", 43307, "Flu"),
+    (102, 22, "M", 43302, "Dyspepsia"),
+    (103, 24, "F", 43306, "Hepatitis"),
+    (104, 26, "M", 43307, "Bronchitis"),
+    (105, 29, "M", 43309, "Bronchitis"),
+    (106, 31, "F", 43312, "Pneumonia"),
+    (107, 34, "F", 43312, "Gastritis"),
+    (108, 35, "M", 43309, "Dyspepsia"),
+]
+COLUMNS = [("id", "int PRIMARY KEY"), ("age", "int"), ("gender", "text"), ("zip", "int"),
+           ("disease", "text")]  # fmt: skip
+QI = ["age", "gender", "zip"]
+# Table 3.6: the released QIs of each row and its bucket (the thesis numbers them alike).
+TABLE_3_6_QIT = Counter([
+    ("16-24", "F", "43306-43307", 1), ("22-26", "M", "43302-43307", 1),
+    ("16-24", "F", "43306-43307", 2), ("22-26", "M", "43302-43307", 2),
+    ("29-35", "M", "43309", 3), ("31-34", "F", "43312", 3),
+    ("31-34", "F", "43312", 4), ("29-35", "M", "43309", 4),
+])  # fmt: skip
+TABLE_3_6_ST = {
+    (1, "Dyspepsia", 1), (1, "Flu", 1), (2, "Bronchitis", 1), (2, "Hepatitis", 1),
+    (3, "Bronchitis", 1), (3, "Pneumonia", 1), (4, "Dyspepsia", 1), (4, "Gastritis", 1),
+}  # fmt: skip
+
+
+def publish(dsn: str, name: str, *args: str, source: str = "t.patients") -> tuple[int, dict]:
+    return cli_json(dsn, "publish", name, "--source", source, "--key", "id", "--qi",
+                    ",".join(QI), "--sensitive", "disease", "--algorithm", "cbg",
+                    *args)  # fmt: skip
+
+
+@pytest.fixture
+def toy(conn: psycopg.Connection) -> None:
+    make_table(conn, "t", "patients", COLUMNS, TABLE_3_2)
+    conn.commit()
+
+
+def test_table_3_2_publishes_as_table_3_6(
+    conn: psycopg.Connection, dsn: str, toy: None
+) -> None:
+    """k=2, l=4: groups of 2 rows, each in 2 buckets of 2 distinct diseases (Table 3.6, row for
+    row); Helen (F, 31, 43312) finds each of 4 diseases with probability 1/4."""
+    code, out = publish(dsn, "toy", "--k", "2", "--l", "4")
+    assert code == 0, out
+    qit = Counter(conn.execute("SELECT age, gender, zip, bucket_id FROM released.toy_qit"))
+    assert qit == TABLE_3_6_QIT
+    assert set(conn.execute("SELECT bucket_id, disease, count FROM released.toy_st")) == (
+        TABLE_3_6_ST
+    )
+    cb = verify_cbg.fetch(conn, "released.toy_qit", "released.toy_st", QI, "disease")
+    assert verify_cbg.problems(cb, 2, 4) == []
+    for in_buckets in cb.classes.values():  # Table 3.6's properties
+        assert sorted(in_buckets.values()) == [1, 1]
+    assert all(sorted(c.values()) == [1, 1] for c in cb.buckets.values())
+    helen = verify_cbg.attacker(cb, (31, "F", 43312))
+    assert helen == dict.fromkeys(["Bronchitis", "Pneumonia", "Dyspepsia", "Gastritis"],
+                                  Fraction(1, 4))  # fmt: skip
+    # Every source row meets only its own class here: exposure (3.22) is 1/4 for each.
+    code, report = cli_json(dsn, "report", "toy")
+    metrics = report["method_metrics"]
+    assert metrics["exposure"] == pytest.approx(0.25)
+    assert metrics["exposure_max"] == pytest.approx(0.25)
+    assert metrics["dm"] == 16 and metrics["suppressed_rows"] == 0
+    assert [d.name for d in conn.execute("SELECT * FROM released.toy_qit").description] == [
+        *QI, "bucket_id"
+    ]
+    assert [d.name for d in conn.execute("SELECT * FROM released.toy_st").description] == [
+        "bucket_id", "disease", "count"
+    ]
+
+
+def test_check_reads_qit_with_st(conn: psycopg.Connection, dsn: str, toy: None) -> None:
+    """`dbanon check QIT --buckets ST`: holds at l=4, fails at l=5 and when ST is changed."""
+    assert publish(dsn, "toy", "--k", "2", "--l", "4")[0] == 0
+    base = ["check", "released.toy_qit", "--qi", ",".join(QI), "--sensitive", "disease",
+            "--l-kind", "cross-bucket", "--buckets", "released.toy_st", "--k", "2"]  # fmt: skip
+    code, out = cli_json(dsn, *base, "--l", "4")
+    assert code == 0 and out["max_disclosure"] == pytest.approx(0.25), out
+    code, out = cli_json(dsn, *base, "--l", "5")
+    assert code == 1 and out["classes_above_1_over_l"] == 4, out
+    conn.execute("UPDATE released.toy_st SET disease = 'Flu' WHERE bucket_id = 1")
+    conn.commit()  # bucket 1 now holds Flu twice: the class (16-24, F) gets Flu with 1/2
+    code, out = cli_json(dsn, *base, "--l", "4")
+    assert code == 1 and out["max_disclosure"] == pytest.approx(0.5), out
+
+
+def test_a_broken_build_is_refused(
+    conn: psycopg.Connection, dsn: str, toy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build whose ST breaks the l half is refused by the gate; the release stays as it was."""
+    from psycopg import sql
+
+    from dbanon.methods.cbg import CrossBucket
+
+    assert publish(dsn, "toy", "--k", "2", "--l", "4")[0] == 0
+    before = snapshot(conn)
+    real = CrossBucket.build
+
+    def broken(self: CrossBucket, conn_: psycopg.Connection, r, ctx):  # noqa: ANN001, ANN202
+        metrics = real(self, conn_, r, ctx)
+        st = r.ident(ctx.build_name(r.objects[1]))
+        conn_.execute(sql.SQL("UPDATE {} SET disease = 'Flu' WHERE bucket_id = 1").format(st))
+        return metrics
+
+    monkeypatch.setattr(CrossBucket, "build", broken)
+    result = cli(dsn, "publish", "toy", "--source", "t.patients", "--key", "id", "--qi",
+                 ",".join(QI), "--sensitive", "disease", "--algorithm", "cbg", "--k", "2",
+                 "--l", "4", "--replace")  # fmt: skip
+    assert result.exit_code == 2
+    assert "failed its check of cross-bucket l-diversity (l=4)" in result.stderr
+    after = snapshot(conn)
+    assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
+        k: v for k, v in before["relations"].items() if k != "dbanon.run"
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--k", "2", "--l", "7"), "not 7-eligible: disease has only 6 distinct values"),
+        (("--k", "2", "--l", "5"), "not 5-eligible: disease = 'Bronchitis' is 25.0 % of 8 rows"),
+        (("--k", "2", "--l", "1"), "--l must be at least 2, got 1.0"),
+        (("--k", "2", "--l", "2.5"), "--l must be a whole number, got 2.5"),
+        (("--k", "1", "--l", "2"), "k must be at least 2, got 1"),
+        (("--l", "2"), "--algorithm cbg needs both --k and --l"),
+        (("--k", "2"), "needs --l"),
+        (("--k", "7", "--l", "3"), "needs at least k*ceil(l/k) = 7 distinct values"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    conn: psycopg.Connection, dsn: str, toy: None, args: tuple[str, ...], message: str
+) -> None:
+    before = snapshot(conn)
+    result = cli(dsn, "publish", "bad", "--source", "t.patients", "--key", "id", "--qi",
+                 ",".join(QI), "--sensitive", "disease", "--algorithm", "cbg", *args)  # fmt: skip
+    assert result.exit_code == 2, result.stdout
+    assert message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    after = snapshot(conn)
+    assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
+        k: v for k, v in before["relations"].items() if k != "dbanon.run"
+    }
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> tuple[list[tuple], int, int]:
+    """A random l-eligible table, k and l."""
+    k = draw(st.integers(2, 4))
+    ell = draw(st.integers(2, 5))
+    n = draw(st.integers(3 * ell, 70))
+    seed = draw(st.integers(0, 10**6))
+    rng = random.Random(seed)
+    least = k * -(-ell // k)  # fewer distinct values than k*ceil(l/k) are refused
+    values = [f"d{i}" for i in range(draw(st.integers(least, 12)))]
+    sa = [values[i % len(values)] for i in range(n)]  # as even as it gets: l-eligible
+    rng.shuffle(sa)
+    rows = [(i, rng.randint(18, 90), rng.choice("FM"), rng.randint(100, 130), sa[i])
+            for i in range(n)]  # fmt: skip
+    return rows, k, ell
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=tables())
+def test_random_tables_are_kl_anonymous(
+    conn: psycopg.Connection, dsn: str, data: tuple[list[tuple], int, int]
+) -> None:
+    """Every release passes the independent (k,l) check; every row is released or counted."""
+    rows, k, ell = data
+    conn.execute("DROP SCHEMA IF EXISTS r CASCADE")
+    conn.execute("DROP SCHEMA IF EXISTS rel CASCADE")
+    conn.execute("DELETE FROM dbanon.release")
+    make_table(conn, "r", "patients", COLUMNS, rows)
+    conn.commit()
+    code, out = publish(dsn, "rand", "--k", str(k), "--l", str(ell), "--target", "rel.rand",
+                        source="r.patients")  # fmt: skip
+    assert code == 0, out
+    cb = verify_cbg.fetch(conn, "rel.rand_qit", "rel.rand_st", QI, "disease")
+    assert verify_cbg.problems(cb, k, ell) == []
+    code, report = cli_json(dsn, "report", "rand")
+    released = sum(sum(c.values()) for c in cb.buckets.values())
+    assert released + report["method_metrics"]["suppressed_rows"] == len(rows)
+    assert released == len(cb.rows)
+    source = Counter(r[4] for r in rows)
+    assert all(source[v] >= n for c in cb.buckets.values() for v, n in c.items())

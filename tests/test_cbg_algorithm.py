@@ -1,0 +1,89 @@
+"""The pure parts of cross-bucket generalisation (dbanon.algorithms.cbg), on the thesis's
+examples and on random arrays checked against the definitions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dbanon.algorithms.cbg import (
+    calculate_alpha,
+    cross_bucket,
+    diversity_num,
+    group_sizes,
+    sen_set,
+    valid_size,
+)
+
+
+def test_diversity_num_is_the_smallest_multiple_of_k_at_least_l() -> None:
+    assert diversity_num(2, 4) == 4  # the toy example: T_gens of 4
+    assert diversity_num(3, 10) == 12
+    assert diversity_num(5, 3) == 5
+
+
+def test_group_sizes_follow_algorithm_3_4() -> None:
+    assert group_sizes(11, 3) == [4, 4, 3]  # the thesis's example
+    assert group_sizes(12, 3) == [3, 3, 3, 3]
+    assert group_sizes(13, 4) == [5, 4, 4]
+    for size in range(4, 60):
+        for k in range(2, 5):
+            if size >= k:
+                parts = group_sizes(size, k)
+                assert sum(parts) == size and all(k <= p < 2 * k for p in parts)
+
+
+def test_alpha_keeps_the_remainder_eligible() -> None:
+    rng = np.random.default_rng(4)
+    for _ in range(300):
+        counts = np.sort(rng.integers(1, 30, rng.integers(5, 15)))[::-1]
+        m = int(rng.integers(2, 5))
+        beta = int(rng.integers(m, len(counts) + 1))
+        alpha = calculate_alpha(counts, beta, m)
+        assert 0 <= alpha <= counts[beta - 1]
+        if alpha:
+            rest = counts.copy()
+            rest[:beta] -= alpha
+            assert rest.max() * m <= rest.sum() or rest.sum() == 0
+        if alpha < counts[beta - 1]:  # one more would break it (or the count)
+            rest = counts.copy()
+            rest[:beta] -= alpha + 1
+            assert rest.max() * m > rest.sum()
+
+
+def test_sen_set_of_the_toy_table() -> None:
+    # Bronchitis 2, Dyspepsia 2, Flu, Gastritis, Hepatitis, Pneumonia 1 (codes in that order);
+    # ties go to the value whose first row in QI order comes first (Flu 0, Hepatitis 2, ...).
+    counts = np.array([2, 2, 1, 1, 1, 1])
+    first = np.array([3, 1, 0, 6, 2, 5])
+    values, alpha = sen_set(counts, first, 2, 4)
+    assert sorted(values.tolist()) == [0, 1, 2, 4] and alpha == 1
+
+
+def test_valid_sizes() -> None:
+    assert valid_size(4, 2, 4) and valid_size(12, 3, 10)
+    assert not valid_size(11, 3, 10)  # 3 * 3 = 9 < 20
+    assert valid_size(21, 3, 10)  # uneven, but 3 * 7 >= 20
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_arrays_give_distinct_values_per_tgen(seed: int) -> None:
+    """Each group has >= k rows, lies in k..2k-1 rows, spreads over distinct buckets; each
+    bucket's values are distinct; every row is placed or counted as suppressed."""
+    rng = np.random.default_rng(seed)
+    n, k, ell = int(rng.integers(60, 300)), int(rng.integers(2, 5)), int(rng.integers(2, 7))
+    sa = np.arange(n) % int(rng.integers(diversity_num(k, ell), 20))
+    rng.shuffle(sa)
+    x = rng.random((n, 3))
+    res = cross_bucket(x, sa, k, ell)
+    placed = res.gid > 0
+    assert placed.sum() + res.suppressed == n
+    for g in np.unique(res.gid[placed]):
+        rows = np.flatnonzero(res.gid == g)
+        assert k <= len(rows) < 2 * k
+        assert max(Counter(res.bid[rows].tolist()).values()) <= 2
+    for b in np.unique(res.bid[placed]):
+        vals = sa[res.bid == b].tolist()
+        assert len(vals) == len(set(vals))

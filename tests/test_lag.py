@@ -1,0 +1,145 @@
+"""LAG (thesis ch. 5) end to end: the toy Table 5.2 (k=2, l=2) gives a release with the
+properties of Table 5.4 under both variants, random tables with random flags pass the independent
+checks (tests/verify_local.py), and bad input is refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import psycopg
+import pytest
+import verify_local
+from helpers import cli, cli_json, make_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_localanatomy import fresh_tables, refused_in_one_line
+
+# Table 5.2: (id, age, gender, zip, disease); flags per column.
+T52 = [
+    (1001, 28, "Male", 21357, "Bronchitis"),
+    (1002, 25, "Female", 21344, "Gastritis"),
+    (1003, 16, "Male", 21352, "Dyspepsia"),
+    (1004, 24, "Male", 21336, "Bronchitis"),
+    (1005, 31, "Female", 21328, "Hepatitis"),
+    (1006, 22, "Male", 21358, "Flu"),
+    (1007, 29, "Female", 21340, "Pneumonia"),
+    (1008, 34, "Male", 21328, "Bronchitis"),
+]
+T52_FLAGS = {"zip": {1001, 1002}, "age": {1004, 1005, 1007, 1008}, "gender": {1005, 1008}}
+QI = ["age", "gender", "zip"]
+
+
+def load_t52(conn: psycopg.Connection) -> list[dict[str, Any]]:
+    make_table(
+        conn, "toy", "t52",
+        [("id", "int PRIMARY KEY"), ("age", "int"), ("gender", "text"), ("zip", "int"),
+         ("disease", "text")],
+        T52,
+    )  # fmt: skip
+    make_table(conn, "toy", "t52_flags", [("id", "int"), ("column_name", "text")],
+               [(i, c) for c, ids in T52_FLAGS.items() for i in sorted(ids)])  # fmt: skip
+    conn.commit()
+    return [dict(zip(["id", *QI, "disease"], r, strict=True)) for r in T52]
+
+
+def lag_args(name: str, *extra: str) -> list[str]:
+    return ["publish", name, "--source", "toy.t52", "--key", "id", "--qi", ",".join(QI),
+            "--sensitive", "disease", "--algorithm", "lag", "--flags", "toy.t52_flags",
+            *extra]  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["partition", "ncp"])
+def test_table_5_2_gives_table_5_4(conn: psycopg.Connection, dsn: str, variant: str) -> None:
+    """k=2, l=2: four groups, one per QI-partition subset ({age, gender} 1001/1002; all three
+    1003/1006; {gender, zip} 1004/1007; {zip} 1005/1008), generalised as in Table 5.4; buckets
+    as in Table 5.3; Mark (Male, zip 21336) matches exactly the two rows 1004 and 1007."""
+    source = load_t52(conn)
+    code, out = cli_json(dsn, *lag_args("t54", "--k", "2", "--l", "2", "--variant", variant,
+                                        "--seed", "5"))  # fmt: skip
+    assert code == 0, out
+    flagged = {**T52_FLAGS, "disease": {r[0] for r in T52}}
+    verify_local.verify_release(
+        conn, "released", "t54", QI, dict.fromkeys([*T52_FLAGS, "disease"], ("l", 2)), source,
+        flagged, k=2,
+    )  # fmt: skip
+    cols, main = verify_local.rows(conn, "released", "t54")
+    assert cols == ["row_id", "group_id", *QI]
+    groups = sorted({tuple(r[2:]) for r in main}, key=repr)
+    assert groups == sorted(
+        [("25-28", "*", None), ("16-22", "Male", "21352-21358"), (None, "*", "21336-21340"),
+         (None, None, "21328")], key=repr,
+    )  # fmt: skip
+    assert sorted(
+        sorted(c) for c in verify_local.buckets(conn, "released", "t54_zip_st", "zip").values()
+    ) == [[21344, 21357]]
+    ages = verify_local.buckets(conn, "released", "t54_age_st", "age")
+    assert sorted(sum(c.values()) for c in ages.values()) == [2, 2]
+    assert sorted(
+        sorted(c) for c in verify_local.buckets(conn, "released", "t54_gender_st",
+                                                "gender").values()
+    ) == [["Female", "Male"]]  # fmt: skip
+    dis = verify_local.buckets(conn, "released", "t54_disease_st", "disease")
+    assert sorted(sum(c.values()) for c in dis.values()) == [2, 2, 2, 2]
+    # Mark (Table 5.1): Male, zip 21336 -> the rows whose cells cover both: 1004 and 1007's.
+    marks = [r for r in main if r[3] in ("*", "Male") and r[4] is not None
+             and _covers(r[4], 21336)]  # fmt: skip
+    assert len(marks) == 2 and marks[0][1] == marks[1][1]
+
+
+def _covers(cell: str, value: int) -> bool:
+    lo, _, hi = cell.partition("-")
+    return int(lo) <= value <= int(hi or lo)
+
+
+@given(
+    n=st.integers(20, 70), density=st.floats(0.05, 0.4), k=st.integers(2, 4),
+    l_=st.integers(2, 3), variant=st.sampled_from(["partition", "ncp"]),
+    seed=st.integers(0, 10**6),
+)  # fmt: skip
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
+def test_random_tables_and_flags(
+    dsn: str, n: int, density: float, k: int, l_: int, variant: str, seed: int
+) -> None:
+    """Random tables with random flags: every LAG release passes the independent checks
+    (groups >= k within the QI-partition subsets, buckets l-diverse), or is refused in one line."""
+    rng = random.Random(seed)
+    rows = [(i, rng.randint(1, 30), rng.choice("abcd"), rng.randint(0, 9), f"v{rng.randint(0, 9)}")
+            for i in range(1, n + 1)]  # fmt: skip
+    flags = {c: {r[0] for r in rows if rng.random() < density} for c in ("a", "b")}
+    with psycopg.connect(dsn) as conn:
+        fresh_tables(conn, [("id", "int"), ("a", "int"), ("b", "text"), ("c", "int"),
+                            ("s", "text")], rows, flags)  # fmt: skip
+        result = cli(dsn, "publish", "r", "--source", "p.t", "--key", "id", "--qi",
+                     "a,b,c", "--sensitive", "s", "--algorithm", "lag", "--k", str(k), "--l",
+                     str(l_), "--flags", "p.f", "--variant", variant, "--seed",
+                     str(seed))  # fmt: skip
+        if result.exit_code == 2:
+            assert "cannot publish" in result.stderr, result.stderr
+            assert len(result.stderr.strip().splitlines()) == 1
+            return
+        assert result.exit_code == 0, result.stderr
+        source = [dict(zip(["id", "a", "b", "c", "s"], r, strict=True)) for r in rows]
+        released = {r[0] for r in conn.execute("SELECT row_id FROM released.r")}
+        attrs = {c: ("l", l_) for c in ("a", "b") if flags[c]}
+        assert len(released) <= n
+        verify_local.verify_release(
+            conn, "released", "r", ["a", "b", "c"], {**attrs, "s": ("l", l_)}, source,
+            {**flags, "s": {r[0] for r in rows}}, k=k,
+        )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--k", "1", "--l", "2"), "k must be at least 2"),
+        (("--l", "2"), "--algorithm lag needs --k"),
+        (("--k", "2", "--l", "1"), "l must be above 1"),
+        (("--k", "2", "--l", "3"), "attribute 'gender' has 2 flagged values, fewer than l = 3"),
+    ],
+)
+def test_bad_input_is_refused_in_one_line(
+    conn: psycopg.Connection, dsn: str, extra: tuple[str, ...], message: str
+) -> None:
+    load_t52(conn)
+    refused_in_one_line(conn, dsn, lag_args("bad", *extra), message)
