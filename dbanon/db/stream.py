@@ -10,7 +10,7 @@ decoded by psycopg) stays for small results.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,13 @@ class Coded:
 
     values: list[str | None]
     codes: np.ndarray  # int32, one per row
+
+    @classmethod
+    def of(cls, values: Iterable[str | None]) -> Coded:
+        """From one value per row already in Python (small inputs; COPY builds its own)."""
+        index: dict[str | None, int] = {}
+        codes = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32)
+        return cls(list(index), codes)
 
     def objects(self) -> np.ndarray:
         """One value per row as an object array (references to the distinct values)."""

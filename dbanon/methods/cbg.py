@@ -129,8 +129,9 @@ class CrossBucket(Method):
             sql.SQL("COPY {} (key, g, b) FROM STDIN (FORMAT BINARY)").format(STAGE)
         ) as copy:
             copy.set_types(["text", "int4", "int4"])
+            texts = list(keys)  # decoded once (extract keeps keys as COPY's bytes)
             for i in kept.tolist():
-                copy.write_row((keys[i], int(result.gid[i]), int(result.bid[i])))
+                copy.write_row((texts[i], int(result.gid[i]), int(result.bid[i])))
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.ident(qit.build), r.ident(st.build))

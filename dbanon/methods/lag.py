@@ -20,6 +20,7 @@ from psycopg import sql
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
+from dbanon.db.stream import Coded
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
@@ -67,7 +68,7 @@ class LAG(LocalAnatomy):
         numeric, categorical = [], []
         for col in r.qi:
             if r.is_categorical(col):
-                categorical.append(encode(r, col, data[col.name].tolist()))
+                categorical.append(encode(r, col, Coded.of(data[col.name].tolist())))
             else:
                 numeric.append(data[col.name])
         return QIArrays.build(numeric, categorical, n=len(next(iter(data.values()))))

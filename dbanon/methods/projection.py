@@ -191,6 +191,9 @@ class ProjectionMethod(Method):
     promises = ("k-anonymity",)
     requires = ("k-anonymity",)
     generalises = False
+    # Not a generalised table: the columns released are a chosen subset (one-hot features or a
+    # few QIs), so the table-shaped metrics (exposure, query error) have no reader for it yet.
+    shape = "projection"
     # What a feature's score is, for the report.
     score_name: ClassVar[str] = "score"
 
