@@ -11,7 +11,7 @@ import psycopg
 import pytest
 import verify_cbg
 from helpers import cli, cli_json, make_table, snapshot
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 # Table 3.2 of the thesis: ID, age, gender, zip, disease.
@@ -165,12 +165,13 @@ def tables(draw: st.DrawFn) -> tuple[list[tuple], int, int]:
     """A random l-eligible table, k and l."""
     k = draw(st.integers(2, 4))
     ell = draw(st.integers(2, 5))
-    n = draw(st.integers(3 * ell, 70))
     seed = draw(st.integers(0, 10**6))
     rng = random.Random(seed)
     least = k * -(-ell // k)  # fewer distinct values than k*ceil(l/k) are refused
     values = [f"d{i}" for i in range(draw(st.integers(least, 12)))]
-    sa = [values[i % len(values)] for i in range(n)]  # as even as it gets: l-eligible
+    sa = values * draw(st.integers(2, 6)) + draw(st.lists(st.sampled_from(values), max_size=8))
+    assume(max(Counter(sa).values()) * ell <= len(sa))  # l-eligible (else refused: tested apart)
+    n = len(sa)
     rng.shuffle(sa)
     rows = [(i, rng.randint(18, 90), rng.choice("FM"), rng.randint(100, 130), sa[i])
             for i in range(n)]  # fmt: skip

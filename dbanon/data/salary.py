@@ -22,9 +22,16 @@ count give the same table on every machine.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from dbanon.data import ADULT_COLUMNS, adult_rows
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from dbanon.api import Database
 
 SALARY_ROWS = 22517  # the thesis's sample size (Ch. 3)
 SALARY_SEED = 2018  # the thesis's year
@@ -82,7 +89,7 @@ def salary_rows(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> list[tuple]
 
 
 def load_salary(
-    conn: object,
+    conn: psycopg.Connection | Database,
     schema: str = "demo",
     table: str = "salary",
     rows: int = SALARY_ROWS,
@@ -94,11 +101,12 @@ def load_salary(
     from dbanon.demo import load_table
 
     db = conn if hasattr(conn, "conn") else _Wrapped(conn)
-    return load_table(db, schema, table, SALARY_COLUMNS, SALARY_NUMERIC, salary_rows(rows, seed))
+    return load_table(db, schema, table, SALARY_COLUMNS, SALARY_NUMERIC,  # type: ignore[arg-type]
+                      salary_rows(rows, seed))  # fmt: skip
 
 
 class _Wrapped:
-    """The one attribute of a Database that load_table reads."""
+    """The one attribute of a Database that load_table reads: a bare connection as one."""
 
-    def __init__(self, conn: object) -> None:
+    def __init__(self, conn: psycopg.Connection) -> None:
         self.conn = conn
