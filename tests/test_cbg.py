@@ -132,6 +132,28 @@ def test_a_broken_build_is_refused(
     }
 
 
+def test_the_gate_counts_every_box_containing_a_person(
+    conn: psycopg.Connection, dsn: str, toy: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """(3.22) with the source, as §6.2 item 7 reads it: when overlapping boxes give a person
+    odds above 1/l (here reported by the containment join), the release is refused although
+    every class holds, and the earlier release stays; a measured release records the check."""
+    from dbanon.metrics import exposure
+
+    assert publish(dsn, "toy", "--k", "2", "--l", "4")[0] == 0
+    assert cli_json(dsn, "report", "toy")[1]["method_metrics"]["exposure_checked"] is True
+    before = snapshot(conn)
+    real = exposure.at_publish
+    monkeypatch.setattr(exposure, "at_publish",
+                        lambda *a: {**real(*a), "exposure_max": 0.5})  # fmt: skip
+    code, out = publish(dsn, "toy", "--k", "2", "--l", "4", "--replace")
+    assert code == 2 and "every box containing a person" in out["error"], out
+    after = snapshot(conn)
+    assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
+        k: v for k, v in before["relations"].items() if k != "dbanon.run"
+    }
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -43,7 +43,7 @@ from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, model_check
 from dbanon.methods.grouped import RANGES, codes, extract, generalised
 from dbanon.metrics.loss import loss_report
-from dbanon.models.base import Target
+from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
 from dbanon.models.specs import kind_of
 
@@ -193,9 +193,29 @@ class CrossBucket(Method):
         for m in r.models:
             if kind_of(m).name == L_KIND:
                 out.append(model_check(m, BucketTarget(qit, names, r.sensitive[0].name, None, st)))
+                out.append(Check(f"{m.name}, every box containing a person",
+                                 lambda conn, m=m: self._boxes(conn, r, built, m)))  # fmt: skip
             else:
                 out.append(model_check(m, Target(qit, names)))
         return out
+
+    @staticmethod
+    def _boxes(conn: psycopg.Connection, r: Resolved, built: list[Built], m: Any) -> CheckResult:
+        """(3.22) with the source (§6.2 item 7): a person matches every released row whose box
+        contains her QI point, not only her own class, and boxes of different T_gens overlap;
+        her worst value must still be at most 1/l. It needs the source, so only the gate runs
+        it (the containment join of dbanon.metrics.exposure); its figures are the run's
+        exposure. Above the exposure metric's row limit, or with a date QI, it is not measured
+        and says so (`exposure_checked`); the class-level check above still holds."""
+        from dbanon.metrics import exposure
+
+        measured = exposure.at_publish(conn, r, built)
+        worst = measured.get("exposure_max")
+        if worst is None:
+            return CheckResult(m.name + " (boxes)", True, {**measured, "exposure_checked": False})
+        holds = worst <= 1 / float(m.l) + TOLERANCE
+        return CheckResult(m.name + " (boxes)", holds, {**measured, "exposure_checked": True},
+                           None if holds else f"a person's value has odds {worst:.4f}")  # fmt: skip
 
 
 register(CrossBucket())
