@@ -997,21 +997,25 @@ def bench_mondrian(c: Ctx, rows: int, k: int, hierarchies: bool) -> None:
 @bench.command("fulldomain")
 @click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
 @click.option("--k", type=click.IntRange(2), default=5, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(0), default=0, help="l-diversity of income.")
+@click.option("--max-suppression", type=click.FloatRange(0, 1, max_open=True), default=0.0)
 @click.pass_obj
 @fails_cleanly
-def bench_fulldomain(c: Ctx, rows: int, k: int) -> None:
-    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 12,960 nodes)."""
+def bench_fulldomain(c: Ctx, rows: int, k: int, l_: int, max_suppression: float) -> None:
+    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 12,960 nodes;
+    with --l, l-diversity of income over the other 8 QIs)."""
     from dbanon.demo import prepare
     from dbanon.setlogic.fulldomain import bench as run
 
     with c.db() as db:
         prepare(db)
-        data = run(db.conn, rows, k)
+        data = run(db.conn, rows, k, l_, max_suppression)
         db.conn.rollback()
     c.emit(
         data,
         lambda: click.echo(
-            f"fulldomain: {data['rows']} rows, k={data['k']}: {data['seconds']:.3f} s, "
+            f"fulldomain: {data['rows']} rows, k={data['k']}, l={data['l']}, "
+            f"suppression {data['max_suppression']:.0%}: {data['seconds']:.3f} s, "
             f"{data['nodes_checked']} of {data['nodes']} nodes checked, loss {data['loss']:.2%}, "
             f"levels {data['levels']}"
         ),
