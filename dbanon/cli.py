@@ -15,8 +15,6 @@ from typing import Any
 
 import click
 import psycopg
-from rich.console import Console
-from rich.table import Table
 
 from dbanon import methods
 from dbanon.api import Database
@@ -27,8 +25,31 @@ from dbanon.methods import Option
 from dbanon.models import L_KINDS, T_GROUNDS
 from dbanon.release import ReleaseSpec
 
-err = Console(stderr=True)
-out = Console()
+
+class _Console:
+    """rich's Console, made on first use: start-up imports only what a command needs (a
+    command that prints no table or spinner never imports rich)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for rich's class
+    from rich.table import Table as RichTable
+
+    return RichTable(*args, **kwargs)
+
+
+err = _Console(stderr=True)
+out = _Console()
 
 
 class Ctx:

@@ -8,7 +8,10 @@ dbanon's own generalisation to judge its output.
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -157,3 +160,29 @@ def test_a_view_release_is_evaluated_once_to_verify_it(dsn: str) -> None:
             "FROM out_three.three GROUP BY age, sex) c"
         ).fetchone()
     assert worst[0] >= 3 and worst[1] >= 2
+
+
+HEAVY = ("numba", "sklearn", "matplotlib", "sqlalchemy", "alembic", "rich")
+
+
+def test_check_imports_no_heavy_module(dsn: str) -> None:
+    """`dbanon check` (and the CLI's import) loads none of the heavy modules: they are
+    imported by the commands that need them. Run in a fresh interpreter, as the CLI starts."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "small", [("id", "integer"), ("a", "integer")],
+                   [(i, i % 3) for i in range(20)])  # fmt: skip
+    code = (
+        "import sys\n"
+        "from dbanon.cli import main\n"
+        "try:\n"
+        f"    main(['--dsn', {dsn!r}, '--json', 'check', 's.small', '--qi', 'a', '--k', '2'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    lines = done.stdout.strip().splitlines()
+    assert json.loads(lines[0])["holds"] is True
+    assert lines[-1] == "[]"

@@ -59,8 +59,9 @@ class FullDomain(Method):
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
         sensitive = r.sensitive[0].name if r.sensitive else None
         found = search(
-            conn, r.source, r.qi, r.hierarchies, r.models, sensitive, r.options["max_suppression"]
-        )
+            conn, r.source, r.qi, r.hierarchies, r.models, sensitive, r.options["max_suppression"],
+            ctx.say,
+        )  # fmt: skip
         ctx.lap("search")
         select = release_select(
             r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],

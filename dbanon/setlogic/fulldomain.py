@@ -115,6 +115,7 @@ from dbanon.models.base import Target
 
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
+PROGRESS_EVERY = 0.25  # seconds between progress messages of a search
 EPOCH = sql.SQL("DATE '1970-01-01'")
 # The widest automatic interval is the narrowest round width >= (max - min) / TOP_SPLIT.
 TOP_SPLIT = 5
@@ -1027,13 +1028,15 @@ def search(
     models: list[PrivacyModel],
     sensitive: str | None = None,
     max_suppression: float = 0.0,
+    progress: Callable[[str], None] | None = None,
 ) -> FullDomainResult:
     """The full-domain generalisation of least loss that satisfies every model.
 
     Classes smaller than k (the largest k of the models), and then those failing any other
     model, are suppressed, at most max_suppression x rows of them. Runs in a transaction of
     its own, or a savepoint in the caller's; commits nothing the caller did not, and leaves no
-    temp table behind. Raises
+    temp table behind. `progress` hears how many lattice nodes have been checked, a few times
+    a second. Raises
     DbanonError naming the culprit on bad input, or when no node satisfies the models.
     """
     started = time.perf_counter()
@@ -1084,7 +1087,7 @@ def search(
         relaxed = [r for r in map(_relaxed, others) if r is not None]
         count = partial(lattice.suppressed, models=relaxed) if relaxed else lattice.count
         exact = all(isinstance(m, MONOTONE_UNDER_SUPPRESSION) for m in others)
-        walk = _Walk(lattice, budget, count, None if exact else lattice.suppressed)
+        walk = _Walk(lattice, budget, count, None if exact else lattice.suppressed, progress)
         best = walk.run()
         timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
         lattice.drop()
@@ -1122,8 +1125,16 @@ class _Walk:
     l-diversity and (p,k)-anonymity. `judge`, if given, counts the rows every model suppresses,
     for models that are not monotone; it runs on nodes `count` accepts, in loss order."""
 
-    def __init__(self, lattice: _Lattice, budget: int, count: Count, judge: Count | None) -> None:
+    def __init__(
+        self,
+        lattice: _Lattice,
+        budget: int,
+        count: Count,
+        judge: Count | None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
         self.lattice, self.budget, self.count, self.judge = lattice, budget, count, judge
+        self.progress, self.told = progress, time.perf_counter()
         heights = np.array([q.height for q in lattice.qis], dtype=np.int64)
         self.heights, d = heights, len(heights)
         self.size = int(np.prod(heights + 1))
@@ -1139,7 +1150,19 @@ class _Walk:
         self.penalty = np.zeros(self.size)  # a lower bound of each node's suppression loss
         self.counted: dict[int, tuple[int, float]] = {}
 
+    def tell(self) -> None:
+        """Nodes checked so far, to `progress`, at most every PROGRESS_EVERY seconds."""
+        now = time.perf_counter()
+        if self.progress is not None and now - self.told >= PROGRESS_EVERY:
+            self.told = now
+            judged = self.lattice.judged if self.judge is not None else 0
+            self.progress(
+                f"searching the lattice: {len(self.counted) + judged:,} of {self.size:,} "
+                "nodes checked"
+            )
+
     def evaluate(self, idx: int) -> None:
+        self.tell()
         node = self.grid[idx]
         small, small_ncp = self.counted[idx] = self.count(node)
         below = np.all(self.grid <= node, axis=1)
@@ -1198,6 +1221,7 @@ class _Walk:
             if self.status[idx] < 0:
                 continue
             if self.judge is not None:  # every model, counted afresh (they are not monotone)
+                self.tell()
                 small, small_ncp = self.judge(self.grid[idx])
                 if small > self.budget:
                     continue
