@@ -18,6 +18,7 @@ import psycopg
 
 from dbanon import methods
 from dbanon.api import Database
+from dbanon.bench_scale import METHODS as METHODS_SCALE
 from dbanon.db import catalog, server
 from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
@@ -1063,6 +1064,44 @@ def bench_ina(c: Ctx, rows: int, sample: int) -> None:
             f"({data['rows_per_minute']:,} rows/min), peak RSS {data['peak_rss_mb']:.0f} MB"
         ),
     )
+
+
+@bench.command("scale")
+@click.option("--rows", type=click.IntRange(100), default=1_000_000, show_default=True)
+@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
+@click.option("--l", "l_", type=click.IntRange(2), default=2, show_default=True,
+              help="l of Anatomy (the method that promises l here).")  # fmt: skip
+@click.option(
+    "--methods", default=",".join(METHODS_SCALE), show_default=True,
+    help="Comma-separated subset to run.",
+)  # fmt: skip
+@click.pass_obj
+@fails_cleanly
+def bench_scale(c: Ctx, rows: int, k: int, l_: int, methods: str) -> None:
+    """Every method on a generated census-like table of mostly distinct rows, each in its own
+    process (seconds, peak RSS), every release checked independently."""
+    from dbanon.bench_scale import run
+    from dbanon.db.connection import resolve_dsn
+
+    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    with c.progress() as say:
+        data = run(resolve_dsn(c.dsn), rows, k, l_, chosen, say)
+
+    def human() -> None:
+        table = Table("method", "seconds", "peak RSS (MB)", "check")
+        for name, m in data["methods"].items():
+            checked = m.get("checked", {})
+            verdict = (
+                f"{'ok' if checked.get('holds') else 'FAILED'} {checked}"
+                if checked
+                else f"{m['ratio']}x a bare GROUP BY ({m['bare_group_by_seconds']} s)"
+            )
+            table.add_row(name, str(m["seconds"]), str(m["peak_rss_mb"]), verdict)
+        out.print(table)
+
+    c.emit(data, human)
+    if any(not m.get("checked", {"holds": True})["holds"] for m in data["methods"].values()):
+        sys.exit(1)
 
 
 @bench.command("check")

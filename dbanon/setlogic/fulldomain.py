@@ -116,6 +116,7 @@ from dbanon.models.base import Target
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
 PROGRESS_EVERY = 0.25  # seconds between progress messages of a search
+SEARCH_WORK_MEM = "128MB"  # work_mem of a search's own queries (if the session's is lower)
 EPOCH = sql.SQL("DATE '1970-01-01'")
 # The widest automatic interval is the narrowest round width >= (max - min) / TOP_SPLIT.
 TOP_SPLIT = 5
@@ -736,39 +737,28 @@ class _Lattice:
         )
         self._stats(source, fs, qcol)
 
+        # Each QI's map: per distinct value, its code and NCP at each level below the top
+        # (stored hierarchies: from the catalog, in _stats). Computed once per distinct value,
+        # not per row of the frequency set, which for mostly distinct rows is the source's size.
+        for i, q in enumerate(qis):
+            if not isinstance(q.h, Hierarchy):
+                self._value_map(i, q, fs, qcol[i])
         # g: the frequency set with a code per QI and level below the top (and its NCP).
         codes: list[sql.Composable] = []
-        ncps: list[tuple[sql.Composable, sql.Identifier]] = []  # (expression, name)
+        ncps: list[sql.Composable] = []
         joins: list[sql.Composable] = []
         for i, q in enumerate(qis):
-            ref = sql.SQL("fs.{}").format(qcol[i])
             m = sql.Identifier(f"m{i}")
-            if isinstance(q.h, Hierarchy):
-                joins.append(
-                    sql.SQL("JOIN {t} {m} ON {m}.v = {ref}").format(
-                        t=sql.Identifier(f"{_PREFIX}m{i}"), m=m, ref=ref
-                    )
+            joins.append(
+                sql.SQL("JOIN {t} {m} ON {m}.v = fs.{q}").format(
+                    t=sql.Identifier(f"{_PREFIX}m{i}"), m=m, q=qcol[i]
                 )
-                codes.append(sql.SQL("{}.c0 AS {}").format(m, self.code(i, 0)))
-            else:
-                codes.append(
-                    sql.SQL("dense_rank() OVER (ORDER BY {})::int AS {}").format(
-                        ref, self.code(i, 0)
-                    )
-                )
+            )
+            codes.append(sql.SQL("{}.c0 AS {}").format(m, self.code(i, 0)))
             for level in range(1, q.height):
                 c, r = self.code(i, level), self.ncp(i, level)
-                if isinstance(q.h, IntervalHierarchy):
-                    w = sql.Literal(q.h.widths[level - 1])
-                    codes.append(sql.SQL("floor({}::numeric / {})::bigint AS {}").format(ref, w, c))
-                    ncps.append((_interval_ncp(q.h, ref, level), r))
-                elif isinstance(q.h, CalendarHierarchy):
-                    code = _calendar_code(q.h, q.col, ref, level)
-                    codes.append(sql.SQL("{} AS {}").format(code, c))
-                    ncps.append((_calendar_ncp(q.h, q.col, ref, level), r))
-                else:
-                    codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
-                    ncps.append((sql.SQL("{}.{}").format(m, sql.Identifier(f"r{level}")), r))
+                codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
+                ncps.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"r{level}"), r))
         g = self._temp("g")
         # n first and NCP only when suppression needs it: narrow rows make GROUP BY faster.
         cur = conn.execute(
@@ -776,21 +766,40 @@ class _Lattice:
                 g=g,
                 sel=sql.SQL(", ").join(
                     codes
-                    + [sql.SQL("{} AS {}").format(e, r) for e, r in ncps if self.with_ncp]
+                    + (ncps if self.with_ncp else [])
                     + ([sql.SQL("fs.s")] if self.sensitive is not None else [])
                 ),
                 fs=fs,
                 joins=sql.SQL(" ").join(joins),
             )
         )
-        # Only hierarchies with levels between value and top have NCP columns to sum.
-        deep = [
-            j
-            for j, q in zip(joins, (q for q in qis if isinstance(q.h, Hierarchy)), strict=True)
-            if q.height > 1
-        ]
-        self._losses(fs, deep, ncps)
+        self._losses(fs, qcol)
         self.classes.append((np.zeros(len(qis), dtype=np.int64), g, cur.rowcount))
+
+    def _value_map(self, i: int, q: _QI, fs: sql.Identifier, name: sql.Identifier) -> None:
+        """The map of an interval, calendar or flat QI (as _store_map makes a stored
+        hierarchy's): per distinct value v, its code c<level> (numbering the value itself at
+        level 0) and NCP r<level> at each level below the top."""
+        v = sql.SQL("v")
+        cols: list[sql.Composable] = [sql.SQL("dense_rank() OVER (ORDER BY v)::int AS c0")]
+        for level in range(1, q.height):
+            c, r = sql.Identifier(f"c{level}"), sql.Identifier(f"r{level}")
+            if isinstance(q.h, IntervalHierarchy):
+                w = sql.Literal(q.h.widths[level - 1])
+                code: sql.Composable = sql.SQL("floor(v::numeric / {})::bigint").format(w)
+                ncp = _interval_ncp(q.h, v, level)
+            elif isinstance(q.h, CalendarHierarchy):
+                code = _calendar_code(q.h, q.col, v, level)
+                ncp = _calendar_ncp(q.h, q.col, v, level)
+            else:  # flat: no level between the value and the top
+                continue
+            cols.append(sql.SQL("{} AS {}, {} AS {}").format(code, c, ncp, r))
+        self.conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {t} AS SELECT v, {cols} "
+                "FROM (SELECT DISTINCT {q} AS v FROM {fs}) d"
+            ).format(t=self._temp(f"m{i}"), cols=sql.SQL(", ").join(cols), q=name, fs=fs)
+        )
 
     def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
         """Row count, NULL QIs (an error), interval and calendar hierarchies, coverage."""
@@ -883,26 +892,28 @@ class _Lattice:
             )
         )
 
-    def _losses(
-        self,
-        fs: sql.Identifier,
-        joins: list[sql.Composable],
-        ncps: list[tuple[sql.Composable, sql.Identifier]],
-    ) -> None:
-        """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top)."""
-        sums = [sql.SQL("sum(fs.n * {})").format(e) for e, _ in ncps]
-        values = iter(
-            self.conn.execute(
-                sql.SQL("SELECT {} FROM {} fs {}").format(
-                    sql.SQL(", ").join(sums), fs, sql.SQL(" ").join(joins)
-                )
-            ).fetchone()
-            if sums
-            else ()
-        )
-        for q in self.qis:
+    def _losses(self, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+        """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top),
+        summed over the QI's distinct values with their row counts."""
+        for i, q in enumerate(self.qis):
             per = [0.0]
-            per += [float(next(values) or 0) / max(self.total, 1) for _ in range(1, q.height)]
+            if q.height > 1:
+                sums = [
+                    sql.SQL("sum(x.n * m.{})").format(sql.Identifier(f"r{level}"))
+                    for level in range(1, q.height)
+                ]
+                row = self.conn.execute(
+                    sql.SQL(
+                        "SELECT {sums} FROM (SELECT {q} AS v, sum(n) AS n FROM {fs} GROUP BY 1) x "
+                        "JOIN {m} m ON m.v = x.v"
+                    ).format(
+                        sums=sql.SQL(", ").join(sums),
+                        q=qcol[i],
+                        fs=fs,
+                        m=sql.Identifier(f"{_PREFIX}m{i}"),
+                    )
+                ).fetchone()
+                per += [float(x or 0) / max(self.total, 1) for x in row]
             per.append(1.0)
             self.losses.append(np.maximum.accumulate(np.array(per)))  # no rounding wobble
 
@@ -1075,6 +1086,14 @@ def search(
         # are wild) would cost far more than running it. Restored at the end.
         jit = conn.execute("SELECT current_setting('jit')").fetchone()[0]
         conn.execute("SET LOCAL jit = off")
+        # The frequency set of mostly distinct rows is as big as the source: its GROUP BYs
+        # hash in memory rather than spill (at most SEARCH_WORK_MEM, never less than set).
+        work_mem = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
+        conn.execute(
+            "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
+            "THEN %s ELSE %s END, true)",
+            [work_mem, SEARCH_WORK_MEM, SEARCH_WORK_MEM, work_mem],
+        )
         lattice.build(source)
         timings["build"] = round(time.perf_counter() - started, 4)
         total = lattice.total
@@ -1092,6 +1111,7 @@ def search(
         timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
         lattice.drop()
         conn.execute("SELECT set_config('jit', %s, true)", [jit])
+        conn.execute("SELECT set_config('work_mem', %s, true)", [work_mem])
     if best is None:
         raise DbanonError(
             f"no full-domain generalisation of {source} satisfies "
