@@ -200,12 +200,21 @@ def value_set(values: Sequence[str]) -> str:
     """A set of values as PostgreSQL's text[] literal, sorted: `{13021,13045}`. Elements that
     would not read back as themselves (commas, braces, quotes, blanks, NULL) are quoted."""
 
-    def element(v: str) -> str:
-        if _PLAIN_ELEMENT.fullmatch(v) and v.upper() != "NULL":
-            return v
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return "{" + ",".join(_element(v) for v in sorted(values)) + "}"
 
-    return "{" + ",".join(element(v) for v in sorted(values)) + "}"
+
+def _element(v: str) -> str:
+    """One element of a text[] literal, quoted where it would not read back as itself."""
+    if _PLAIN_ELEMENT.fullmatch(v) and v.upper() != "NULL":
+        return v
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array (a sort: cheaper than np.unique's
+    hashing on large arrays)."""
+    a = np.sort(a, kind="stable")
+    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
 
 
 def _by_group(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -235,18 +244,31 @@ def group_labels(
             level = np.where(agree, lv, level)
         nodes = anc[starts, level] if len(starts) else np.zeros(0, int)
         return present, [h.labels[int(n)] for n in nodes]
-    ends = np.r_[starts[1:], len(leaves)]
-    domain = len(h.leaves)
+    # Distinct (group, leaf) pairs, sorted: each group's values are one run of them.
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(leaves)]))
+    width = int(leaves.max()) + 1 if len(leaves) else 1
+    pairs = _distinct(group.astype(np.int64) * width + leaves)
+    owner, value = pairs // width, (pairs % width).tolist()
+    bounds = np.r_[0, np.flatnonzero(np.diff(owner)) + 1, len(pairs)].tolist()
+    domain, names = len(h.leaves), h.labels
+    # value_set's form, each element quoted once and the elements in the order of their text
+    quoted = [_element(v) for v in names]
+    rank = {node: i for i, node in enumerate(sorted(range(len(names)), key=names.__getitem__))}
     labels = []
-    for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
-        values = np.unique(leaves[a:b])
-        if len(values) == 1:
-            labels.append(h.labels[int(values[0])])
-        elif len(values) == domain:
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if b - a == 1:
+            labels.append(names[value[a]])
+        elif b - a == domain:
             labels.append(WHOLE)
         else:
-            labels.append(value_set([h.labels[int(v)] for v in values]))
+            members = sorted(value[a:b], key=rank.__getitem__)
+            labels.append("{" + ",".join([quoted[v] for v in members]) + "}")
     return present, labels
+
+
+def groups_present(gid: np.ndarray) -> np.ndarray:
+    """The group ids that occur, sorted: the order `group_labels` gives its labels in."""
+    return _distinct(np.asarray(gid))
 
 
 def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
@@ -255,7 +277,9 @@ def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
     codes, gid = np.asarray(codes, dtype=np.int64), np.asarray(gid, dtype=np.int64)
     if not len(gid) or domain <= 1:
         return 0.0
-    g = np.unique(gid, return_inverse=True)[1].reshape(-1)
-    pairs = np.unique(g * (int(codes.max()) + 1) + codes)
-    covered = np.bincount(pairs // (int(codes.max()) + 1), minlength=int(g.max()) + 1)
+    order, starts, _ = _by_group(gid)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(gid)]))
+    width = int(codes.max()) + 1
+    covered = np.bincount(_distinct(group * width + codes[order]) // width)
+    g = group  # rows in group order: the mean over rows is the same
     return float(((covered[g] - 1) / (domain - 1)).mean())

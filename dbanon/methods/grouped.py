@@ -134,7 +134,7 @@ def stage_labels(
             LABELS, sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols)
         )
     )
-    present, columns, losses = np.unique(gid), [], {}
+    present, columns, losses = generalise.groups_present(gid), [], {}
     for j, col in enumerate(cats):
         as_set = col.name not in r.hierarchies
         groups, labels = generalise.group_labels(qi.hierarchies[j], qi.cat[:, j], gid, as_set)
