@@ -143,6 +143,8 @@ def run(
     say: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
     """Make the table, run each method in a child process, check each release."""
+    from dbanon.release import drop
+
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise DbanonError(f"unknown method {unknown[0]!r}; choose from {', '.join(METHODS)}")
@@ -174,9 +176,10 @@ def run(
             args += [*publish[method], "--target", target]
             if method != "anatomy":
                 args += ["--sensitive", SENSITIVE]
+            # A fresh release each run: replacing one would keep its rows' groups (persist).
             exists = conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [name])
             if exists.fetchone():
-                args.append("--replace")
+                drop(conn, name)
             conn.commit()
             seconds, rss, _, stdout = child(args)
             result = json.loads(stdout)
