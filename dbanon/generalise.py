@@ -18,6 +18,14 @@ column groups, sorts and exports as it reads.
 - a calendar period (full-domain's calendar levels): `2020-03-14`, `2020-03`, `2020-Q1`,
   `2020`, `2020s` (the decade 2020-2029);
 - the whole domain: `*`.
+- a categorical group: with a hierarchy, the label of the lowest common ancestor of its values;
+  without one, the value if the group has one, else the set of values present, as PostgreSQL's
+  text[] literal (`{13021,13045}`, so `label::text[]` reads it back and `'13021' = ANY(...)`
+  tests it), or `*` when the group holds every value of the column. A set claims exactly what
+  is there; a shared prefix (`130**`) would claim values the group lacks, and is a hierarchy's
+  job. Its loss is (values covered - 1) / (values of the column - 1), 0 for one value, 1 for
+  `*` (`value_set_loss`). Both are computed per group from leaf codes in numpy
+  (`group_labels`), once per group, never per row, and without reading the catalog.
 `--ranges typed` releases PostgreSQL ranges for consumers who compute with them (`@>`,
 `lower()`, `&&`): the same intervals, the whole domain being the unbounded range `(,)`. A column
 type always maps to the same range type (RANGE_TYPES), whichever method published it.
@@ -26,11 +34,14 @@ type always maps to the same range type (RANGE_TYPES), whichever method publishe
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
+import numpy as np
 from psycopg import sql
 
 from dbanon.db.catalog import Column
 from dbanon.errors import DbanonError
+from dbanon.hierarchy import Hierarchy
 
 RANGE_FORMS = ("text", "typed")
 DEFAULT_FORM = "text"
@@ -178,3 +189,97 @@ def period(col: Column, x: sql.Composable, unit: str, form: str, zone: str) -> s
         end = period_end(unit, start)
         return _typed(col, from_local(col, start, zone), from_local(col, end, zone), "[)")
     return sql.SQL("to_char({}, {})").format(start, sql.Literal(PERIODS[unit][1]))
+
+
+# --- categorical groups ---------------------------------------------------------------------
+
+_PLAIN_ELEMENT = re.compile(r'[^\s{}",\\]+')
+
+
+def value_set(values: Sequence[str]) -> str:
+    """A set of values as PostgreSQL's text[] literal, sorted: `{13021,13045}`. Elements that
+    would not read back as themselves (commas, braces, quotes, blanks, NULL) are quoted."""
+
+    return "{" + ",".join(_element(v) for v in sorted(values)) + "}"
+
+
+def _element(v: str) -> str:
+    """One element of a text[] literal, quoted where it would not read back as itself."""
+    if _PLAIN_ELEMENT.fullmatch(v) and v.upper() != "NULL":
+        return v
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array (a sort: cheaper than np.unique's
+    hashing on large arrays)."""
+    a = np.sort(a, kind="stable")
+    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
+
+
+def _by_group(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row order sorting by group, start of each group in it, the group ids present)."""
+    order = np.argsort(gid, kind="stable")
+    sg = gid[order]
+    starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else np.zeros(0, int)
+    return order, starts, sg[starts]
+
+
+def group_labels(
+    h: Hierarchy, codes: np.ndarray, gid: np.ndarray, as_set: bool
+) -> tuple[np.ndarray, list[str]]:
+    """(group ids present, the released label of each): the label of the lowest common
+    ancestor of the group's leaves in `h`, or with `as_set` (a column without a hierarchy,
+    `h` its flat one) the value, the set of values present, or `*` for all of them."""
+    gid = np.asarray(gid)
+    order, starts, present = _by_group(gid)
+    leaves = np.asarray(codes)[order]
+    if not as_set:
+        # Balanced trees: the LCA of a group is at the lowest level where its ancestors agree.
+        anc = h.ancestor_table()[leaves]
+        level = np.full(len(starts), h.height, dtype=np.int64)
+        for lv in range(h.height - 1, -1, -1):
+            col = anc[:, lv]
+            agree = np.maximum.reduceat(col, starts) == np.minimum.reduceat(col, starts)
+            level = np.where(agree, lv, level)
+        nodes = anc[starts, level] if len(starts) else np.zeros(0, int)
+        return present, [h.labels[int(n)] for n in nodes]
+    # Distinct (group, leaf) pairs, sorted: each group's values are one run of them.
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(leaves)]))
+    width = int(leaves.max()) + 1 if len(leaves) else 1
+    pairs = _distinct(group.astype(np.int64) * width + leaves)
+    owner, value = pairs // width, (pairs % width).tolist()
+    bounds = np.r_[0, np.flatnonzero(np.diff(owner)) + 1, len(pairs)].tolist()
+    domain, names = len(h.leaves), h.labels
+    # value_set's form, each element quoted once and the elements in the order of their text
+    quoted = [_element(v) for v in names]
+    rank = {node: i for i, node in enumerate(sorted(range(len(names)), key=names.__getitem__))}
+    labels = []
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+        if b - a == 1:
+            labels.append(names[value[a]])
+        elif b - a == domain:
+            labels.append(WHOLE)
+        else:
+            members = sorted(value[a:b], key=rank.__getitem__)
+            labels.append("{" + ",".join([quoted[v] for v in members]) + "}")
+    return present, labels
+
+
+def groups_present(gid: np.ndarray) -> np.ndarray:
+    """The group ids that occur, sorted: the order `group_labels` gives its labels in."""
+    return _distinct(np.asarray(gid))
+
+
+def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
+    """Mean over rows of (values in the row's group - 1) / (domain - 1): the loss of a column
+    released as value sets (0 when the column has one value)."""
+    codes, gid = np.asarray(codes, dtype=np.int64), np.asarray(gid, dtype=np.int64)
+    if not len(gid) or domain <= 1:
+        return 0.0
+    order, starts, _ = _by_group(gid)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(gid)]))
+    width = int(codes.max()) + 1
+    covered = np.bincount(_distinct(group * width + codes[order]) // width)
+    g = group  # rows in group order: the mean over rows is the same
+    return float(((covered[g] - 1) / (domain - 1)).mean())

@@ -14,6 +14,10 @@ import numpy as np
 
 from dbanon.hierarchy import Hierarchy
 
+# (θ,k)'s ways of placing rows left over (dbanon.algorithms.thetak), here so that the method's
+# options can name them without importing the numba-compiled module.
+LEFTOVERS = ("category", "nearest")
+
 
 @dataclass(frozen=True)
 class QIArrays:

@@ -64,11 +64,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.base import LEFTOVERS, QIArrays
 from dbanon.algorithms.kmember import _absorb, _growth
-
-LEFTOVERS = ("category", "nearest")
-
 
 _CHUNK = 64  # rows per segment at most (tuning only: any value gives the same groups)
 

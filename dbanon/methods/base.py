@@ -194,8 +194,14 @@ class Method(ABC):
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Every promised model on the first built relation, as consumers will read it."""
-        target = replace(r.target, relation=r.ident(built[0].build))
+        target = replace(r.target, relation=self.checked_relation(r, built))
         return [model_check(m, target) for m in r.models]
+
+    def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
+        """What the checks and figures read for the first built relation: the relation itself,
+        or (a view) a snapshot the method made of it in the publish's transaction, so that a
+        view is evaluated once to verify it rather than once per check."""
+        return r.ident(built[0].build)
 
     def group_map(self, r: Resolved) -> sql.Composable | None:
         """A relation of (key text, gid int): each source row's group in the built release, for
@@ -213,7 +219,7 @@ class Method(ABC):
         """rows, classes and min_class_size of the release as consumers read it (the first
         relation, GROUP BY its QIs), taken from the checks' figures where they have them. A method
         whose release has no classes (noise) gives None for classes and min_class_size."""
-        rel = r.ident(built[0].build)
+        rel = self.checked_relation(r, built)
         if "classes" in checked and "min_class_size" in checked:
             classes, smallest = checked["classes"], checked["min_class_size"]
             rows = count_rows(conn, rel)

@@ -16,11 +16,14 @@ from psycopg import sql
 
 from dbanon.errors import DbanonError
 from dbanon.methods import register
-from dbanon.methods.base import BuildContext, Method, Option
+from dbanon.methods.base import BuildContext, Built, Method, Option
 from dbanon.methods.grouped import RANGES
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
+
+
+SNAPSHOT = sql.Identifier("dbanon_view_snapshot")  # a view release, evaluated once to verify it
 
 
 class FullDomain(Method):
@@ -56,8 +59,9 @@ class FullDomain(Method):
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
         sensitive = r.sensitive[0].name if r.sensitive else None
         found = search(
-            conn, r.source, r.qi, r.hierarchies, r.models, sensitive, r.options["max_suppression"]
-        )
+            conn, r.source, r.qi, r.hierarchies, r.models, sensitive, r.options["max_suppression"],
+            ctx.say,
+        )  # fmt: skip
         ctx.lap("search")
         select = release_select(
             r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
@@ -72,8 +76,22 @@ class FullDomain(Method):
             "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
         )
         conn.execute(sql.SQL(create).format(r.ident(built.build), select))
+        if as_view:
+            # Evaluated once, in the publish's (repeatable read) snapshot: the checks and the
+            # figures read this copy, exactly the rows a reader of the view would see now.
+            conn.execute(
+                sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(
+                    SNAPSHOT, r.ident(built.build)
+                )
+            )
+            conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
         ctx.lap("materialise")
         return {"gcp": found.loss, **found.summary()}
+
+    def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
+        if r.options["as"] == "view":
+            return SNAPSHOT
+        return super().checked_relation(r, built)
 
 
 register(FullDomain())

@@ -4,7 +4,8 @@ stream key, QI (and sensitive) columns out with COPY into numpy arrays; the algo
 group id per row (pure code); the ids stream back with COPY into a temporary staging table; one
 CREATE TABLE AS joins source and ids and generalises every QI per group — numeric and date QIs to
 their [min, max] (text or typed range, dbanon.generalise), categorical ones to the label of their
-lowest common ancestor — without the row key, rows in random order.
+lowest common ancestor, or without a hierarchy to the set of values present (labelled once per
+group in numpy and staged, see `stage_labels`) — without the row key, rows in random order.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.metrics.loss import loss_report
 
 STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at commit
+LABELS = sql.Identifier("dbanon_group_labels")  # (gid, label of each categorical QI)
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -126,47 +128,90 @@ def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
 
 
 def generalised(r: Resolved, col: Column) -> sql.Composable:
-    """Aggregate expression that generalises a QI column over one group."""
-    if col.name in r.hierarchies:
-        return sql.SQL("dbanon.lca({}, array_agg(DISTINCT {}::text))").format(
-            sql.Literal(r.hierarchies[col.name].name), col.ident
-        )
-    if r.is_categorical(col):  # flat hierarchy: the value if the group agrees, else '*'
-        return sql.SQL(
-            "CASE WHEN min({c}::text) = max({c}::text) THEN min({c}::text) ELSE '*' END"
-        ).format(c=col.ident)
+    """Aggregate expression that generalises a numeric or date QI column over one group (its
+    [min, max]); categorical QIs are labelled per group in numpy (`stage_labels`)."""
     low, high = (sql.SQL("{}({})").format(sql.SQL(f), col.ident) for f in ("min", "max"))
     return generalise.closed_range(col, low, high, r.options["ranges"])
+
+
+def stage_labels(
+    conn: psycopg.Connection, r: Resolved, qi: QIArrays, gid: np.ndarray
+) -> dict[str, float]:
+    """Label every group's categorical QIs once (generalise.group_labels: the LCA in the
+    hierarchy the publish resolved, or the set of values for a column without one) and COPY
+    (gid, labels) into LABELS, which `materialise` joins: no per-row or per-group function
+    call, and no read of the catalog's hierarchy map, so re-imported (churned) hierarchies
+    cannot slow a publish. Returns the loss of each column released as value sets."""
+    cats = [c for c in r.qi if r.is_categorical(c)]
+    cols = [sql.SQL("{} text").format(sql.Identifier(f"l{j}")) for j in range(len(cats))]
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (gid int4{}) ON COMMIT DROP").format(
+            LABELS, sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols)
+        )
+    )
+    present, columns, losses = generalise.groups_present(gid), [], {}
+    for j, col in enumerate(cats):
+        as_set = col.name not in r.hierarchies
+        groups, labels = generalise.group_labels(qi.hierarchies[j], qi.cat[:, j], gid, as_set)
+        columns.append(labels)
+        if as_set:
+            domain = len(qi.hierarchies[j].leaves)
+            losses[col.name] = generalise.value_set_loss(qi.cat[:, j], gid, domain)
+    with (
+        conn.cursor() as cur,
+        cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(LABELS)) as copy,
+    ):
+        copy.set_types(["int4"] + ["text"] * len(cats))
+        for row in zip(present.tolist(), *columns, strict=True):
+            copy.write_row(row)
+    conn.execute(sql.SQL("ANALYZE {}").format(LABELS))
+    return losses
 
 
 def materialise(
     conn: psycopg.Connection, r: Resolved, stage: sql.Identifier, build: sql.Identifier
 ) -> None:
-    """CREATE the release table from source + staged group ids, in one statement."""
+    """CREATE the release table from source + staged group ids + staged labels, in one
+    statement: numeric and date QIs generalised by one GROUP BY gid, categorical ones joined
+    from LABELS (`stage_labels`)."""
+    cats = [c for c in r.qi if r.is_categorical(c)]
+    nums = [c for c in r.qi if not r.is_categorical(c)]
+    label = {c.name: sql.Identifier(f"l{j}") for j, c in enumerate(cats)}
+    out = [
+        sql.SQL("l.{} AS {}").format(label[c.name], c.ident)
+        if c.name in label
+        else sql.SQL("g.{}").format(c.ident)
+        for c in r.qi
+    ] + [sql.SQL("rows.{}").format(c.ident) for c in r.sensitive]
+    groups = sql.SQL("")
+    if nums:
+        groups = sql.SQL(", groups AS (SELECT gid, {gen} FROM rows GROUP BY gid)").format(
+            gen=sql.SQL(", ").join(
+                sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in nums
+            )
+        )
     conn.execute(
         sql.SQL(
             """CREATE TABLE {build} AS
                WITH rows AS (
                    SELECT st.gid, {src_cols} FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-               ), groups AS (
-                   SELECT gid, {gen} FROM rows GROUP BY gid
-               )
-               SELECT {out} FROM rows JOIN groups g USING (gid) ORDER BY random()"""
+               ){groups}
+               SELECT {out} FROM rows {join_groups} JOIN {labels} l USING (gid)
+               ORDER BY random()"""
         ).format(
             build=build,
             src_cols=sql.SQL(", ").join(
-                sql.SQL("s.{}").format(c.ident) for c in [*r.qi, *r.sensitive]
-            ),
+                sql.SQL("s.{}").format(c.ident) for c in [*nums, *r.sensitive]
+            )
+            if nums or r.sensitive
+            else sql.SQL("1 AS dbanon_one"),
             src=r.source.ident,
             stage=stage,
             key=r.key.ident,
-            gen=sql.SQL(", ").join(
-                sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in r.qi
-            ),
-            out=sql.SQL(", ").join(
-                [sql.SQL("g.{}").format(c.ident) for c in r.qi]
-                + [sql.SQL("rows.{}").format(c.ident) for c in r.sensitive]
-            ),
+            groups=groups,
+            out=sql.SQL(", ").join(out),
+            join_groups=sql.SQL("JOIN groups g USING (gid)") if nums else sql.SQL(""),
+            labels=LABELS,
         )
     )
 
@@ -249,10 +294,13 @@ class GroupingMethod(Method):
         )
         copy_in_ids(conn, stage, keys, gid)
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
+        value_sets = stage_labels(conn, r, qi, gid)
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.ident(built.build))
         ctx.lap("materialise")
         metrics: dict[str, Any] = {**loss.as_dict(), **figures}
+        if value_sets:  # columns without a hierarchy, released as the values present
+            metrics["value_set_loss"] = value_sets
         if previous is not None:
             metrics["persisting_rows"] = int((previous >= 0).sum())
         return metrics

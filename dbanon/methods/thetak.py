@@ -10,8 +10,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.thetak import LEFTOVERS
+from dbanon.algorithms.base import LEFTOVERS, QIArrays
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option

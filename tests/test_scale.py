@@ -1,0 +1,216 @@
+"""The SQL side at scale: grouped releases label each group once, without reading the catalog's
+hierarchy map per group (so re-importing hierarchies cannot slow later publishes); categorical
+QIs without a hierarchy are released as the set of values present.
+
+The checks read the released tables with plain SQL and the statistics views; nothing here uses
+dbanon's own generalisation to judge its output.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+from helpers import cli, cli_json, make_table
+
+from dbanon.api import Database
+from dbanon.release import ReleaseSpec
+
+LEAVES = [f"{z:05d}" for z in range(13000, 13040)]  # 40 zip codes, 2 levels above them
+
+
+def hierarchy_file(tmp_path: Path) -> Path:
+    path = tmp_path / "zip.csv"
+    path.write_text("".join(f"{z};{z[:4]}*;{z[:3]}**;*\n" for z in LEAVES))
+    return path
+
+
+def map_reads(conn: psycopg.Connection) -> int:
+    """Tuples of dbanon.hierarchy_map read so far (sequential and index), as the statistics
+    views count them once this session's counters are flushed."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.commit()
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        """SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)
+           FROM pg_stat_user_tables WHERE schemaname = 'dbanon' AND relname = 'hierarchy_map'"""
+    ).fetchone()
+    conn.commit()
+    return int(row[0])
+
+
+@pytest.mark.parametrize("method", ["kmember", "mondrian"])
+def test_publish_reads_the_hierarchy_map_once_however_often_it_was_reimported(
+    dsn: str, tmp_path: Path, method: str
+) -> None:
+    """Labels come from the hierarchy the publish resolved (one read of its map), never from a
+    catalog lookup per group: a publish of ~500 groups reads about as many map tuples as the
+    map holds, and the same after ten re-imports of the hierarchy (which churn the catalog's
+    table and index). Per-group lookups (dbanon.lca per group) read dozens of times more."""
+    rng = random.Random(5)
+    rows = [(i, rng.choice(LEAVES), rng.randint(18, 90)) for i in range(1000)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "t", [("id", "integer"), ("zip", "text"), ("age", "integer")], rows)
+    path = hierarchy_file(tmp_path)
+    assert cli(dsn, "hierarchy", "import", "zips", str(path)).exit_code == 0
+    map_rows = len(LEAVES) * 4
+
+    def publish(name: str) -> int:
+        with Database(dsn) as db:
+            before = map_reads(db.conn)
+            spec = ReleaseSpec.from_options(
+                name, "s.t", "id", ["zip", "age"], method=method, k=2,
+                hierarchies={"zip": "zips"}, target=f"out_{name}.{name}",
+            )  # fmt: skip
+            db.publish(spec)
+            return map_reads(db.conn) - before
+
+    first = publish("a")
+    for _ in range(10):
+        assert cli(dsn, "hierarchy", "import", "zips", str(path), "--replace").exit_code == 0
+    again = publish("b")
+    assert 0 < first <= 3 * map_rows
+    assert 0 < again <= 3 * map_rows
+    with psycopg.connect(dsn) as conn:
+        labels = {
+            r[0] for r in conn.execute("SELECT DISTINCT zip FROM out_b.b").fetchall()
+        }
+        sizes = conn.execute("SELECT min(n) FROM (SELECT count(*) n FROM out_b.b "
+                             "GROUP BY zip, age) c").fetchone()[0]  # fmt: skip
+    allowed = set(LEAVES) | {z[:4] + "*" for z in LEAVES} | {z[:3] + "**" for z in LEAVES}
+    assert labels <= allowed | {"*"}
+    assert sizes >= 2
+
+
+@pytest.mark.parametrize("method", ["kmember", "mondrian"])
+def test_categories_without_hierarchy_are_released_as_value_sets(
+    dsn: str, method: str
+) -> None:
+    """Two clear groups: ages 20-21 with zips A and B, ages 90 with zip C. The first group's
+    zip is released as {A,B} (not '*'), the second as C; a group holding every value of the
+    column would be '*'. The loss of the column is (values covered - 1) / (domain - 1) per row:
+    (2 * 1/2 + 2 * 0) / 4 = 0.25."""
+    rows = [(1, 20, "A,1"), (2, 21, 'B "2"'), (3, 90, "C"), (4, 90, "C")]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "v", [("id", "integer"), ("age", "integer"), ("zip", "text")], rows)
+    code, out = cli_json(
+        dsn, "publish", "v", "--source", "s.v", "--key", "id", "--qi", "age,zip",
+        "--algorithm", method, "--k", "2", "--target", "out_v.v",
+    )  # fmt: skip
+    assert code == 0, out
+    with psycopg.connect(dsn) as conn:
+        released = conn.execute("SELECT zip, count(*) FROM out_v.v GROUP BY zip").fetchall()
+        sets = {
+            label: set(conn.execute("SELECT unnest(%s::text[])", [label]).fetchall())
+            for label, _ in released
+            if label.startswith("{")
+        }
+    assert sorted(n for _, n in released) == [2, 2]
+    assert dict(released)["C"] == 2
+    assert {frozenset(v[0] for v in s) for s in sets.values()} == {frozenset({"A,1", 'B "2"'})}
+    code, report = cli_json(dsn, "report", "v")
+    assert report["method_metrics"]["value_set_loss"]["zip"] == pytest.approx(0.25)
+
+
+def source_scans(conn: psycopg.Connection, table: str) -> int:
+    """Sequential scans of s.<table> so far, once this session's counters are flushed."""
+    conn.execute("SELECT pg_stat_force_next_flush()")
+    conn.commit()
+    conn.execute("SELECT pg_stat_clear_snapshot()")
+    row = conn.execute(
+        "SELECT seq_scan FROM pg_stat_user_tables WHERE schemaname = 's' AND relname = %s",
+        [table],
+    ).fetchone()
+    conn.commit()
+    return int(row[0])
+
+
+def test_a_view_release_is_evaluated_once_to_verify_it(dsn: str) -> None:
+    """A live view reads its source at every evaluation. Publishing it with three models to
+    verify reads the source as often as with one: the checks and figures read one snapshot of
+    the view, not the view once per check."""
+    rng = random.Random(2)
+    rows = [(i, rng.randint(18, 90), rng.choice("FM"), rng.choice("abcd")) for i in range(400)]
+    cols = [("id", "integer"), ("age", "integer"), ("sex", "text"), ("dx", "text")]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "w", cols, rows)
+
+    def scans(name: str, **models: float) -> int:
+        with Database(dsn) as db:
+            before = source_scans(db.conn, "w")
+            spec = ReleaseSpec.from_options(
+                name, "s.w", "id", ["age", "sex"], sensitive=["dx"], method="fulldomain",
+                options={"as": "view", "max_suppression": 0.05}, target=f"out_{name}.{name}",
+                **models,
+            )  # fmt: skip
+            db.publish(spec)
+            return source_scans(db.conn, "w") - before
+
+    one = scans("one", k=3)
+    three = scans("three", k=3, l=2, alpha=0.9)
+    assert three == one
+    with psycopg.connect(dsn) as conn:  # the view holds its promises, read independently
+        worst = conn.execute(
+            "SELECT min(n), min(d) FROM (SELECT count(*) n, count(DISTINCT dx) d "
+            "FROM out_three.three GROUP BY age, sex) c"
+        ).fetchone()
+    assert worst[0] >= 3 and worst[1] >= 2
+
+
+HEAVY = ("numba", "sklearn", "matplotlib", "sqlalchemy", "alembic", "rich")
+
+
+def test_check_imports_no_heavy_module(dsn: str) -> None:
+    """`dbanon check` (and the CLI's import) loads none of the heavy modules: they are
+    imported by the commands that need them. Run in a fresh interpreter, as the CLI starts."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "small", [("id", "integer"), ("a", "integer")],
+                   [(i, i % 3) for i in range(20)])  # fmt: skip
+    code = (
+        "import sys\n"
+        "from dbanon.cli import main\n"
+        "try:\n"
+        f"    main(['--dsn', {dsn!r}, '--json', 'check', 's.small', '--qi', 'a', '--k', '2'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    lines = done.stdout.strip().splitlines()
+    assert json.loads(lines[0])["holds"] is True
+    assert lines[-1] == "[]"
+
+
+def test_bench_scale_runs_every_method_and_checks_each_release(dsn: str) -> None:
+    """`dbanon bench scale` on a tiny table: every method gets seconds and a peak RSS from its
+    own process, and every release passes the bench's independent check; the figures are
+    checked again here with plain SQL."""
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5")
+    assert code == 0, out
+    assert out["rows"] == 300
+    assert set(out["methods"]) == {
+        "mondrian", "fulldomain", "fulldomain_view", "anatomy", "kmember", "check",
+    }  # fmt: skip
+    for name, m in out["methods"].items():
+        assert m["seconds"] > 0 and m["peak_rss_mb"] > 10, name
+        if name != "check":
+            assert m["checked"]["holds"] is True, name
+    with psycopg.connect(dsn) as conn:
+        smallest = conn.execute(
+            "SELECT min(n) FROM (SELECT count(*) n FROM dbanon_bench_scale_out.scale_mondrian "
+            "GROUP BY age, sex, race, marital, education, workclass, zip) c"
+        ).fetchone()[0]
+        distinct = conn.execute(
+            "SELECT min(d) FROM (SELECT count(DISTINCT occupation) d "
+            "FROM dbanon_bench_scale_out.scale_anatomy_st GROUP BY group_id) c"
+        ).fetchone()[0]
+    assert smallest >= 5 and distinct >= 2
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--methods", "nope")
+    assert code == 2 and "unknown method" in out["error"]
