@@ -203,6 +203,24 @@ def value_set(values: Sequence[str]) -> str:
     return "{" + ",".join(_element(v) for v in sorted(values)) + "}"
 
 
+_SET_ELEMENT = re.compile(r'"((?:[^"\\]|\\.)*)"|([^,]*)')
+
+
+def read_value_set(text: str) -> list[str] | None:
+    """The values of a `value_set` label (None when `text` is not one): what a consumer's
+    tools (and the metrics) read a value-set cell as."""
+    if len(text) < 2 or text[0] != "{" or text[-1] != "}":
+        return None
+    body, out, i = text[1:-1], [], 0
+    while i <= len(body) and body:
+        m = _SET_ELEMENT.match(body, i)
+        assert m is not None  # the pattern matches the empty string too
+        quoted, plain = m.group(1), m.group(2)
+        out.append(re.sub(r"\\(.)", r"\1", quoted) if quoted is not None else plain)
+        i = m.end() + 1  # past the comma
+    return out
+
+
 def _element(v: str) -> str:
     """One element of a text[] literal, quoted where it would not read back as itself."""
     if _PLAIN_ELEMENT.fullmatch(v) and v.upper() != "NULL":

@@ -38,7 +38,6 @@ from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
-from dbanon.metrics import exposure
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -564,13 +563,14 @@ def _publish(
                 conn.execute(sql.SQL("ANALYZE {}").format(r.ident(b.build)))
         say("verifying the release")
         checked = verify(conn, r, built)
+        from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
         figures = r.method.figures(conn, r, built, checked)
         lap("verify")
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (
             {k: v for k, v in checked.items() if k == "dm" or k.startswith("exposure")}
             if "exposure" in checked
-            else exposure.at_publish(conn, r, built)
+            else at_publish(conn, r, built)
         )
         if measured:
             lap("exposure")

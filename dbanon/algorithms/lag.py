@@ -26,7 +26,6 @@ from __future__ import annotations
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.mondrian import mondrian
 
 VARIANTS = ("partition", "ncp")
 
@@ -98,6 +97,8 @@ def generalise(
     if variant not in VARIANTS:
         raise ValueError(f"unknown LAG variant {variant!r}; expected one of {VARIANTS}")
     n = qi.n
+    from dbanon.algorithms.mondrian import mondrian  # numba: loaded when a release is built
+
     subset = qi_partition(np.hstack([flagged_num, flagged_cat]))
     gid = np.full(n, -1, dtype=np.int64)
     rng = np.random.default_rng(seed)

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import psycopg
-from numba import njit
 from psycopg import sql
 
 CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
@@ -83,108 +82,12 @@ class Keys:
             start += max(n, 0)
 
 
-@njit(cache=True)
-def _int32(buf: np.ndarray, p: int) -> int:
-    v = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16)
-    v |= (np.int64(buf[p + 2]) << 8) | np.int64(buf[p + 3])
-    return v - (1 << 32) if v >= (1 << 31) else v
+def _k():  # noqa: ANN202 - a module
+    """The compiled kernels, imported at first use: importing this module (as every method
+    and the lifecycle do) must not load numba, so `dbanon check` starts fast."""
+    from dbanon.db import copykernels
 
-
-@njit(cache=True)
-def _scan(
-    buf: np.ndarray, pos: int, nf: int, offs: np.ndarray, lens: np.ndarray
-) -> tuple[int, int, int]:
-    """Index the complete rows of `buf` from `pos`: each field's offset and length (-1: NULL).
-
-    Returns (rows, position after the last complete row, state): state 1 at the trailer,
-    -1 on a row with another number of fields, else 0 (more data needed)."""
-    n = len(buf)
-    r = 0
-    while r < offs.shape[0] and pos + 2 <= n:
-        count = (np.int64(buf[pos]) << 8) | np.int64(buf[pos + 1])
-        if count == 0xFFFF:
-            return r, pos + 2, 1
-        if count != nf:
-            return r, pos, -1
-        p = pos + 2
-        complete = True
-        for f in range(nf):
-            if p + 4 > n:
-                complete = False
-                break
-            ln = _int32(buf, p)
-            p += 4
-            if ln > 0 and p + ln > n:
-                complete = False
-                break
-            offs[r, f] = p
-            lens[r, f] = ln
-            if ln > 0:
-                p += ln
-        if not complete:
-            break
-        pos = p
-        r += 1
-    return r, pos, 0
-
-
-@njit(cache=True)
-def _gather(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, width: int) -> np.ndarray:
-    """uint8[rows, width]: each field's bytes, zero-padded (NULL: all zero)."""
-    out = np.zeros((len(offs), width), np.uint8)
-    for i in range(len(offs)):
-        for b in range(max(lens[i], 0)):
-            out[i, b] = buf[offs[i] + b]
-    return out
-
-
-@njit(cache=True)
-def _concat(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """The fields' bytes one after another (NULL: none)."""
-    total = 0
-    for i in range(len(lens)):
-        total += max(lens[i], 0)
-    out = np.empty(total, np.uint8)
-    p = 0
-    for i in range(len(lens)):
-        for b in range(max(lens[i], 0)):
-            out[p + b] = buf[offs[i] + b]
-        p += max(lens[i], 0)
-    return out
-
-
-@njit(cache=True)
-def _put32(out: np.ndarray, p: int, v: int) -> None:
-    v &= 0xFFFFFFFF
-    out[p] = (v >> 24) & 255
-    out[p + 1] = (v >> 16) & 255
-    out[p + 2] = (v >> 8) & 255
-    out[p + 3] = v & 255
-
-
-@njit(cache=True)
-def _pack(
-    blob: np.ndarray, start: int, lens: np.ndarray, ids: np.ndarray, lo: int, hi: int
-) -> np.ndarray:
-    """Binary COPY rows (key text, gid int4) for rows lo..hi-1, row lo's key at blob[start]."""
-    size = 0
-    for i in range(lo, hi):
-        size += 14 + max(lens[i], 0)
-    out = np.empty(size, np.uint8)
-    p = 0
-    for i in range(lo, hi):
-        out[p] = 0
-        out[p + 1] = 2
-        _put32(out, p + 2, lens[i])
-        p += 6
-        for b in range(max(lens[i], 0)):
-            out[p + b] = blob[start + b]
-        p += max(lens[i], 0)
-        start += max(lens[i], 0)
-        _put32(out, p, 4)
-        _put32(out, p + 4, ids[i])
-        p += 8
-    return out
+    return copykernels
 
 
 def _grow(a: np.ndarray, used: int, need: int) -> np.ndarray:
@@ -217,10 +120,10 @@ class _Column:
         self.out = _grow(self.out, self.n, m)
         part = self.out[self.n : self.n + m]
         if self.kind == "float8":
-            part[:] = _gather(buf, offs, lens, 8).view(">f8").reshape(-1)
+            part[:] = _k().gather(buf, offs, lens, 8).view(">f8").reshape(-1)
             part[lens < 0] = np.nan
         elif self.kind == "key":
-            raw = _concat(buf, offs, lens)
+            raw = _k().concat(buf, offs, lens)
             self.blob = _grow(self.blob, self.used, len(raw))
             self.blob[self.used : self.used + len(raw)] = raw
             self.used += len(raw)
@@ -240,7 +143,7 @@ class _Column:
             return np.fromiter(
                 (self.index.setdefault(v, len(self.index)) for v in values), np.int32, len(values)
             )
-        fixed = np.ascontiguousarray(_gather(buf, offs, lens, width)).view(f"S{width}").ravel()
+        fixed = np.ascontiguousarray(_k().gather(buf, offs, lens, width)).view(f"S{width}").ravel()
         distinct, inverse = np.unique(fixed, return_inverse=True)
         code = np.array(
             [self.index.setdefault(v.decode(), len(self.index)) for v in distinct.tolist()],
@@ -294,7 +197,7 @@ def copy_columns(
                 cap = max(len(buf) // (2 + 4 * nf), 1)
                 offs = np.empty((cap, nf), np.int32)  # a chunk is far below 2 GiB
                 lens = np.empty((cap, nf), np.int32)
-                rows, pos_after, state = _scan(buf, pos, nf, offs, lens)
+                rows, pos_after, state = _k().scan(buf, pos, nf, offs, lens)
                 if state < 0:
                     raise ValueError("COPY stream: a row with an unexpected number of fields")
                 for f, col in enumerate(cols):
@@ -324,6 +227,6 @@ def copy_in_ids(
         start = 0
         for lo in range(0, len(ids), step):
             hi = min(lo + step, len(ids))
-            copy.write(_pack(keys.blob, start, lens, ids, lo, hi).tobytes())
+            copy.write(_k().pack(keys.blob, start, lens, ids, lo, hi).tobytes())
             start += int(np.maximum(lens[lo:hi], 0).sum())
         copy.write(b"\xff\xff")

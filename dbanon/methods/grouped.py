@@ -128,8 +128,19 @@ def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
 
 
 def generalised(r: Resolved, col: Column) -> sql.Composable:
-    """Aggregate expression that generalises a numeric or date QI column over one group (its
-    [min, max]); categorical QIs are labelled per group in numpy (`stage_labels`)."""
+    """Aggregate expression that generalises a QI column over one group: a numeric or date
+    QI's [min, max]. The grouping methods label categorical QIs per group in numpy
+    (`stage_labels`); for methods that still label them in SQL (cbg, lag) a categorical QI
+    is its hierarchy's LCA (dbanon.lca), or without one the value if the group agrees, else
+    '*'."""
+    if col.name in r.hierarchies:
+        return sql.SQL("dbanon.lca({}, array_agg(DISTINCT {}::text))").format(
+            sql.Literal(r.hierarchies[col.name].name), col.ident
+        )
+    if r.is_categorical(col):
+        return sql.SQL(
+            "CASE WHEN min({c}::text) = max({c}::text) THEN min({c}::text) ELSE '*' END"
+        ).format(c=col.ident)
     low, high = (sql.SQL("{}({})").format(sql.SQL(f), col.ident) for f in ("min", "max"))
     return generalise.closed_range(col, low, high, r.options["ranges"])
 

@@ -27,6 +27,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon import generalise
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 
@@ -131,6 +132,9 @@ def category_mask(text: str, attr: Attribute) -> np.ndarray:
     if text == WHOLE:
         return np.ones(len(d), dtype=bool)
     mask = np.array([v == text for v in d], dtype=bool)
+    members = None if mask.any() else generalise.read_value_set(text)
+    if members is not None:  # a column without a hierarchy, released as the values present
+        return np.isin(np.asarray(d, dtype=object), members)
     h = attr.hierarchy
     if h is not None and text in h.labels:
         for i, v in enumerate(d):
