@@ -1521,6 +1521,8 @@ def experiment_rfka(
             )  # fmt: skip
         print_outcome(table, data["findings"], data)
 
+    c.emit(data, human)
+
 
 def _float_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list | None:
     if value is None:

@@ -169,7 +169,7 @@ def test_anatomy_release_and_refusal(ward: psycopg.Connection, dsn: str) -> None
         (["--algorithm", "anatomy", "--sensitive", "dx", "--l", "2", "--k", "3"],
          "--algorithm anatomy cannot promise --k"),
         (["--algorithm", "kmember", "--k", "3", "--as", "view"],
-         "--as does not apply to --algorithm kmember (an option of fulldomain)"),
+         "--as does not apply to --algorithm kmember (an option of fulldomain, rfka, hamdist)"),
         (["--algorithm", "mondrian", "--k", "3", "--l", "2"], "needs exactly one --sensitive"),
         (["--algorithm", "fulldomain", "--k", "3", "--sensitive", "dx", "--t", "2"],
          "--t must be in (0, 1], got 2"),
