@@ -1169,6 +1169,8 @@ def bench_scale(c: Ctx, rows: int, k: int, l_: int, methods: str) -> None:
     from dbanon.db.connection import resolve_dsn
 
     chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
+    with c.db() as db:  # the catalog the publishes need (on a fresh server too)
+        db.init()
     with c.progress() as say:
         data = run(resolve_dsn(c.dsn), rows, k, l_, chosen, say)
 
