@@ -219,12 +219,8 @@ def _plots(results: list[dict[str, Any]], out: Path) -> list[str]:
             pts = [(r["l"], r[field]) for r in results
                    if r["part"] == "l" and r["method"] == method]  # fmt: skip
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=LABELS[method])
-        _finish(ax, "l", label, log, f"Fig. 3.{fig_no}: {field} vs l (k={K})")
-        path = out / f"fig3_{fig_no}_{field}_vs_l.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(_finish(fig, ax, "l", label, log, f"Fig. 3.{fig_no}: {field} vs l (k={K})",
+                             out / f"fig3_{fig_no}_{field}_vs_l.png"))  # fmt: skip
     for fig_no, (field, (label, log)) in zip((9, 10, 11), FIELDS.items(), strict=True):
         sweep = [r for r in results if r["part"] == "k"]
         if not sweep:
@@ -233,16 +229,15 @@ def _plots(results: list[dict[str, Any]], out: Path) -> list[str]:
         for ell in sorted({r["l"] for r in sweep}):
             pts = [(r["k"], r[field]) for r in sweep if r["l"] == ell]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"CBG l={ell}")
-        _finish(ax, "k", label, log, f"Fig. 3.{fig_no}: {field} vs k (CBG)")
-        path = out / f"fig3_{fig_no}_{field}_vs_k.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(str(path))
+        paths.append(_finish(fig, ax, "k", label, log, f"Fig. 3.{fig_no}: {field} vs k (CBG)",
+                             out / f"fig3_{fig_no}_{field}_vs_k.png"))  # fmt: skip
     return paths
 
 
-def _finish(ax: Any, x: str, label: str, log: bool, title: str) -> None:
+def _finish(fig: Any, ax: Any, x: str, label: str, log: bool, title: str, path: Any) -> str:
+    """Label one figure, write it to `path` and close it; the path written."""
+    import matplotlib.pyplot as plt
+
     if log:
         ax.set_yscale("log")
     ax.set_xlabel(x)
@@ -250,6 +245,10 @@ def _finish(ax: Any, x: str, label: str, log: bool, title: str) -> None:
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
 
 
 # --- dbanon bench cbg ---------------------------------------------------------------------------

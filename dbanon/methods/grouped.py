@@ -55,9 +55,8 @@ RANGES = Option(
 
 def codes(values: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
     """Integer codes of sensitive values (NULL a value of its own) and the value of each code."""
-    index: dict[str | None, int] = {}
-    out = np.fromiter((index.setdefault(v, len(index)) for v in values), np.int32, len(values))
-    return out, list(index)
+    coded = Coded.of(values)
+    return coded.codes, coded.values
 
 
 def encode(r: Resolved, col: Column, values: Coded) -> tuple[np.ndarray, Hierarchy]:
