@@ -467,9 +467,9 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
     c.emit(summary, human)
 
 
-def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """One flag per option any registered method declares (help says which methods take it);
-    publish refuses a flag the chosen method does not take."""
+def method_params() -> list[click.Option]:
+    """--algorithm, and one flag per option any registered method declares (help says which
+    methods take it); publish refuses a flag the chosen method does not take."""
     seen: dict[str, tuple[Option, list[str]]] = {}
     defaults: dict[str, dict[str, Any]] = {}
     helps: dict[str, dict[str, str]] = {}
@@ -478,30 +478,46 @@ def method_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             seen.setdefault(o.name, (o, []))[1].append(m.name)
             defaults.setdefault(o.name, {})[m.name] = o.default
             helps.setdefault(o.name, {}).setdefault(o.help, m.name)
-    for o, owners in reversed(list(seen.values())):
+    params = [
+        click.Option(
+            ["--algorithm"], type=click.Choice(list(methods.methods())), default=methods.DEFAULT,
+            show_default=True, help="The publishing method (`dbanon methods` lists them).",
+        )
+    ]  # fmt: skip
+    for o, owners in seen.values():
         kind: Any = click.Choice(o.choices) if o.choices else o.type
         default = "" if o.default is None else f"; default {o.default}"
         if len(set(map(repr, defaults[o.name].values()))) > 1:  # say whose default is which
             default = "; default " + ", ".join(f"{m} {d}" for m, d in defaults[o.name].items())
         # A bool option is a flag (None when absent, so other methods' runs never see it).
         flag: dict[str, Any] = {"is_flag": True} if o.type is bool else {"type": kind}
-        fn = click.option(
-            o.flag, "method_" + o.name, default=None,
+        params.append(click.Option(
+            [o.flag, "method_" + o.name], default=None,
             help=(o.help if len(helps[o.name]) == 1
                   else " ".join(f"{m}: {h}" for h, m in helps[o.name].items()))
             + f" [{', '.join(owners)}{default}]", **flag,
-        )(fn)  # fmt: skip
-    return fn
+        ))  # fmt: skip
+    return params
 
 
-def methods_help() -> str:
-    return "\n\n".join(
-        f"{m.name}: {m.summary} (promises {', '.join(m.promises)})"
-        for m in methods.methods().values()
-    )
+class MethodCommand(Command):
+    """A command whose flags include every method's (`method_params`). They are made when the
+    command is first parsed or shown: loading the methods imports numpy and the algorithms,
+    which other commands (`dbanon check` above all) must start without."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._methods_loaded = False
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self._methods_loaded:
+            self._methods_loaded = True
+            at = next(i for i, p in enumerate(self.params) if p.name == "hierarchies")
+            self.params[at:at] = method_params()
+        return super().get_params(ctx)
 
 
-@main.command(epilog=None)
+@main.command(cls=MethodCommand, epilog=None)
 @click.argument("name")
 @click.option("--source", required=True, help="SCHEMA.TABLE to anonymise.")
 @click.option("--key", required=True, help="Its unique row key (never released).")
@@ -516,14 +532,6 @@ def methods_help() -> str:
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
 @click.option("--k", type=int, help="Smallest equivalence class.")
 @model_options
-@click.option(
-    "--algorithm",
-    type=click.Choice(list(methods.methods())),
-    default=methods.DEFAULT,
-    show_default=True,
-    help="The publishing method (`dbanon methods` lists them).",
-)
-@method_options
 @click.option(
     "--hierarchy",
     "hierarchies",

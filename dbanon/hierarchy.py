@@ -13,8 +13,10 @@ import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where a table is built: `dbanon check` never needs it
+    import numpy as np
 
 
 class HierarchyError(ValueError):
@@ -134,6 +136,8 @@ class Hierarchy:
 
     def ancestor_table(self) -> np.ndarray:
         """int32[m, height+1]: the ancestor of each node at each level (-1 below the node)."""
+        import numpy as np
+
         table = np.full((len(self.labels), self.height + 1), -1, dtype=np.int32)
         for node in range(len(self.labels)):
             for anc in self.ancestors(node):
@@ -142,6 +146,8 @@ class Hierarchy:
 
     def lca_table(self) -> np.ndarray:
         """int32[m, m]: the lowest common ancestor of every pair of nodes."""
+        import numpy as np
+
         anc = self.ancestor_table()
         m = len(self.labels)
         lca = np.empty((m, m), dtype=np.int32)

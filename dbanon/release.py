@@ -570,7 +570,7 @@ def _publish(
         measured = (
             {k: v for k, v in checked.items() if k == "dm" or k.startswith("exposure")}
             if "exposure" in checked
-            else at_publish(conn, r, built)
+            else at_publish(conn, r, built, checked.get("dm"))
         )
         if measured:
             lap("exposure")
@@ -898,7 +898,7 @@ def drop(conn: psycopg.Connection, name: str) -> list[str]:
     row = _release_row(conn, name)
     if row is None:
         raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
-    _, _, schema, objects = row
+    release_id, _, schema, objects = row
     dropped = []
     try:
         for obj in objects:
@@ -911,6 +911,7 @@ def drop(conn: psycopg.Connection, name: str) -> list[str]:
             if mine:
                 _drop(conn, schema, obj)
                 dropped.append(f"{schema}.{obj}")
+        composition.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])
         conn.commit()
     except BaseException:

@@ -8,7 +8,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from alembic import command
-from helpers import cli, cli_json, snapshot
+from helpers import cli, cli_json, make_table, snapshot
 
 from dbanon.data import hierarchy_file
 from dbanon.db import catalog
@@ -19,7 +19,7 @@ def test_init_is_idempotent_and_downgrade_removes_everything(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA keep_me; CREATE TABLE keep_me.t (x int)")
         first = cli(dsn, "init")
-        assert first.exit_code == 0 and "0006" in first.stdout
+        assert first.exit_code == 0 and "0007" in first.stdout
         before = snapshot(conn)
         assert cli(dsn, "init").exit_code == 0
         assert snapshot(conn) == before
@@ -114,3 +114,31 @@ def test_hierarchy_name_taken(dsn: str) -> None:
     again = cli(dsn, "hierarchy", "import", "sex", path)
     assert again.exit_code == 2 and "already exists" in again.stderr
     assert cli(dsn, "hierarchy", "import", "sex", path, "--replace").exit_code == 0
+
+
+def test_revision_0007_moves_each_map_into_a_partition_and_back(dsn: str) -> None:
+    """Upgrading to 0007 keeps every release's private map, row for row, as a partition of its
+    own; downgrading to 0006 puts the same rows back in one table."""
+    rows = [(i, random.Random(i).randint(20, 60), "ab"[i % 2]) for i in range(1, 61)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "m", "t", [("id", "int PRIMARY KEY"), ("age", "int"), ("s", "text")],
+                   rows)  # fmt: skip
+        for name in ("one", "two"):
+            code, out = cli_json(dsn, "publish", name, "--source", "m.t", "--key", "id",
+                                 "--qi", "age", "--sensitive", "s", "--k", "4",
+                                 "--algorithm", "mondrian", "--target", f"mo.{name}")  # fmt: skip
+            assert code == 0, out
+        query = "SELECT release_id, key, gid, vals FROM dbanon.group_map ORDER BY 1, 2"
+        before = conn.execute(query).fetchall()
+        assert len(before) == 120
+        command.downgrade(catalog.alembic_config(dsn), "0006")
+        kind = "SELECT relkind FROM pg_class WHERE oid = 'dbanon.group_map'::regclass"
+        assert conn.execute(kind).fetchone()[0] == "r"
+        assert conn.execute(query).fetchall() == before
+        command.upgrade(catalog.alembic_config(dsn), "head")
+        assert conn.execute(kind).fetchone()[0] == "p"
+        assert conn.execute(query).fetchall() == before
+        parts = conn.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'dbanon.group_map'::regclass"
+        ).fetchone()[0]
+        assert parts == 2

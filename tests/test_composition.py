@@ -120,13 +120,56 @@ def test_the_group_map_is_never_granted(conn: psycopg.Connection, dsn: str) -> N
                            "--qi", "age,region", "--k", "5", "--grant",
                            "dbanon_test_reader")  # fmt: skip
         assert code == 0
+        rid = conn.execute("SELECT id FROM dbanon.release WHERE name = 'g'").fetchone()[0]
+        conn.commit()
         conn.execute("SET ROLE dbanon_test_reader")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            conn.execute("SELECT * FROM dbanon.group_map")
+        for table in ("dbanon.group_map", f"dbanon.group_map_{rid}"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(f"SELECT * FROM {table}")  # noqa: S608 - a test's own names
+            conn.rollback()
     finally:
         conn.execute("RESET ROLE")
         conn.execute("DROP OWNED BY dbanon_test_reader")
         conn.execute("DROP ROLE dbanon_test_reader")
+
+
+def test_each_release_keeps_its_map_in_a_partition_of_its_own(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """A refresh replaces the release's partition (the map holds the rows now present, once
+    each) and leaves another release's alone; dropping a release drops its partition."""
+    rng = random.Random(5)
+    rows = [person(rng, i) for i in range(1, 201)]
+    cols = [("id", "int PRIMARY KEY"), ("age", "int"), ("region", "text"), ("dx", "text")]
+    make_table(conn, "h", "ward", cols, rows)
+    for name in ("a", "b"):
+        code, out = cli_json(dsn, "publish", name, "--source", "h.ward", "--key", "id",
+                             "--qi", "age,region", "--sensitive", "dx", "--k", "5",
+                             "--target", f"released.{name}")  # fmt: skip
+        assert code == 0, out
+
+    def partitions() -> dict[str, int]:
+        names = conn.execute(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = 'dbanon.group_map'::regclass"
+        ).fetchall()
+        return {
+            n: conn.execute(f"SELECT count(*) FROM dbanon.{n}").fetchone()[0]  # noqa: S608
+            for (n,) in names
+        }
+
+    ids = dict(conn.execute("SELECT name, id FROM dbanon.release").fetchall())
+    assert partitions() == {f"group_map_{ids['a']}": 200, f"group_map_{ids['b']}": 200}
+    conn.execute("DELETE FROM h.ward WHERE id <= 20")
+    conn.commit()
+    code, out = cli_json(dsn, "refresh", "a")
+    assert code == 0, out
+    assert partitions() == {f"group_map_{ids['a']}": 180, f"group_map_{ids['b']}": 200}
+    keys = conn.execute("SELECT key FROM dbanon.group_map WHERE release_id = %s", [ids["a"]])
+    assert sorted(int(k) for (k,) in keys) == list(range(21, 201))
+    code, out = cli_json(dsn, "drop", "a", "--yes")
+    assert code == 0, out
+    assert partitions() == {f"group_map_{ids['b']}": 200}
 
 
 # --- the regrouping itself, in memory ------------------------------------------------------------

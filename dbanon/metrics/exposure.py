@@ -185,14 +185,20 @@ def metric_attributes(
                       hierarchies)  # fmt: skip
 
 
-def at_publish(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[str, Any]:
+def at_publish(
+    conn: psycopg.Connection, r: Resolved, built: list[Built], dm: int | None = None
+) -> dict[str, Any]:
     """Exposure and DM of a release being published, for the run record ({} when the shape
-    has no exposure, the release has not exactly one sensitive column, or a QI is a date)."""
+    has no exposure, the release has not exactly one sensitive column, or a QI is a date).
+    `dm`, when the gate's k check already grouped a generalised release by its QIs, is not
+    computed again."""
     shape = shape_of(r.method)
     if shape not in REGISTRY or len(r.sensitive) != 1 or not built:
         return {}
     names = [c.name for c in r.qi]
-    out: dict[str, Any] = {"dm": discernibility(conn, r.ident(built[0].build), names)}
+    if dm is None or shape != "generalised":
+        dm = discernibility(conn, r.ident(built[0].build), names)
+    out: dict[str, Any] = {"dm": dm}
     if r.rows > EXPOSURE_MAX_ROWS:
         return {**out, "exposure": None}
     cats = [r.is_categorical(c) for c in r.qi]

@@ -57,6 +57,7 @@ class KAnonymity(PrivacyModel):
                 "rows_in_small_classes": sql.SQL("coalesce(sum(n) FILTER (WHERE {}), 0)").format(
                     test.failing
                 ),
+                "dm": sql.SQL("coalesce(sum(n::numeric * n), 0)"),
             },
         )
         return CheckResult(
@@ -66,6 +67,7 @@ class KAnonymity(PrivacyModel):
                 "classes": classes,
                 "min_class_size": int(figs["min_class_size"]),
                 "rows_in_small_classes": int(figs["rows_in_small_classes"]),
+                "dm": int(figs["dm"]),  # discernibility (2.4), from the same GROUP BY
             },
             worst_class=worst,
         )
