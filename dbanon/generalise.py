@@ -289,6 +289,16 @@ def groups_present(gid: np.ndarray) -> np.ndarray:
     return _distinct(np.asarray(gid))
 
 
+def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """int64[g]: distinct codes in each group, for rows sorted by group (`starts`: where each
+    group begins)."""
+    n = len(codes)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    width = int(codes.max()) + 1 if n else 1
+    pairs = _distinct(group * width + np.asarray(codes, dtype=np.int64))
+    return np.bincount(pairs // width, minlength=len(starts))
+
+
 def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
     """Mean over rows of (values in the row's group - 1) / (domain - 1): the loss of a column
     released as value sets (0 when the column has one value)."""
@@ -296,8 +306,6 @@ def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
     if not len(gid) or domain <= 1:
         return 0.0
     order, starts, _ = _by_group(gid)
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(gid)]))
-    width = int(codes.max()) + 1
-    covered = np.bincount(_distinct(group * width + codes[order]) // width)
-    g = group  # rows in group order: the mean over rows is the same
-    return float(((covered[g] - 1) / (domain - 1)).mean())
+    covered = values_per_group(codes[order], starts)
+    sizes = np.diff(np.r_[starts, len(gid)])
+    return float(((covered - 1) / (domain - 1) * sizes).sum() / len(gid))

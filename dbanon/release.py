@@ -157,6 +157,8 @@ class Resolved:
     regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
     release_id: int | None = None  # None for a first publish
     new_source: bool = False  # redefined on another source or key: its earlier groups are moot
+    # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
+    say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
 
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.target_schema, name)
@@ -521,6 +523,11 @@ def publish(
         runs.unlock_release(conn, spec.name)
 
 
+def _telling(r: Resolved, say: Callable[[str], None]) -> Resolved:
+    """`r` reporting its long phases' progress to `say` (`replace` is a flag in _publish)."""
+    return replace(r, say=say)
+
+
 def _publish(
     conn: psycopg.Connection,
     spec: ReleaseSpec,
@@ -548,6 +555,7 @@ def _publish(
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup)
+        r = _telling(r, say)
         if r.new_source and r.release_id is not None:
             composition.forget(conn, r.release_id)
         lap("validate")

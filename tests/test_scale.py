@@ -115,6 +115,9 @@ def test_categories_without_hierarchy_are_released_as_value_sets(
     assert {frozenset(v[0] for v in s) for s in sets.values()} == {frozenset({"A,1", 'B "2"'})}
     code, report = cli_json(dsn, "report", "v")
     assert report["method_metrics"]["value_set_loss"]["zip"] == pytest.approx(0.25)
+    # Xu et al.'s NCP counts the set {A,B} as 2 of the column's 3 values (not the root's 3):
+    # two rows lose (21 - 20) / (90 - 20) on age and 2/3 on zip, of 4 rows x 2 QIs.
+    assert report["method_metrics"]["ncp_leaf"] == pytest.approx(2 * (1 / 70 + 2 / 3) / 8)
 
 
 def source_scans(conn: psycopg.Connection, table: str) -> int:
@@ -215,3 +218,35 @@ def test_bench_scale_runs_every_method_and_checks_each_release(dsn: str) -> None
     assert smallest >= 5 and distinct >= 2
     code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--methods", "nope")
     assert code == 2 and "unknown method" in out["error"]
+
+
+def test_long_phases_report_rows_streamed_and_blocks_clustered(dsn: str) -> None:
+    """A publish tells its progress listener how many rows have streamed out of how many, and
+    how many k-member blocks are clustered of how many; the CLI shows it only on a terminal,
+    so --json output is one JSON object and stderr stays empty."""
+    rng = random.Random(9)
+    rows = [(i, rng.randint(18, 90), rng.randint(10000, 99999)) for i in range(1, 2001)]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        make_table(conn, "s", "p", [("id", "integer"), ("age", "integer"), ("zip", "integer")],
+                   rows)  # fmt: skip
+    heard: list[str] = []
+    with Database(dsn) as db:
+        spec = ReleaseSpec.from_options(
+            "p", "s.p", "id", ["age", "zip"], method="kmember", k=5,
+            options={"block_size": 200}, target="out_p.p",
+        )  # fmt: skip
+        db.publish(spec, heard.append)
+    streamed = [m for m in heard if m.startswith("streaming rows out with COPY:")]
+    assert streamed and streamed[-1].endswith("2,000 of 2,000")
+    blocks = [m for m in heard if m.startswith("k-member:") and "blocks clustered" in m]
+    counts = [tuple(int(x) for x in m.split()[1:4:2]) for m in blocks]
+    total = counts[0][1]
+    assert total >= 10 and (total, total) in counts  # every block of the first pass reported
+    done = subprocess.run(
+        [sys.executable, "-m", "dbanon", "--dsn", dsn, "--json", "publish", "p2", "--source",
+         "s.p", "--key", "id", "--qi", "age,zip", "--k", "5", "--block-size", "200",
+         "--target", "out_p.p2"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0 and done.stderr == ""
+    assert json.loads(done.stdout)["rows"] == 2000

@@ -43,7 +43,9 @@ Decisions, where the issue leaves them open:
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from threading import Lock
 
 import numpy as np
 
@@ -183,13 +185,15 @@ def kmember_blocks(
     repool: float = REPOOL,
     rounds: int = ROUNDS,
     workers: int | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """int32[n] cluster ids of partitioned k-member (clusters of k..2k-1 rows), and figures
-    for the run record: blocks clustered and the rows re-clustered by the fix-up rounds."""
+    for the run record: blocks clustered and the rows re-clustered by the fix-up rounds.
+    `progress` hears how many blocks are clustered as each one ends."""
     if qi.n < k:
         raise ValueError(f"k-member clustering needs at least k={k} rows, the table has {qi.n}")
     rng = np.random.default_rng(seed)
-    gid, blocks = _in_blocks(qi, k, block_size, rng, seeding, cost, workers)
+    gid, blocks = _in_blocks(qi, k, block_size, rng, seeding, cost, workers, progress)
     figures = {"blocks": blocks, "repooled_rows": 0}
     for _ in range(rounds):
         # Fix-up: the loosest clusters (the ends of each block's greedy run, and clusters cut
@@ -202,7 +206,7 @@ def kmember_blocks(
         dissolved[worst] = True
         pool = np.flatnonzero(dissolved[gid])
         part = subset(qi, pool)
-        again, b = _in_blocks(part, k, block_size, rng, seeding, cost, workers)
+        again, b = _in_blocks(part, k, block_size, rng, seeding, cost, workers, progress)
         figures["blocks"] += b
         # Kept only if it lowers those rows' loss, so a round never makes the result worse.
         before = float((loss[worst] * np.bincount(gid)[worst]).sum())
@@ -225,15 +229,23 @@ def _in_blocks(
     seeding: str,
     cost: str,
     workers: int | None,
+    progress: Callable[[str], None] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Cluster ids (0..g-1, block by block in cut order) and the number of blocks."""
     from dbanon.algorithms.kmember import kmember
 
     blocks = cut(qi, k, block_size, cost) if qi.n > block_size else [np.arange(qi.n)]
     seeds = rng.integers(0, 2**62, len(blocks))
+    done = [0]
+    lock = Lock()
 
     def one(b: int) -> np.ndarray:
-        return kmember(subset(qi, blocks[b]), k, seed=int(seeds[b]), seeding=seeding, cost=cost)
+        ids = kmember(subset(qi, blocks[b]), k, seed=int(seeds[b]), seeding=seeding, cost=cost)
+        if progress is not None:
+            with lock:
+                done[0] += 1
+                progress(f"k-member: {done[0]:,} of {len(blocks):,} blocks clustered")
+        return ids
 
     # Largest blocks first, so that no thread is left with a big one at the end.
     order = sorted(range(len(blocks)), key=lambda b: -len(blocks[b]))

@@ -10,7 +10,7 @@ decoded by psycopg) stays for small results.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,11 +165,16 @@ class _Column:
 
 
 def copy_columns(
-    conn: psycopg.Connection, query: sql.Composable, kinds: Sequence[str], rows: int = 0
+    conn: psycopg.Connection,
+    query: sql.Composable,
+    kinds: Sequence[str],
+    rows: int = 0,
+    progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray | Coded | Keys]:
     """Columns of a query's result, streamed with binary COPY: per `kinds`, a float64 array
     (NaN for NULL) for "float8", a Coded for "text", Keys for "key". The query must produce
-    float8 and text columns in that order; `rows`, the rows expected, sizes the arrays."""
+    float8 and text columns in that order; `rows`, the rows expected, sizes the arrays;
+    `progress` hears the rows received so far after each chunk."""
     cols = [_Column(k, rows) for k in kinds]
     nf = len(kinds)
     pending = bytearray()
@@ -208,6 +213,8 @@ def copy_columns(
                 if rows < cap:
                     break
             del pending[:pos]
+            if progress is not None:
+                progress(cols[0].n)
     return [c.result() for c in cols]
 
 

@@ -103,7 +103,10 @@ def extract(
         exprs.append(expr)
         kinds.append(kind)
     query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
-    keys, *values = copy_columns(conn, query, kinds, r.rows)
+    keys, *values = copy_columns(
+        conn, query, kinds, r.rows,
+        lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
+    )  # fmt: skip
     sensitive = _objects(values.pop()) if with_sensitive else None
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values, strict=True):
@@ -295,7 +298,8 @@ class GroupingMethod(Method):
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         gid, figures = out if isinstance(out, tuple) else (out, {})
-        loss = loss_report(qi, gid)
+        sets = [c.name not in r.hierarchies for c in r.qi if r.is_categorical(c)]
+        loss = loss_report(qi, gid, sets)  # value-set columns' leaf loss as Xu et al. count it
         ctx.lap("cluster")
         ctx.say("materialising the release")
         stage = STAGE

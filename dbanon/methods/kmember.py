@@ -69,7 +69,9 @@ class KMember(GroupingMethod):
         common = {"seed": r.seed, "seeding": r.options["seeding"], "cost": r.options["cost"]}
         if p == 1 and partitioned(qi.n, size, bool(r.options.get("exact"))):
             size = size or DEFAULT_BLOCK_SIZE
-            gid, figures = kmember_blocks(qi, r.k, block_size=size, **common)  # type: ignore[arg-type]
+            gid, figures = kmember_blocks(
+                qi, r.k, block_size=size, progress=r.say, **common  # type: ignore[arg-type]
+            )
             return gid, {"clustering": "partitioned", "block_size": size, **figures}
         gid = kmember(
             qi,

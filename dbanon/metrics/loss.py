@@ -5,7 +5,9 @@
   divides it by rows x QI attributes (0 no loss, 1 full loss).
 - Leaf-count-based, Xu et al. 2006 ("NCP") and the peer implementations: a categorical value
   generalised to a node covering c leaves of the domain's |A| costs c / |A| (0 for a leaf itself);
-  numeric ranges cost as above. `total_il_leaf` and `ncp_leaf` are its sum and its mean.
+  numeric ranges cost as above. `total_il_leaf` and `ncp_leaf` are its sum and its mean. A
+  column without a hierarchy, released as the set of c values its group holds, costs c / |A|
+  here (Xu et al.'s NCP of a set); under heights its LCA is the flat hierarchy's root (1).
 
 Both share the numeric part; they differ only in what a categorical LCA costs, so one table of
 node weights (`node_weights`) selects the convention, for the metrics and for k-member's cost
@@ -14,11 +16,13 @@ alike. (Full-domain generalisation reports ARX's (c - 1) / (|A| - 1) instead; se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.generalise import values_per_group
 from dbanon.hierarchy import Hierarchy
 
 COSTS = ("height", "ncp")  # the k-member cost names: the paper's, and Xu et al.'s leaf counts
@@ -51,9 +55,14 @@ def node_weights(qi: QIArrays, cost: str) -> np.ndarray:
     return out
 
 
-def group_loss(qi: QIArrays, gid: np.ndarray, cost: str = "height") -> np.ndarray:
+def group_loss(
+    qi: QIArrays, gid: np.ndarray, cost: str = "height", sets: Sequence[bool] = ()
+) -> np.ndarray:
     """Per-group loss per row (the bracket of IL(e)) under `cost`, indexed by group id 0..g-1
-    (no gaps)."""
+    (no gaps). `sets[j]`: categorical column j is released as the set of values its group
+    holds (no hierarchy); under "ncp" such a set of c >= 2 of the column's |A| values costs
+    c / |A|, as Xu et al. define NCP for a generalised set (under "height" its LCA is the flat
+    hierarchy's root, as before)."""
     if len(qi.hierarchies) != qi.cat.shape[1]:
         raise ValueError("QIArrays needs a hierarchy per categorical column (use QIArrays.build)")
     weights = node_weights(qi, cost)
@@ -71,6 +80,10 @@ def group_loss(qi: QIArrays, gid: np.ndarray, cost: str = "height") -> np.ndarra
         col = qi.num[order, i]
         loss[present] += np.maximum.reduceat(col, starts) - np.minimum.reduceat(col, starts)
     for j, h in enumerate(qi.hierarchies):
+        if cost == "ncp" and j < len(sets) and sets[j]:
+            covered = values_per_group(qi.cat[order, j], starts)
+            loss[present] += np.where(covered > 1, covered / len(h.leaves), 0.0)
+            continue
         # Balanced trees: the LCA of a group is at the lowest level where its ancestors agree.
         anc = h.ancestor_table()[qi.cat[order, j]]
         level = np.full(len(starts), h.height, dtype=np.int64)
@@ -111,14 +124,16 @@ class LossReport:
         }
 
 
-def loss_report(qi: QIArrays, gid: np.ndarray) -> LossReport:
-    """Both losses and the class-size statistics of a grouping of the rows of `qi`."""
+def loss_report(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> LossReport:
+    """Both losses and the class-size statistics of a grouping of the rows of `qi` (`sets`:
+    which categorical columns are released as value sets, see group_loss)."""
     gid = np.unique(np.asarray(gid), return_inverse=True)[1].reshape(-1)  # any labels, no gaps
     sizes = np.bincount(gid)
     sizes = sizes[sizes > 0]
     cells = len(gid) * qi.width
     total = {
-        cost: float((group_loss(qi, gid, cost) * np.bincount(gid)).sum()) for cost in COSTS
+        cost: float((group_loss(qi, gid, cost, sets) * np.bincount(gid)).sum())
+        for cost in COSTS
     }
     return LossReport(
         total_il_height=total["height"],
