@@ -28,6 +28,8 @@ from dbanon.db.catalog import Column, Relation
 if TYPE_CHECKING:
     import numpy as np
 
+    from dbanon.db.stream import Keys
+
 MAP = sql.Identifier("dbanon", "group_map")
 
 
@@ -163,26 +165,41 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
     )
 
 
-def previous_groups(
-    conn: psycopg.Connection, release: str, keys: list[str]
-) -> np.ndarray | None:
-    """Each key's group in the release's latest run (-1 for a new row); None without a map."""
+def previous_groups(conn: psycopg.Connection, release: str, keys: Keys) -> np.ndarray | None:
+    """Each row's group in the release's latest run (-1 for a new row), by the row's key;
+    None without a map. The keys go in and the groups come back by binary COPY and meet in
+    a join, so no Python object is made per row (a refresh of ten million rows stays within
+    the memory of a first publish)."""
     import numpy as np
 
-    from dbanon.db.stream import copy_out
+    from dbanon.db.stream import copy_columns, copy_in_ids
 
-    rows = copy_out(
+    if not conn.execute(
+        sql.SQL(
+            "SELECT EXISTS (SELECT 1 FROM {} m JOIN dbanon.release r ON r.id = m.release_id "
+            "WHERE r.name = %s)"
+        ).format(MAP),
+        [release],
+    ).fetchone()[0]:
+        return None
+    rows = sql.Identifier("dbanon_refresh_rows")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
+    )  # gid: the row's position in `keys`
+    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
+    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    at, old = copy_columns(
         conn,
         sql.SQL(
-            "SELECT m.key, m.gid FROM {} m JOIN dbanon.release r ON r.id = m.release_id "
-            "WHERE r.name = {}"
-        ).format(MAP, sql.Literal(release)),
-        ["text", "int4"],
+            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m ON m.key = t.key "
+            "JOIN dbanon.release r ON r.id = m.release_id WHERE r.name = {name}"
+        ).format(rows=rows, map=MAP, name=sql.Literal(release)),
+        ["float8", "float8"],
     )
-    if not rows[0]:
-        return None
-    old = dict(zip(rows[0], rows[1], strict=True))
-    return np.fromiter((old.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
+    previous = np.full(len(keys), -1, dtype=np.int64)
+    previous[np.asarray(at, dtype=np.int64)] = np.asarray(old, dtype=np.int64)
+    return previous
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:
