@@ -107,6 +107,7 @@ def expected(model: PrivacyModel, classes: dict[Key, Counter], names: Sequence[s
                 "classes": len(classes),
                 "min_class_size": min(size.values()),
                 "rows_in_small_classes": sum(small),
+                "dm": sum(n * n for n in size.values()),  # discernibility (Bayardo & Agrawal)
             },
             extreme(classes, names, lambda c: sum(c.values())),
         )
@@ -358,7 +359,9 @@ def test_one_class(conn: psycopg.Connection) -> None:
     assert check(conn, TCloseness(0.01), sensitive="s").figures["max_emd"] == 0
     assert check(conn, TCloseness(0.01, "equal"), sensitive="s").holds
     r = check(conn, KAnonymity(3))
-    assert r.holds and r.figures == {"classes": 1, "min_class_size": 3, "rows_in_small_classes": 0}
+    assert r.holds and r.figures == {
+        "classes": 1, "min_class_size": 3, "rows_in_small_classes": 0, "dm": 9,
+    }  # fmt: skip
     assert r.worst_class == "g=1"
     assert not check(conn, KAnonymity(4)).holds
     h = check(conn, EntropyLDiversity(1.9), sensitive="s").figures["min_entropy"]
