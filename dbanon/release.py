@@ -261,12 +261,32 @@ def _resolve_options(spec: ReleaseSpec, method: Method) -> dict[str, Any]:
     }
 
 
+def _unique_index(conn: psycopg.Connection, source: Relation, key: Column) -> bool:
+    """Whether a valid, whole-table unique index on the key column alone already guarantees
+    its values are distinct (then counting them, a sort of the whole table, is skipped)."""
+    return bool(conn.execute(
+        """SELECT EXISTS (
+               SELECT 1 FROM pg_index i
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))
+                 AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1
+                 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = %s)""",
+        [source.schema, source.name, key.name],
+    ).fetchone()[0])  # fmt: skip
+
+
 def _check_rows(conn: psycopg.Connection, source: Relation, key: Column, qi: list[Column]) -> int:
     """The key is unique and never NULL, no QI is NULL; returns the row count."""
+    distinct = (
+        sql.SQL("count({})").format(key.ident)  # NULLs are counted (and refused) apart
+        if _unique_index(conn, source, key)
+        else sql.SQL("count(DISTINCT {})").format(key.ident)
+    )
     rows, distinct_keys, null_keys, *qi_nulls = conn.execute(
         sql.SQL(
-            "SELECT count(*), count(DISTINCT {key}), count(*) - count({key}), {nulls} FROM {src}"
+            "SELECT count(*), {distinct}, count(*) - count({key}), {nulls} FROM {src}"
         ).format(
+            distinct=distinct,
             key=key.ident,
             nulls=sql.SQL(", ").join(sql.SQL("count(*) - count({})").format(c.ident) for c in qi),
             src=source.ident,

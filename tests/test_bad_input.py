@@ -42,6 +42,12 @@ def people(conn: psycopg.Connection, dsn: str, tmp_path) -> psycopg.Connection: 
     conn.execute("UPDATE src.nulls SET city = NULL WHERE id IN (4, 5, 6)")
     conn.execute("CREATE TABLE src.nullkey AS SELECT * FROM src.people")
     conn.execute("UPDATE src.nullkey SET id = NULL WHERE id = 7")
+    # Unique indexes that do not make the key unique: partial, or over more columns.
+    conn.execute("CREATE UNIQUE INDEX ON src.dupkey (id) WHERE id > 3")
+    conn.execute("CREATE TABLE src.dupkey2 AS SELECT *, row_number() OVER () AS n FROM src.dupkey")
+    conn.execute("CREATE UNIQUE INDEX ON src.dupkey2 (id, n)")
+    # A unique key that may hold NULLs.
+    conn.execute("CREATE UNIQUE INDEX ON src.nullkey (id)")
     path = tmp_path / "city.csv"
     path.write_text("Oslo;Norway;*\nBergen;Norway;*\n")  # no Tromsø
     assert cli(dsn, "hierarchy", "import", "city", str(path)).exit_code == 0
@@ -54,6 +60,7 @@ CASES = [
     ({"--key": "ident"}, "column 'ident' does not exist in src.people"),
     ({"--sensitive": "diagnosis"}, "column 'diagnosis' does not exist in src.people"),
     ({"--source": "src.dupkey"}, "key column 'id' of src.dupkey is not unique: 3 duplicate"),
+    ({"--source": "src.dupkey2"}, "key column 'id' of src.dupkey2 is not unique: 3 duplicate"),
     ({"--source": "src.nullkey"}, "key column 'id' of src.nullkey has 1 NULL values"),
     (
         {"--source": "src.nulls"},
