@@ -52,7 +52,7 @@ class Anatomy(Method):
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         result = anatomy.build_anatomy(
             conn, r.source, r.qi, r.sensitive[0], self._l(r), r.ident(qit.build),
-            r.ident(st.build), r.seed or 0,
+            r.ident(st.build), r.seed or 0, eligible=True,  # validate() checked this snapshot
         )  # fmt: skip
         ctx.lap("materialise")
         # The QIs are released unchanged: no generalisation loss, the loss is in the association.

@@ -115,13 +115,17 @@ def build_anatomy(
     qit: sql.Identifier,
     st: sql.Identifier,
     seed: int = 0,
+    *,
+    eligible: bool = False,
 ) -> AnatomyResult:
     """CREATE the QIT and ST tables of an l-diverse Anatomy of `source`.
 
     Runs in the caller's transaction and never commits, so a failed verification can roll the
     tables back (on an autocommit connection it opens and commits its own transaction, so that
     the two tables appear together or not at all). Raises DbanonError, having created nothing,
-    when the input cannot be published.
+    when the input cannot be published. `eligible`: the caller ran check_eligible on this
+    transaction's snapshot already (a publish validates first), so its scan is not repeated;
+    the build still refuses a source that is not l-eligible.
     """
     names = [c.name for c in qi]
     if not qi:
@@ -143,7 +147,8 @@ def build_anatomy(
         shown = target.as_string(conn)
         if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [shown]).fetchone()[0]:
             raise DbanonError(f"{shown} already exists")
-    check_eligible(conn, source, sensitive, l)
+    if not eligible:
+        check_eligible(conn, source, sensitive, l)
 
     # Internal names q1..qk, s, g: user column names cannot clash with the helpers.
     qs = [sql.Identifier(f"q{i}") for i in range(1, len(qi) + 1)]
