@@ -14,20 +14,13 @@ def _show(conn: psycopg.Connection, name: str) -> str:
 
 def test_settings_hold_inside_and_are_restored(conn: psycopg.Connection) -> None:
     with conn.transaction():
-        conn.execute("SET LOCAL work_mem = '4MB'")
-        with local_settings(conn, work_mem="64MB", enable_hashagg="off"):
-            assert _show(conn, "work_mem") == "64MB"
+        conn.execute("SET LOCAL work_mem = '64MB'")
+        with local_settings(conn, work_mem="4MB", enable_hashagg="off"):
+            assert _show(conn, "work_mem") == "4MB"
             assert _show(conn, "enable_hashagg") == "off"
-        assert _show(conn, "work_mem") == "4MB"
+        assert _show(conn, "work_mem") == "64MB"
         assert _show(conn, "enable_hashagg") == "on"
     assert _show(conn, "work_mem") != "64MB"
-
-
-def test_a_larger_work_mem_is_kept(conn: psycopg.Connection) -> None:
-    with conn.transaction():
-        conn.execute("SET LOCAL work_mem = '1GB'")
-        with local_settings(conn, work_mem="64MB"):
-            assert _show(conn, "work_mem") == "1GB"
 
 
 def test_a_failed_statement_is_reported_not_masked(conn: psycopg.Connection) -> None:
