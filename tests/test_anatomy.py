@@ -273,6 +273,24 @@ def test_same_deal_as_the_textbook_statement(
     assert sorted(st_rows) == sorted((g, v, n) for (g, v), n in per_cell.items())
 
 
+@pytest.mark.parametrize(("n", "l"), [(7, 2), (30, 3), (31, 4), (3, 3)])
+def test_a_validated_build_counts_as_the_recount(dsn: str, n: int, l: int) -> None:  # noqa: E741
+    """With `eligible` (a publish checked this snapshot) the build takes rows and groups from
+    the deal instead of recounting them: the same figures as the recount."""
+    rows = [(i, i % 5, "z", f"v{i % (l + 1)}") for i in range(n)]  # l-eligible
+    with psycopg.connect(dsn) as c:
+        make_table(c, "s", "t", COLUMNS, rows)
+        c.execute("CREATE SCHEMA IF NOT EXISTS rel")
+        cols = catalog.columns(c, Relation("s", "t"))
+        args = (c, Relation("s", "t"), [cols["age"]], cols["dx"], l)
+        recounted = build_anatomy(*args, QIT, ST, seed=5)
+        told = build_anatomy(
+            *args, sql.Identifier("rel", "qit2"), sql.Identifier("rel", "st2"), 5, eligible=True
+        )
+        assert told == recounted == AnatomyResult(n // l, n, n - (n // l) * l)
+        c.rollback()
+
+
 def test_build_never_commits(dsn: str) -> None:
     rows = [(i, i % 5, "z", f"v{i % 4}") for i in range(20)]
     with psycopg.connect(dsn, autocommit=True) as setup:
