@@ -125,8 +125,9 @@ def build_anatomy(
     tables back (on an autocommit connection it opens and commits its own transaction, so that
     the two tables appear together or not at all). Raises DbanonError, having created nothing,
     when the input cannot be published. `eligible`: the caller ran check_eligible on this
-    transaction's snapshot already (a publish validates first), so its scan is not repeated;
-    the build still refuses a source that is not l-eligible.
+    transaction's snapshot already (a publish validates first), so neither that scan nor the
+    recount of the dealt rows is repeated; ignored on an autocommit connection, whose build
+    reads a snapshot of its own.
     """
     names = [c.name for c in qi]
     if not qi:
