@@ -103,7 +103,7 @@ def gate_mutants() -> list[Mutant]:
         ),
         Mutant(
             "gate-anatomy-checks-consistency-only", "dbanon/methods/anatomy.py",
-            'return [model_check(r.models[0], target), Check("Anatomy QIT/ST", consistent)]',
+            'return [Check(model.name, diverse), Check("Anatomy QIT/ST", consistent)]',
             'return [Check("Anatomy QIT/ST", consistent)]', tuple(GATE),
         ),
     ]  # fmt: skip

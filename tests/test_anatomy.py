@@ -244,6 +244,53 @@ def test_order_is_reproducible_and_says_nothing_about_the_source(
         assert [r[0] for r in qit_rows] != [r[1] for r in rows]  # ages, source order
 
 
+@pytest.mark.parametrize(("l", "seed"), [(2, 0), (3, 42), (4, 2**31 + 5)])
+def test_same_deal_as_the_textbook_statement(
+    conn: psycopg.Connection, l: int, seed: int  # noqa: E741
+) -> None:
+    """The build draws its tie-breakers inside the window's ORDER BY (one incremental sort);
+    the groups must be exactly those of the plain statement that draws them in a subquery and
+    sorts all rows again, for the same seed: a release is reproducible across versions."""
+    rng = random.Random(seed)
+    rows = [
+        (i, rng.randrange(6), rng.choice(["a", "b", "C", "ä"]), "xyzw"[i % 4])
+        for i in range(240)
+    ]  # few distinct rows: many exact ties; each value in 1/4 of the rows (4-eligible)
+    make_table(conn, "s", "t", COLUMNS, rows)
+    _, qit_rows, st_rows = build(conn, Relation("s", "t"), ["age", "zip"], "dx", l, seed=seed)
+    conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
+    dealt = conn.execute(
+        sql.SQL(
+            """SELECT q1, q2, s, ((row_number() OVER (ORDER BY s, r) - 1)
+                                  % greatest(count(*) OVER () / {l}, 1) + 1)::int AS g
+               FROM (SELECT o.*, random() AS r
+                     FROM (SELECT age AS q1, zip AS q2, dx AS s FROM s.t
+                           ORDER BY s, q1, q2) AS o) AS d"""
+        ).format(l=sql.Literal(l))
+    ).fetchall()
+    assert sorted(qit_rows) == sorted((a, z, g) for a, z, _, g in dealt)
+    per_cell = Counter((g, v) for _, _, v, g in dealt)
+    assert sorted(st_rows) == sorted((g, v, n) for (g, v), n in per_cell.items())
+
+
+@pytest.mark.parametrize(("n", "l"), [(7, 2), (30, 3), (31, 4), (3, 3)])
+def test_a_validated_build_counts_as_the_recount(dsn: str, n: int, l: int) -> None:  # noqa: E741
+    """With `eligible` (a publish checked this snapshot) the build takes rows and groups from
+    the deal instead of recounting them: the same figures as the recount."""
+    rows = [(i, i % 5, "z", f"v{i % (l + 1)}") for i in range(n)]  # l-eligible
+    with psycopg.connect(dsn) as c:
+        make_table(c, "s", "t", COLUMNS, rows)
+        c.execute("CREATE SCHEMA IF NOT EXISTS rel")
+        cols = catalog.columns(c, Relation("s", "t"))
+        args = (c, Relation("s", "t"), [cols["age"]], cols["dx"], l)
+        recounted = build_anatomy(*args, QIT, ST, seed=5)
+        told = build_anatomy(
+            *args, sql.Identifier("rel", "qit2"), sql.Identifier("rel", "st2"), 5, eligible=True
+        )
+        assert told == recounted == AnatomyResult(n // l, n, n - (n // l) * l)
+        c.rollback()
+
+
 def test_build_never_commits(dsn: str) -> None:
     rows = [(i, i % 5, "z", f"v{i % 4}") for i in range(20)]
     with psycopg.connect(dsn, autocommit=True) as setup:
@@ -410,7 +457,8 @@ def test_verify_catches_broken_tables(conn: psycopg.Connection) -> None:
     rows = [(i, i % 9, "z", f"v{i % 5}") for i in range(30)]
     make_table(conn, "s", "t", COLUMNS, rows)
     build(conn, Relation("s", "t"), ["age", "zip"], "dx", 3)
-    verify_anatomy(conn, QIT, ST, 3)
+    seen = verify_anatomy(conn, QIT, ST, 3)  # what it read of QIT: the release's figures
+    assert (seen.rows, seen.groups, seen.smallest) == (30, 10, 3)
     for tamper, l, message in TAMPERING:  # noqa: E741
         with conn.transaction(force_rollback=True):
             if tamper:

@@ -10,7 +10,7 @@ from psycopg import sql
 
 from dbanon.errors import DbanonError
 from dbanon.methods import register
-from dbanon.methods.base import BuildContext, Built, Check, Method, model_check
+from dbanon.methods.base import BuildContext, Built, Check, Method
 from dbanon.models.base import CheckResult, Target
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Anatomy(Method):
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         result = anatomy.build_anatomy(
             conn, r.source, r.qi, r.sensitive[0], self._l(r), r.ident(qit.build),
-            r.ident(st.build), r.seed or 0,
+            r.ident(st.build), r.seed or 0, eligible=True,  # validate() checked this snapshot
         )  # fmt: skip
         ctx.lap("materialise")
         # The QIs are released unchanged: no generalisation loss, the loss is in the association.
@@ -61,23 +61,36 @@ class Anatomy(Method):
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Frequency l-diversity of ST (weighted by its count column), and QIT and ST agreeing
         on every group's size (else ST would misstate the odds)."""
+        from dbanon.db.settings import local_settings
         from dbanon.setlogic.anatomy import COUNT, GROUP_ID, verify_anatomy
 
         qit, st = (r.ident(b.build) for b in built)
         target = Target(st, [GROUP_ID], r.sensitive[0].name, COUNT)
+        model = r.models[0]
+
+        def diverse(conn: psycopg.Connection) -> CheckResult:
+            # ST is stored in group order: grouping it by a sort (nearly free on sorted rows)
+            # beats hashing one entry per group, 0.8 s against 1.9 s at 1M rows.
+            with local_settings(conn, enable_hashagg="off"):
+                return model.check(conn, target)
 
         def consistent(conn: psycopg.Connection) -> CheckResult:
-            verify_anatomy(conn, qit, st, self._l(r))  # raises ModelViolation when not
-            return CheckResult("Anatomy QIT/ST consistency", True)
+            seen = verify_anatomy(conn, qit, st, self._l(r))  # raises ModelViolation when not
+            figures = {"rows": seen.rows, "classes": seen.groups, "min_class_size": seen.smallest}
+            return CheckResult("Anatomy QIT/ST consistency", True, figures)
 
-        return [model_check(r.models[0], target), Check("Anatomy QIT/ST", consistent)]
+        return [Check(model.name, diverse), Check("Anatomy QIT/ST", consistent)]
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        """Groups of the QIT are its classes: what an adversary can narrow a person down to."""
+        """Groups of the QIT are its classes: what an adversary can narrow a person down to.
+        The consistency check counted them already; counted here only when it did not run."""
         from dbanon.setlogic.anatomy import GROUP_ID
 
+        names = ("rows", "classes", "min_class_size")
+        if all(n in checked for n in names):
+            return {n: checked[n] for n in names}
         rows, classes, smallest = conn.execute(
             sql.SQL(
                 "SELECT sum(n), count(*), min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"

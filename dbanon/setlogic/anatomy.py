@@ -34,10 +34,12 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.settings import local_settings
 from dbanon.errors import DbanonError, ModelViolation
 
 GROUP_ID = "group_id"
 COUNT = "count"
+STAGE_WORK_MEM = "4MB"  # of the bucketing statement only (see build_anatomy)
 
 
 @dataclass(frozen=True)
@@ -114,13 +116,18 @@ def build_anatomy(
     qit: sql.Identifier,
     st: sql.Identifier,
     seed: int = 0,
+    *,
+    eligible: bool = False,
 ) -> AnatomyResult:
     """CREATE the QIT and ST tables of an l-diverse Anatomy of `source`.
 
     Runs in the caller's transaction and never commits, so a failed verification can roll the
     tables back (on an autocommit connection it opens and commits its own transaction, so that
     the two tables appear together or not at all). Raises DbanonError, having created nothing,
-    when the input cannot be published.
+    when the input cannot be published. `eligible`: the caller ran check_eligible on this
+    transaction's snapshot already (a publish validates first), so neither that scan nor the
+    recount of the dealt rows is repeated; ignored on an autocommit connection, whose build
+    reads a snapshot of its own.
     """
     names = [c.name for c in qi]
     if not qi:
@@ -142,74 +149,105 @@ def build_anatomy(
         shown = target.as_string(conn)
         if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [shown]).fetchone()[0]:
             raise DbanonError(f"{shown} already exists")
-    check_eligible(conn, source, sensitive, l)
+    same_snapshot = eligible and not conn.autocommit
+    if not same_snapshot:
+        check_eligible(conn, source, sensitive, l)
 
-    # Internal names q1..qk, s, g, r: user column names cannot clash with the helpers.
+    # Internal names q1..qk, s, g: user column names cannot clash with the helpers.
     qs = [sql.Identifier(f"q{i}") for i in range(1, len(qi) + 1)]
     q_list = sql.SQL(", ").join(qs)
     stage = sql.Identifier("pg_temp", "dbanon_anatomy_stage")  # pg_temp: never a user's table
     with conn.transaction() if conn.autocommit else nullcontext():
         conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
         conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
-        # One read of the source (one snapshot): bucket ids by a window over the SA order.
-        conn.execute(
-            sql.SQL(
-                """CREATE TEMP TABLE {stage} ON COMMIT DROP AS
-                   SELECT {q_list}, s,
-                          ((row_number() OVER (ORDER BY s, r) - 1)
-                           % greatest(count(*) OVER () / {l}, 1) + 1)::int AS g
-                   FROM (SELECT o.*, random() AS r
-                         FROM (SELECT {q_in}, {sa} AS s FROM {src}
-                               ORDER BY s, {q_list}) AS o) AS d"""
-            ).format(
-                stage=stage,
-                q_list=q_list,
-                l=sql.Literal(l),
-                q_in=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(c.ident, q) for c, q in zip(qi, qs, strict=True)
-                ),
-                sa=sensitive.ident,
-                src=source.ident,
+        # One snapshot of the source (one statement): bucket ids by a window over the SA order.
+        # random() is drawn row by row in the content order (s, q...) of the subquery, so the
+        # tie-breakers do not depend on the physical order; drawn in the window's own ORDER BY,
+        # the rows arrive sorted by s and PostgreSQL only sorts each value's run by the draws
+        # (an incremental sort) instead of sorting all rows again. n comes from a count in the
+        # same statement, not `count(*) OVER ()`, which would buffer every row once more.
+        # The content sort compares text on every key: with a small work_mem it runs in parallel
+        # workers as merges of cache-sized runs, 3.5 s at 1M rows where one in-memory quicksort
+        # (what a large work_mem makes the planner choose) takes 5.5-6.5 s.
+        with local_settings(conn, work_mem=STAGE_WORK_MEM):
+            staged = conn.execute(
+                sql.SQL(
+                    """CREATE TEMP TABLE {stage} ON COMMIT DROP AS
+                       SELECT {q_list}, s,
+                              ((row_number() OVER (ORDER BY s, random()) - 1)
+                               % greatest((SELECT count(*) FROM {src}) / {l}, 1) + 1)::int AS g
+                       FROM (SELECT {q_in}, {sa} AS s FROM {src}
+                             ORDER BY s, {q_list}) AS o"""
+                ).format(
+                    stage=stage,
+                    q_list=q_list,
+                    l=sql.Literal(l),
+                    q_in=sql.SQL(", ").join(
+                        sql.SQL("{} AS {}").format(c.ident, q) for c, q in zip(qi, qs, strict=True)
+                    ),
+                    sa=sensitive.ident,
+                    src=source.ident,
+                )
             )
-        )
-        rows, groups, top = conn.execute(
-            sql.SQL(
-                """SELECT (SELECT count(*) FROM {stage}), (SELECT count(DISTINCT g) FROM {stage}),
-                          (SELECT max(c) FROM (SELECT count(*) AS c FROM {stage} GROUP BY s) f)"""
-            ).format(stage=stage)
-        ).fetchone()
+        if same_snapshot:
+            # The same snapshot was found l-eligible (so n >= l): the deal put its rows
+            # round-robin into n // l groups; nothing to recount (the gate verifies the tables).
+            rows, top = staged.rowcount, 0
+            groups = rows // l
+        else:
+            # One pass: g runs over 1..groups, so its maximum is the number of groups.
+            rows, groups, top = conn.execute(
+                sql.SQL(
+                    """SELECT coalesce(sum(c), 0)::bigint, coalesce(max(g), 0),
+                              coalesce(max(c), 0)
+                       FROM (SELECT count(*) AS c, max(g) AS g FROM {stage} GROUP BY s) f"""
+                ).format(stage=stage)
+            ).fetchone()
         if not rows or top * l > rows:  # the source changed since check_eligible
             conn.execute(sql.SQL("DROP TABLE {}").format(stage))
             raise DbanonError(f"{source} changed during the build and is no longer {l}-eligible")
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {qit} AS SELECT {q_out}, g AS {gid} FROM {stage}
-                   ORDER BY g, {q_list}"""
-            ).format(
-                qit=qit,
-                q_out=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(q, c.ident) for c, q in zip(qi, qs, strict=True)
-                ),
-                gid=sql.Identifier(GROUP_ID),
-                stage=stage,
-                q_list=q_list,
+        # ST by a sort and a streaming count: a hash table of n groups is slower than the sort
+        # its ORDER BY needs anyway.
+        with local_settings(conn, enable_hashagg="off"):
+            conn.execute(
+                sql.SQL(
+                    """CREATE TABLE {qit} AS SELECT {q_out}, g AS {gid} FROM {stage}
+                       ORDER BY g, {q_list}"""
+                ).format(
+                    qit=qit,
+                    q_out=sql.SQL(", ").join(
+                        sql.SQL("{} AS {}").format(q, c.ident)
+                        for c, q in zip(qi, qs, strict=True)
+                    ),
+                    gid=sql.Identifier(GROUP_ID),
+                    stage=stage,
+                    q_list=q_list,
+                )
             )
-        )
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {st} AS
-                   SELECT g AS {gid}, s AS {sa}, count(*)::int AS {count} FROM {stage}
-                   GROUP BY g, s ORDER BY g, s"""
-            ).format(
-                st=st,
-                gid=sql.Identifier(GROUP_ID),
-                sa=sensitive.ident,
-                count=sql.Identifier(COUNT),
-                stage=stage,
+            conn.execute(
+                sql.SQL(
+                    """CREATE TABLE {st} AS
+                       SELECT g AS {gid}, s AS {sa}, count(*)::int AS {count} FROM {stage}
+                       GROUP BY g, s ORDER BY g, s"""
+                ).format(
+                    st=st,
+                    gid=sql.Identifier(GROUP_ID),
+                    sa=sensitive.ident,
+                    count=sql.Identifier(COUNT),
+                    stage=stage,
+                )
             )
-        )
         conn.execute(sql.SQL("DROP TABLE {}").format(stage))
     return AnatomyResult(groups=groups, rows=rows, residual_rows=rows - groups * l)
+
+
+@dataclass(frozen=True)
+class AnatomyFigures:
+    """What the verification read of the QIT on the way: its rows and groups."""
+
+    rows: int
+    groups: int
+    smallest: int  # rows of the smallest group
 
 
 def verify_anatomy(
@@ -217,12 +255,15 @@ def verify_anatomy(
     qit: sql.Identifier,
     st: sql.Identifier,
     l: int,  # noqa: E741 - the paper's name
-) -> None:
+) -> AnatomyFigures:
     """Raise ModelViolation unless the published QIT/ST keep Anatomy's l-diversity promise.
 
     Independent of the build: it reads only the two tables. Every ST group must hold >= l
     distinct values, none in more than 1/l of the group's rows (the adversary's confidence), and
     each group's QIT row count must equal its ST count sum (else the ST misstates the odds).
+    One pass over each table settles all of it; the offending group is looked up only when
+    something fails. Grouping is done by sorting: cheap when the tables are stored in group
+    order (as built), and never wrong when they are not.
     """
     cols = [
         d.name for d in conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(st)).description
@@ -233,45 +274,62 @@ def verify_anatomy(
             f"{st.as_string(conn)} is not an Anatomy ST table (group_id, <value>, count): {cols}"
         )
     names = f"{qit.as_string(conn)}/{st.as_string(conn)}"
-    bad, groups, failing, worst, d, n, top, mismatches, mg, mq, ms = conn.execute(
-        sql.SQL(
-            """WITH t AS (SELECT {gid} AS g, {v} AS v, {count} AS c FROM {st}),
-               per_value AS (SELECT g, v, sum(c) AS c FROM t GROUP BY g, v),
-               per_group AS (SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top,
-                                    count(*) < {l} OR max(c) * {l} > sum(c) AS fails
-                             FROM per_value GROUP BY g),
-               q AS (SELECT {gid} AS g, count(*) AS n FROM {qit} GROUP BY {gid}),
-               sizes AS (SELECT coalesce(q.g, p.g) AS g, q.n AS qn, p.n AS sn
-                         FROM q FULL JOIN per_group p ON p.g = q.g
-                         WHERE q.n IS DISTINCT FROM p.n),
-               worst AS (SELECT * FROM per_group WHERE fails
-                         ORDER BY top::float8 / n DESC, d, g LIMIT 1),
-               first_mismatch AS (SELECT * FROM sizes ORDER BY g NULLS FIRST LIMIT 1)
-               SELECT (SELECT count(*) FROM t
-                       WHERE g IS NULL OR v IS NULL OR c IS NULL OR c <= 0),
-                      (SELECT count(*) FROM per_group),
-                      (SELECT count(*) FROM per_group WHERE fails),
-                      w.g, w.d, w.n, w.top, (SELECT count(*) FROM sizes), m.g, m.qn, m.sn
-               FROM (SELECT 1) one LEFT JOIN worst w ON true LEFT JOIN first_mismatch m ON true"""
-        ).format(
-            gid=sql.Identifier(GROUP_ID),
-            v=sql.Identifier(values[0]),
-            count=sql.Identifier(COUNT),
-            st=st,
-            qit=qit,
-            l=sql.Literal(l),
-        )
-    ).fetchone()
-    if bad:
-        raise ModelViolation(f"{names}: {bad} ST rows have a NULL or non-positive entry")
-    if failing:
-        raise ModelViolation(
-            f"{names} are not {l}-diverse: {failing} of {groups} groups fail; group {worst} has "
-            f"{n} rows with {d} distinct values, the most frequent in {top} "
-            f"({100 * top / n:.1f} % > {100 / l:.1f} %)"
-        )
-    if mismatches:
-        raise ModelViolation(
-            f"{names} disagree on {mismatches} groups: group {mg} has {mq or 0} rows in QIT "
-            f"but {ms or 0} in ST"
-        )
+    ctes = sql.SQL(
+        """WITH per_group AS (
+               SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top, sum(bad) AS bad,
+                      count(*) < {l} OR max(c) * {l} > sum(c) AS fails
+               FROM (SELECT {gid} AS g, {v} AS v, sum({count}) AS c,
+                            count(*) FILTER (WHERE {gid} IS NULL OR {v} IS NULL
+                                             OR {count} IS NULL OR {count} <= 0) AS bad
+                     FROM {st} GROUP BY {gid}, {v}) per_value
+               GROUP BY g),
+           q AS (SELECT {gid} AS g, count(*) AS n FROM {qit} GROUP BY {gid}),
+           sizes AS (SELECT coalesce(q.g, p.g) AS g, q.n AS qn, p.n AS sn, p.d, p.top, p.bad,
+                            p.fails
+                     FROM q FULL JOIN per_group p ON p.g = q.g) """
+    ).format(
+        gid=sql.Identifier(GROUP_ID),
+        v=sql.Identifier(values[0]),
+        count=sql.Identifier(COUNT),
+        st=st,
+        qit=qit,
+        l=sql.Literal(l),
+    )
+    with local_settings(conn, enable_hashagg="off"):
+        bad, groups, failing, mismatches, rows, classes, smallest = conn.execute(
+            ctes
+            + sql.SQL(
+                """SELECT coalesce(sum(bad), 0), count(d), count(*) FILTER (WHERE fails),
+                          count(*) FILTER (WHERE qn IS DISTINCT FROM sn),
+                          coalesce(sum(qn), 0), count(qn), coalesce(min(qn), 0)
+                   FROM sizes"""
+            )
+        ).fetchone()
+        if bad:
+            raise ModelViolation(f"{names}: {bad} ST rows have a NULL or non-positive entry")
+        if failing:
+            worst, d, n, top = conn.execute(
+                ctes
+                + sql.SQL(
+                    """SELECT g, d, sn, top FROM sizes WHERE fails
+                       ORDER BY top::float8 / sn DESC, d, g LIMIT 1"""
+                )
+            ).fetchone()
+            raise ModelViolation(
+                f"{names} are not {l}-diverse: {failing} of {groups} groups fail; group {worst} "
+                f"has {n} rows with {d} distinct values, the most frequent in {top} "
+                f"({100 * top / n:.1f} % > {100 / l:.1f} %)"
+            )
+        if mismatches:
+            mg, mq, ms = conn.execute(
+                ctes
+                + sql.SQL(
+                    """SELECT g, qn, sn FROM sizes WHERE qn IS DISTINCT FROM sn
+                       ORDER BY g NULLS FIRST LIMIT 1"""
+                )
+            ).fetchone()
+            raise ModelViolation(
+                f"{names} disagree on {mismatches} groups: group {mg} has {mq or 0} rows in QIT "
+                f"but {ms or 0} in ST"
+            )
+    return AnatomyFigures(rows=int(rows), groups=int(classes), smallest=int(smallest))
