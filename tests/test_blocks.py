@@ -123,3 +123,24 @@ def test_errors() -> None:
         bl.cut(qi, 10, 19)
     with pytest.raises(ValueError, match="at least k=200 rows"):
         bl.kmember_blocks(qi, 200)
+
+
+def test_pk_blocks_keep_p_values_in_every_block_and_cluster() -> None:
+    """(p,k) in blocks: every block holds >= p distinct sensitive values (so the exact rule can
+    start a cluster in it), every cluster holds >= k rows and >= p values, checked here from
+    the ids alone; skewed values (one in 70 % of rows) leave some blocks whole, never invalid."""
+    for trial in range(6):
+        rng = np.random.default_rng(100 + trial)
+        n, k, p = int(rng.integers(300, 900)), int(rng.integers(2, 6)), int(rng.integers(2, 4))
+        qi = table(n, trial)
+        skewed = rng.random(n) < 0.7
+        sens = np.where(skewed, 0, rng.integers(1, 6, n))
+        for b in bl.cut(qi, k, 60, sensitive=sens, p=p):
+            assert len(np.unique(sens[b])) >= p and len(b) >= k
+        gid, figures = bl.kmember_blocks(qi, k, block_size=60, seed=trial, sensitive=sens, p=p)
+        assert figures["blocks"] > 1
+        for c in range(int(gid.max()) + 1):
+            members = np.flatnonzero(gid == c)
+            assert len(members) >= k and len(np.unique(sens[members])) >= p
+    with pytest.raises(ValueError, match="only 1 distinct"):
+        bl.kmember_blocks(table(100), 3, block_size=40, sensitive=np.zeros(100), p=2)

@@ -57,6 +57,27 @@ def test_partitioned_release_keeps_k_and_records_its_blocks(
     assert cli_json(dsn, "report", "exact")[1]["method_metrics"]["clustering"] == "exact"
 
 
+def test_partitioned_pk_release_holds_p_values_per_class(
+    conn: psycopg.Connection, dsn: str, people: int
+) -> None:
+    """(p,k) k-member in blocks: every released class has >= 5 rows and >= 3 distinct
+    diagnoses, read back with plain SQL."""
+    rng = random.Random(8)
+    for i in range(people):
+        dx = "flu" if rng.random() < 0.6 else rng.choice(["asthma", "gout", "angina", "ulcer"])
+        conn.execute("UPDATE clinic.people SET note = %s WHERE id = %s", [dx, i])
+    conn.commit()
+    code, out = publish(dsn, "pk", "--block-size", "100", "--p", "3", "--sensitive", "note")
+    assert code == 0, out
+    worst = conn.execute(
+        "SELECT min(n), min(d) FROM (SELECT count(*) AS n, count(DISTINCT note) AS d "
+        "FROM released.pk GROUP BY age, zip, sex) c"
+    ).fetchone()
+    assert worst[0] >= 5 and worst[1] >= 3
+    m = cli_json(dsn, "report", "pk")[1]["method_metrics"]
+    assert m["clustering"] == "partitioned" and m["blocks"] >= 6
+
+
 def test_contradicting_or_too_small_blocks_are_refused(
     conn: psycopg.Connection, dsn: str, people: int
 ) -> None:

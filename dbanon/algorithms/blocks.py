@@ -36,8 +36,10 @@ Decisions, where the issue leaves them open:
   Clusters are numbered block by block in cut order, whatever order threads finish in.
 - Each block gets its own seed, drawn from `seed`: the result depends only on data, k, options
   and seed, not on the number of cores.
-- Only plain k-member is partitioned; the (p,k) variant always runs the exact rule (a cut would
-  also have to keep p distinct sensitive values on both sides).
+- The (p,k) variant is partitioned too: a cut is kept only if both sides also hold at least p
+  distinct sensitive values (the exact rule needs them to start a cluster in each block); a
+  block whose best cut fails that stays whole. The fix-up round pools whole clusters, each
+  with p values already, so its blocks can always be clustered.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from threading import Lock
 
 import numpy as np
@@ -96,8 +99,16 @@ def _depth_first_rank(qi: QIArrays) -> list[np.ndarray]:
     return ranks
 
 
-def cut(qi: QIArrays, k: int, block_size: int, cost: str = "height") -> list[np.ndarray]:
-    """Row indices of each block, in cut order (a block's halves replace it in place)."""
+def cut(
+    qi: QIArrays,
+    k: int,
+    block_size: int,
+    cost: str = "height",
+    sensitive: np.ndarray | None = None,
+    p: int = 1,
+) -> list[np.ndarray]:
+    """Row indices of each block, in cut order (a block's halves replace it in place). With
+    `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -161,11 +172,16 @@ def cut(qi: QIArrays, k: int, block_size: int, cost: str = "height") -> list[np.
                 fallback = (min(p, m - p), mask)
         return None if fallback is None else fallback[1]
 
+    def diverse(rows: np.ndarray) -> bool:
+        return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
+
     done: list[np.ndarray] = []
     todo = [np.arange(qi.n, dtype=np.int64)]
     while todo:
         rows = todo.pop()
         first = best_cut(rows) if len(rows) > block_size else None
+        if first is not None and not (diverse(rows[first]) and diverse(rows[~first])):
+            first = None
         if first is None:
             done.append(rows)
         else:
@@ -186,14 +202,26 @@ def kmember_blocks(
     rounds: int = ROUNDS,
     workers: int | None = None,
     progress: Callable[[str], None] | None = None,
+    sensitive: np.ndarray | None = None,
+    p: int = 1,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """int32[n] cluster ids of partitioned k-member (clusters of k..2k-1 rows), and figures
-    for the run record: blocks clustered and the rows re-clustered by the fix-up rounds.
-    `progress` hears how many blocks are clustered as each one ends."""
+    """int32[n] cluster ids of partitioned k-member (clusters of k..2k-1 rows; with p > 1
+    and `sensitive`, the (p,k) rule's clusters), and figures for the run record: blocks
+    clustered and the rows re-clustered by the fix-up rounds. `progress` hears how many
+    blocks are clustered as each one ends."""
     if qi.n < k:
         raise ValueError(f"k-member clustering needs at least k={k} rows, the table has {qi.n}")
     rng = np.random.default_rng(seed)
-    gid, blocks = _in_blocks(qi, k, block_size, rng, seeding, cost, workers, progress)
+    sens = None
+    if sensitive is not None and p > 1:
+        sens = np.unique(np.asarray(sensitive), return_inverse=True)[1].reshape(-1)
+        if len(np.unique(sens)) < p:
+            raise ValueError(
+                f"(p,k)-anonymity with p={p} is impossible: the table has only "
+                f"{len(np.unique(sens))} distinct sensitive values"
+            )
+    rule = _Rule(k, seeding, cost, workers, progress, p if sens is not None else 1)
+    gid, blocks = _in_blocks(qi, sens, block_size, rng, rule)
     figures = {"blocks": blocks, "repooled_rows": 0}
     for _ in range(rounds):
         # Fix-up: the loosest clusters (the ends of each block's greedy run, and clusters cut
@@ -206,7 +234,7 @@ def kmember_blocks(
         dissolved[worst] = True
         pool = np.flatnonzero(dissolved[gid])
         part = subset(qi, pool)
-        again, b = _in_blocks(part, k, block_size, rng, seeding, cost, workers, progress)
+        again, b = _in_blocks(part, None if sens is None else sens[pool], block_size, rng, rule)
         figures["blocks"] += b
         # Kept only if it lowers those rows' loss, so a round never makes the result worse.
         before = float((loss[worst] * np.bincount(gid)[worst]).sum())
@@ -221,35 +249,52 @@ def kmember_blocks(
     return gid, figures
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """How each block is clustered: the exact rule's parameters, and where progress goes."""
+
+    k: int
+    seeding: str
+    cost: str
+    workers: int | None
+    progress: Callable[[str], None] | None
+    p: int = 1
+
+
 def _in_blocks(
     qi: QIArrays,
-    k: int,
+    sensitive: np.ndarray | None,
     block_size: int,
     rng: np.random.Generator,
-    seeding: str,
-    cost: str,
-    workers: int | None,
-    progress: Callable[[str], None] | None = None,
+    rule: _Rule,
 ) -> tuple[np.ndarray, int]:
     """Cluster ids (0..g-1, block by block in cut order) and the number of blocks."""
     from dbanon.algorithms.kmember import kmember
 
-    blocks = cut(qi, k, block_size, cost) if qi.n > block_size else [np.arange(qi.n)]
+    k = rule.k
+    blocks = (
+        cut(qi, k, block_size, rule.cost, sensitive, rule.p)
+        if qi.n > block_size
+        else [np.arange(qi.n)]
+    )
     seeds = rng.integers(0, 2**62, len(blocks))
     done = [0]
     lock = Lock()
 
     def one(b: int) -> np.ndarray:
-        ids = kmember(subset(qi, blocks[b]), k, seed=int(seeds[b]), seeding=seeding, cost=cost)
-        if progress is not None:
+        ids = kmember(
+            subset(qi, blocks[b]), k, seed=int(seeds[b]), seeding=rule.seeding, cost=rule.cost,
+            sensitive=None if sensitive is None else sensitive[blocks[b]], p=rule.p,
+        )  # fmt: skip
+        if rule.progress is not None:
             with lock:
                 done[0] += 1
-                progress(f"k-member: {done[0]:,} of {len(blocks):,} blocks clustered")
+                rule.progress(f"k-member: {done[0]:,} of {len(blocks):,} blocks clustered")
         return ids
 
     # Largest blocks first, so that no thread is left with a big one at the end.
     order = sorted(range(len(blocks)), key=lambda b: -len(blocks[b]))
-    with ThreadPoolExecutor(max_workers=workers or cores()) as pool:
+    with ThreadPoolExecutor(max_workers=rule.workers or cores()) as pool:
         results = dict(zip(order, pool.map(one, order), strict=True))
     gid = np.empty(qi.n, dtype=np.int32)
     offset = 0

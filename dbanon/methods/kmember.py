@@ -67,16 +67,18 @@ class KMember(GroupingMethod):
         p = pk.p if pk is not None else 1  # type: ignore[attr-defined]
         size = r.options.get("block_size")
         common = {"seed": r.seed, "seeding": r.options["seeding"], "cost": r.options["cost"]}
-        if p == 1 and partitioned(qi.n, size, bool(r.options.get("exact"))):
+        codes_ = None if sensitive is None or p == 1 else codes(sensitive)[0]
+        if partitioned(qi.n, size, bool(r.options.get("exact"))):
             size = size or DEFAULT_BLOCK_SIZE
             gid, figures = kmember_blocks(
-                qi, r.k, block_size=size, progress=r.say, **common  # type: ignore[arg-type]
+                qi, r.k, block_size=size, progress=r.say, sensitive=codes_, p=p,  # type: ignore[arg-type]
+                **common,  # type: ignore[arg-type]
             )
             return gid, {"clustering": "partitioned", "block_size": size, **figures}
         gid = kmember(
             qi,
             r.k,  # type: ignore[arg-type]
-            sensitive=None if sensitive is None else codes(sensitive)[0],
+            sensitive=codes_,
             p=p,
             **common,  # type: ignore[arg-type]
         )
