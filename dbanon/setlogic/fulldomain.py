@@ -645,6 +645,171 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
         raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
 
 
+class _Coded:
+    """The frequency set of a k-only search in numpy: each distinct QI combination as one row
+    of level-0 codes with its weight (rows of the source), and per QI and level a lookup from
+    a level-0 code to the code (and NCP) of its label at that level.
+
+    A node's classes are then one key per row (the mixed-radix number of its codes at the
+    node's levels), summed by weight with bincount, or over np.unique's inverse where the key
+    space is large: tens of milliseconds for a million rows, where a GROUP BY over the same
+    rows in SQL takes about a second. Hierarchies nest (a label has one parent at each level
+    above), so the classes of an ancestor are unions of a node's classes, and a class is
+    represented by any one of its rows: the table of a failing node with far fewer classes
+    is kept (one representative row per class, weighted by its size) and its ancestors are
+    counted from it (Flash's roll-up, as the SQL side does)."""
+
+    def __init__(
+        self,
+        qis: list[_QI],
+        codes: np.ndarray,
+        weights: np.ndarray,
+        looks: list[list[np.ndarray]],
+        cards: list[list[int]],
+        ncps: list[list[np.ndarray]],
+        with_ncp: bool,
+    ) -> None:
+        self.heights = [q.height for q in qis]
+        self.looks, self.cards, self.ncps, self.with_ncp = looks, cards, ncps, with_ncp
+        # (node, representative level-0 codes per class, weights): roll-up sources
+        self.tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
+            (np.zeros(len(qis), dtype=np.int64), codes, weights)
+        ]
+
+    @classmethod
+    def fetch(
+        cls,
+        conn: psycopg.Connection,
+        qis: list[_QI],
+        fs: sql.Identifier,
+        joins: list[sql.Composable],
+        with_ncp: bool,
+    ) -> _Coded:
+        """Fetch the frequency set's weights and level-0 codes, and each QI's map (one row
+        per distinct value) as lookups: each column as one array value (`fetch_arrays`)."""
+        from dbanon.db.stream import fetch_arrays
+
+        d = len(qis)
+        agg = [sql.SQL("array_agg(fs.n)")] + [
+            sql.SQL("array_agg({}.c0)").format(sql.Identifier(f"m{i}")) for i in range(d)
+        ]
+        out = fetch_arrays(
+            conn,
+            sql.SQL("SELECT {} FROM {} fs {}").format(
+                sql.SQL(", ").join(agg), fs, sql.SQL(" ").join(joins)
+            ),
+        )
+        weights = out[0].astype(np.int64)
+        codes = np.zeros((len(weights), d), dtype=np.int32)
+        for i in range(d):
+            codes[:, i] = out[1 + i]
+        looks: list[list[np.ndarray]] = []
+        cards: list[list[int]] = []
+        ncps: list[list[np.ndarray]] = []
+        for i, q in enumerate(qis):
+            cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
+            for level in range(1, q.height):
+                cols.append(sql.SQL("array_agg({}::int8)").format(sql.Identifier(f"c{level}")))
+                cols.append(sql.SQL("array_agg({}::float8)").format(sql.Identifier(f"r{level}")))
+            m = fetch_arrays(
+                conn,
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(", ").join(cols), sql.Identifier(f"{_PREFIX}m{i}")
+                ),
+            )
+            c0 = m[0]
+            size = int(c0.max(initial=0)) + 1
+            look, card, ncp = [np.arange(size, dtype=np.int64)], [size], [np.zeros(size)]
+            for level in range(1, q.height):
+                labels, dense = np.unique(m[2 * level - 1], return_inverse=True)
+                lk = np.zeros(size, dtype=np.int64)
+                lk[c0] = dense.reshape(-1)
+                nc = np.zeros(size)
+                nc[c0] = m[2 * level]
+                look.append(lk)
+                card.append(len(labels))
+                ncp.append(nc)
+            looks.append(look)
+            cards.append(card)
+            ncps.append(ncp)
+        return cls(qis, codes, weights, looks, cards, ncps, with_ncp)
+
+    def losses(self, total: int) -> list[np.ndarray]:
+        """Per QI, the mean NCP of the rows at each level (as _Lattice._losses in SQL)."""
+        _, codes, w = self.tables[0]
+        out = []
+        for i, height in enumerate(self.heights):
+            per = [0.0]
+            per += [
+                float(np.dot(w, self.ncps[i][lv][codes[:, i]])) / max(total, 1)
+                for lv in range(1, height)
+            ]
+            per.append(1.0)
+            out.append(np.maximum.accumulate(np.array(per)))  # no rounding wobble
+        return out
+
+    def _key(self, node: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, int]:
+        """Each row's class at `node` as one int64 (mixed radix over the node's codes below
+        the top, re-numbered densely before the radix could overflow), and the key space."""
+        key: np.ndarray | None = None
+        space = 1
+        for i, lv in enumerate(map(int, node)):
+            if lv >= self.heights[i]:
+                continue
+            col = self.looks[i][lv][rep[:, i]]
+            card = self.cards[i][lv]
+            if key is None:
+                key, space = col, card
+                continue
+            if space * card >= 1 << 62:
+                distinct, inverse = np.unique(key, return_inverse=True)
+                key, space = inverse.reshape(-1).astype(np.int64), len(distinct)
+            key = key * card + col
+            space *= card
+        if key is None:
+            return np.zeros(len(rep), dtype=np.int64), 1
+        return key, space
+
+    def count(self, node: np.ndarray, k: int, budget: int) -> tuple[int, float]:
+        """Rows in classes smaller than k at `node` and the sum of their NCP (0 unless asked),
+        counted from the smallest table of a descendant; see _Lattice.count."""
+        _, rep, w = min(
+            (t for t in self.tables if np.all(t[0] <= node)), key=lambda t: len(t[2])
+        )
+        key, space = self._key(node, rep)
+        if space <= 4 * len(key) + (1 << 16):
+            per_key = np.bincount(key, weights=w, minlength=space)
+            size = per_key[key]
+            classes = int(np.count_nonzero(per_key))
+            inverse = None
+        else:
+            distinct, inverse = np.unique(key, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            per_class = np.bincount(inverse, weights=w)
+            size = per_class[inverse]
+            classes = len(distinct)
+        small_rows = size < k
+        small = int(w[small_rows].sum())
+        ncp = 0.0
+        if small and self.with_ncp:
+            row_ncp = np.zeros(len(rep))
+            for i, lv in enumerate(map(int, node)):
+                if lv >= self.heights[i]:
+                    row_ncp += 1.0
+                elif lv > 0:
+                    row_ncp += self.ncps[i][lv][rep[:, i]]
+            ncp = float((w * row_ncp)[small_rows].sum())
+        rows = len(key)
+        if small > budget and rows >= ROLLUP_MIN_ROWS and classes * ROLLUP_GAIN <= rows:
+            if inverse is None:
+                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            else:
+                _, first = np.unique(key, return_index=True)
+            sizes = np.bincount(inverse.reshape(-1), weights=w).astype(np.int64)
+            self.tables.append((node.copy(), rep[first], sizes))
+        return small, ncp
+
+
 class _Lattice:
     """The database side of a search: the source's frequency set as integer codes, and the
     class tables of nodes, each counted by rolling up the smallest table below it."""
@@ -668,6 +833,8 @@ class _Lattice:
         self.classes: list[tuple[np.ndarray, sql.Identifier, int]] = []  # (node, table, rows)
         self.total = 0
         self.losses: list[np.ndarray] = []  # per QI, the mean NCP of the rows at each level
+        # k alone (no sensitive value): the frequency set is counted in numpy (`_Coded`).
+        self.coded: _Coded | None = None
 
     def _temp(self, stem: str) -> sql.Identifier:
         name = f"{_PREFIX}{stem}"
@@ -735,6 +902,8 @@ class _Lattice:
                 q=sql.SQL(", ").join(group),
             )
         )
+        # Statistics (a sample: cheap) for the joins to the maps below; see _analyze.
+        conn.execute(sql.SQL("ANALYZE {}").format(fs))
         self._stats(source, fs, qcol)
 
         # Each QI's map: per distinct value, its code and NCP at each level below the top
@@ -759,6 +928,12 @@ class _Lattice:
                 c, r = self.code(i, level), self.ncp(i, level)
                 codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
                 ncps.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"r{level}"), r))
+        if self.sensitive is None:
+            # k alone: the level-0 codes and weights go to numpy, where each node is counted
+            # (`_Coded`); the higher levels are looked up from each QI's map there.
+            self.coded = _Coded.fetch(self.conn, qis, fs, joins, self.with_ncp)
+            self.losses = self.coded.losses(self.total)
+            return
         g = self._temp("g")
         # n first and NCP only when suppression needs it: narrow rows make GROUP BY faster.
         cur = conn.execute(
@@ -800,6 +975,13 @@ class _Lattice:
                 "FROM (SELECT DISTINCT {q} AS v FROM {fs}) d"
             ).format(t=self._temp(f"m{i}"), cols=sql.SQL(", ").join(cols), q=name, fs=fs)
         )
+        self._analyze(i)
+
+    def _analyze(self, i: int) -> None:
+        """ANALYZE a QI's map (small, so cheap): without statistics the planner takes each
+        join of the frequency set to a map for a blow-up (billions of rows at 1M) and sorts
+        for a merge join where a hash join does."""
+        self.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(f"{_PREFIX}m{i}")))
 
     def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
         """Row count, NULL QIs (an error), interval and calendar hierarchies, coverage."""
@@ -891,6 +1073,7 @@ class _Lattice:
                 top=sql.Literal(h.height),
             )
         )
+        self._analyze(i)
 
     def _losses(self, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
         """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top),
@@ -942,6 +1125,8 @@ class _Lattice:
         Rolls up from the smallest class table of a descendant. When the node fails and has far
         fewer classes than that table has rows, its own class table is kept too: the walk
         climbs after a failure, and the nodes it checks next then roll up from it."""
+        if self.coded is not None:
+            return self.coded.count(node, self.k, self.budget)
         base, table, rows, keys, row_ncp = self._from(node)
         if np.array_equal(base, node) and self.sensitive is None:
             classes: sql.Composable = sql.SQL("SELECT n, n * ({r}) AS ls FROM {t}").format(
