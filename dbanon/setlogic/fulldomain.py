@@ -117,6 +117,9 @@ INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, betwee
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
 PROGRESS_EVERY = 0.25  # seconds between progress messages of a search
 SEARCH_WORK_MEM = "128MB"  # work_mem of a search's own queries (if the session's is lower)
+# work_mem of the release's statement (if the session's is lower): its two sorts of the whole
+# source (classes, then the shuffle) run in memory at 1M rows instead of merging on disk.
+RELEASE_WORK_MEM = "256MB"
 EPOCH = sql.SQL("DATE '1970-01-01'")
 # The widest automatic interval is the narrowest round width >= (max - min) / TOP_SPLIT.
 TOP_SPLIT = 5
@@ -315,6 +318,15 @@ def _bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
     return sql.SQL("(floor({x}::numeric / {w}) * {w})").format(x=x, w=sql.Literal(width))
 
 
+def _int_bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
+    """`_bin_low` of a bigint x and a whole width, in bigint arithmetic: the release computes
+    it per row, where numeric division costs about a second per million rows. PostgreSQL's
+    integer division truncates towards 0 and % takes the dividend's sign, so a negative
+    remainder means the floor is one lower."""
+    w = sql.Literal(int(width))
+    return sql.SQL("(({x} / {w} - ({x} % {w} < 0)::int) * {w})").format(x=x, w=w)
+
+
 def _interval_value(
     h: IntervalHierarchy, col: Column, ref: sql.Composable, level: int, form: str
 ) -> sql.Composable:
@@ -326,11 +338,16 @@ def _interval_value(
     if level == 0:
         return generalise.value(col, ref, form)
     w = h.widths[level - 1]
-    lo = _bin_low(_as_number(h.base, ref), w)
     if h.base == "numeric":
+        lo = _bin_low(_as_number(h.base, ref), w)
         hi = sql.SQL("({} + {})").format(lo, sql.Literal(w))
         return generalise.half_open_range(col, lo, hi, form)
-    hi = sql.SQL("({} + {})").format(lo, sql.Literal(w - 1))
+    if w == w.to_integral_value():  # whole units (integers, days) and a whole width
+        lo = _int_bin_low(sql.SQL("{}::bigint").format(_as_number(h.base, ref)), w)
+        hi = sql.SQL("({} + {})").format(lo, sql.Literal(int(w) - 1))
+    else:
+        lo = _bin_low(_as_number(h.base, ref), w)
+        hi = sql.SQL("({} + {})").format(lo, sql.Literal(w - 1))
     if h.base == "date":
         lo = sql.SQL("({} + {}::integer)").format(EPOCH, lo)
         hi = sql.SQL("({} + {}::integer)").format(EPOCH, hi)
@@ -573,6 +590,22 @@ def release_select(
         kept=kept_classes(target, others),
         order=order,
     )
+
+
+def raise_work_mem(conn: psycopg.Connection, size: str) -> str:
+    """Raise the transaction's work_mem to `size` (never lower it); returns the setting to
+    restore with `restore_work_mem`."""
+    before = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
+    conn.execute(
+        "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
+        "THEN %s ELSE %s END, true)",
+        [before, size, size, before],
+    )
+    return before
+
+
+def restore_work_mem(conn: psycopg.Connection, before: str) -> None:
+    conn.execute("SELECT set_config('work_mem', %s, true)", [before])
 
 
 def _fresh(name: str, taken: Sequence[str]) -> str:
@@ -1273,12 +1306,7 @@ def search(
         conn.execute("SET LOCAL jit = off")
         # The frequency set of mostly distinct rows is as big as the source: its GROUP BYs
         # hash in memory rather than spill (at most SEARCH_WORK_MEM, never less than set).
-        work_mem = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
-        conn.execute(
-            "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
-            "THEN %s ELSE %s END, true)",
-            [work_mem, SEARCH_WORK_MEM, SEARCH_WORK_MEM, work_mem],
-        )
+        work_mem = raise_work_mem(conn, SEARCH_WORK_MEM)
         lattice.build(source)
         timings["build"] = round(time.perf_counter() - started, 4)
         total = lattice.total
@@ -1296,7 +1324,7 @@ def search(
         timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
         lattice.drop()
         conn.execute("SELECT set_config('jit', %s, true)", [jit])
-        conn.execute("SELECT set_config('work_mem', %s, true)", [work_mem])
+        restore_work_mem(conn, work_mem)
     if best is None:
         raise DbanonError(
             f"no full-domain generalisation of {source} satisfies "
