@@ -327,6 +327,14 @@ def _int_bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
     return sql.SQL("(({x} / {w} - ({x} % {w} < 0)::int) * {w})").format(x=x, w=w)
 
 
+def _whole_bin_low(h: IntervalHierarchy, x: sql.Composable, w: Decimal) -> sql.Composable:
+    """`_bin_low` of a number x of an interval QI: in bigint arithmetic for whole units and
+    a whole width (`_int_bin_low`), numeric otherwise."""
+    if h.base != "numeric" and w == w.to_integral_value():
+        return _int_bin_low(sql.SQL("{}::bigint").format(x), w)
+    return _bin_low(x, w)
+
+
 def _interval_value(
     h: IntervalHierarchy, col: Column, ref: sql.Composable, level: int, form: str
 ) -> sql.Composable:
@@ -342,12 +350,9 @@ def _interval_value(
         lo = _bin_low(_as_number(h.base, ref), w)
         hi = sql.SQL("({} + {})").format(lo, sql.Literal(w))
         return generalise.half_open_range(col, lo, hi, form)
-    if w == w.to_integral_value():  # whole units (integers, days) and a whole width
-        lo = _int_bin_low(sql.SQL("{}::bigint").format(_as_number(h.base, ref)), w)
-        hi = sql.SQL("({} + {})").format(lo, sql.Literal(int(w) - 1))
-    else:
-        lo = _bin_low(_as_number(h.base, ref), w)
-        hi = sql.SQL("({} + {})").format(lo, sql.Literal(w - 1))
+    lo = _whole_bin_low(h, _as_number(h.base, ref), w)
+    whole = w == w.to_integral_value()
+    hi = sql.SQL("({} + {})").format(lo, sql.Literal(int(w) - 1 if whole else w - 1))
     if h.base == "date":
         lo = sql.SQL("({} + {}::integer)").format(EPOCH, lo)
         hi = sql.SQL("({} + {}::integer)").format(EPOCH, hi)
@@ -362,7 +367,7 @@ def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Co
     if span <= 0:
         return sql.SQL("0::float8")
     w = h.widths[level - 1]
-    lo = _bin_low(x, w)
+    lo = sql.SQL("{}::numeric").format(_whole_bin_low(h, x, w))  # numeric, as the division
     last = w - 1 if h.base != "numeric" else w  # whole units: [lo, lo + w) ends at lo + w - 1
     ncp = "((least({lo} + {last}, {hi}) - greatest({lo}, {low})) / {span})::float8"
     return sql.SQL(ncp).format(
@@ -942,9 +947,25 @@ class _Lattice:
         # Each QI's map: per distinct value, its code and NCP at each level below the top
         # (stored hierarchies: from the catalog, in _stats). Computed once per distinct value,
         # not per row of the frequency set, which for mostly distinct rows is the source's size.
-        for i, q in enumerate(qis):
-            if not isinstance(q.h, Hierarchy):
-                self._value_map(i, q, fs, qcol[i])
+        mapped = [i for i, q in enumerate(qis) if not isinstance(q.h, Hierarchy)]
+        distinct = fs
+        if len(mapped) > 1:
+            # Every such QI's distinct values in one pass over the frequency set (hashed
+            # grouping sets), rather than one pass each; QIs are not NULL (_stats), so a
+            # column is NULL exactly in the rows of the other QIs' sets.
+            distinct = self._temp("dv")
+            conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {dv} AS SELECT {q} FROM {fs} GROUP BY GROUPING SETS ({sets})"
+                ).format(
+                    dv=distinct,
+                    q=sql.SQL(", ").join(qcol[i] for i in mapped),
+                    fs=fs,
+                    sets=sql.SQL(", ").join(sql.SQL("({})").format(qcol[i]) for i in mapped),
+                )
+            )
+        for i in mapped:
+            self._value_map(i, qis[i], distinct, qcol[i])
         # g: the frequency set with a code per QI and level below the top (and its NCP).
         codes: list[sql.Composable] = []
         ncps: list[sql.Composable] = []
@@ -993,8 +1014,13 @@ class _Lattice:
         for level in range(1, q.height):
             c, r = sql.Identifier(f"c{level}"), sql.Identifier(f"r{level}")
             if isinstance(q.h, IntervalHierarchy):
-                w = sql.Literal(q.h.widths[level - 1])
-                code: sql.Composable = sql.SQL("floor(v::numeric / {})::bigint").format(w)
+                w = q.h.widths[level - 1]
+                # a number per interval: floor(v / w), or its low end in bigint arithmetic
+                code: sql.Composable = (
+                    _whole_bin_low(q.h, v, w)
+                    if q.h.base != "numeric" and w == w.to_integral_value()
+                    else sql.SQL("floor(v::numeric / {})::bigint").format(sql.Literal(w))
+                )
                 ncp = _interval_ncp(q.h, v, level)
             elif isinstance(q.h, CalendarHierarchy):
                 code = _calendar_code(q.h, q.col, v, level)
@@ -1005,7 +1031,7 @@ class _Lattice:
         self.conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {t} AS SELECT v, {cols} "
-                "FROM (SELECT DISTINCT {q} AS v FROM {fs}) d"
+                "FROM (SELECT DISTINCT {q} AS v FROM {fs} WHERE {q} IS NOT NULL) d"
             ).format(t=self._temp(f"m{i}"), cols=sql.SQL(", ").join(cols), q=name, fs=fs)
         )
         self._analyze(i)
