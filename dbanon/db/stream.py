@@ -263,8 +263,10 @@ def fetch_arrays(conn: psycopg.Connection, query: sql.Composable) -> list[np.nda
         oids = [d.type_code for d in cur.description or []]
     if row is None:
         raise ValueError("fetch_arrays: the query returned no row")
-    out = []
-    for oid, raw in zip(oids, row, strict=True):
+    raws, out = list(row), []
+    del row
+    for j, oid in enumerate(oids):
+        raw, raws[j] = raws[j], None  # each column's bytes freed once converted
         if oid not in _ARRAYS:
             raise ValueError(f"fetch_arrays: a column of type oid {oid}, not an array of numbers")
         dtype, width = _ARRAYS[oid]
@@ -274,7 +276,8 @@ def fetch_arrays(conn: psycopg.Connection, query: sql.Composable) -> list[np.nda
         if int.from_bytes(raw[0:4], "big") != 1 or int.from_bytes(raw[4:8], "big"):
             raise ValueError("fetch_arrays: only one-dimensional arrays without NULLs")
         n = int.from_bytes(raw[12:16], "big")
-        # after the 20-byte header, per element: its length (4 bytes) and its value
-        fields = np.frombuffer(raw, dtype=np.uint8, offset=20).reshape(n, 4 + width)
-        out.append(fields[:, 4:].copy().view(dtype).reshape(-1).astype(dtype[1:]))
+        # after the 20-byte header, per element: its length (4 bytes), then its value
+        values = np.ndarray((n,), dtype=dtype, buffer=raw, offset=24, strides=(4 + width,))
+        out.append(values.astype(dtype[1:]))
+        del values, raw
     return out
