@@ -719,36 +719,38 @@ class _Coded:
         cls,
         conn: psycopg.Connection,
         qis: list[_QI],
-        fs: sql.Identifier,
+        fs: sql.Composable,
         joins: list[sql.Composable],
         with_ncp: bool,
     ) -> _Coded:
-        """Fetch the frequency set's weights and level-0 codes, and each QI's map (one row
-        per distinct value) as lookups: each column as one array value (`fetch_arrays`)."""
+        """Fetch each row's level-0 codes, and each QI's map (one row per distinct value) as
+        lookups: each column as one array value (`fetch_arrays`). Every row weighs 1 (`fs` reads
+        the source); equal rows are grouped below. Integer and date interval QIs come as their
+        numbers, coded here by a binary search in their map, which saves a join of every row
+        to it in SQL; the others through a hash join to their map."""
         from dbanon.db.stream import fetch_arrays
 
         d = len(qis)
-        agg = [sql.SQL("array_agg(fs.n)")] + [
-            sql.SQL("array_agg({}.c0)").format(sql.Identifier(f"m{i}")) for i in range(d)
-        ]
-        out = fetch_arrays(
-            conn,
-            sql.SQL("SELECT {} FROM {} fs {}").format(
-                sql.SQL(", ").join(agg), fs, sql.SQL(" ").join(joins)
-            ),
-        )
-        weights = out[0].astype(np.int64)
-        codes = np.zeros((len(weights), d), dtype=np.int32)
-        for i in range(d):
-            codes[:, i] = out[1 + i]
         looks: list[list[np.ndarray]] = []
         cards: list[list[int]] = []
         ncps: list[list[np.ndarray]] = []
+        values: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # direct QI -> (v, c0) by v
+        # A QI fetched as a number per row: integer and date intervals as themselves, text
+        # as hashtext() of it, when no two of its distinct values share a hash (then a hash
+        # names one value, as the value does: every row's value is in the map).
+        number: dict[int, Callable[[sql.Composable], sql.Composable]] = {}
+        for i, q in enumerate(qis):
+            if isinstance(q.h, IntervalHierarchy) and q.h.base != "numeric":
+                number[i] = partial(sql.SQL("{}::int8").format)
+            elif q.kind in ("flat", "stored"):
+                number[i] = partial(sql.SQL("hashtext({})::int8").format)
         for i, q in enumerate(qis):
             cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
             for level in range(1, q.height):
                 cols.append(sql.SQL("array_agg({}::int8)").format(sql.Identifier(f"c{level}")))
                 cols.append(sql.SQL("array_agg({}::float8)").format(sql.Identifier(f"r{level}")))
+            if i in number:
+                cols.append(sql.SQL("array_agg({})").format(number[i](sql.SQL("v"))))
             m = fetch_arrays(
                 conn,
                 sql.SQL("SELECT {} FROM {}").format(
@@ -756,6 +758,11 @@ class _Coded:
                 ),
             )
             c0 = m[0]
+            if i in number:
+                order = np.argsort(m[-1], kind="stable")
+                v = m[-1][order]
+                if len(v) < 2 or np.all(v[1:] != v[:-1]):
+                    values[i] = (v, c0[order])
             size = int(c0.max(initial=0)) + 1
             look, card, ncp = [np.arange(size, dtype=np.int64)], [size], [np.zeros(size)]
             for level in range(1, q.height):
@@ -770,7 +777,44 @@ class _Coded:
             looks.append(look)
             cards.append(card)
             ncps.append(ncp)
-        return cls(qis, codes, weights, looks, cards, ncps, with_ncp)
+        direct = set(values)
+        agg = [
+            sql.SQL("array_agg({})").format(
+                number[i](sql.SQL("fs.{}").format(sql.Identifier(f"q{i}")))
+            )
+            if i in direct
+            else sql.SQL("array_agg({}.c0)").format(sql.Identifier(f"m{i}"))
+            for i in range(d)
+        ]
+        out = fetch_arrays(
+            conn,
+            sql.SQL("SELECT {} FROM {} {}").format(
+                sql.SQL(", ").join(agg),
+                fs,
+                sql.SQL(" ").join(j for i, j in enumerate(joins) if i not in direct),
+            ),
+        )
+        rows = len(out[0])
+        codes = np.zeros((rows, d), dtype=np.int32)
+        for i in range(d):
+            if i in direct:
+                v, c0 = values[i]
+                pos = np.searchsorted(v, out[i])
+                if rows and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
+                    raise DbanonError(f"a value of {qis[i].col.name!r} is missing from its map")
+                codes[:, i] = c0[pos]
+            else:
+                codes[:, i] = out[i]
+            out[i] = np.empty(0)  # freed as soon as copied
+        weights = np.ones(rows, dtype=np.int64)
+        coded = cls(qis, codes, weights, looks, cards, ncps, with_ncp)
+        # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL).
+        key, _ = coded._key(np.zeros(d, dtype=np.int64), codes)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        if len(first) < len(key):
+            sizes = np.bincount(inverse.reshape(-1), weights=weights).astype(np.int64)
+            coded.tables = [(coded.tables[0][0], codes[first], sizes)]
+        return coded
 
     def losses(self, total: int) -> list[np.ndarray]:
         """Per QI, the mean NCP of the rows at each level (as _Lattice._losses in SQL)."""
@@ -912,7 +956,6 @@ class _Lattice:
     def build(self, source: Relation) -> None:
         """Read the source once (GROUP BY the QIs), then code every level of every QI."""
         conn, qis = self.conn, self.qis
-        fs = self._temp("fs")
         qcol = [sql.Identifier(f"q{i}") for i in range(len(qis))]
         fs_cols = []
         for q, name in zip(qis, qcol, strict=True):
@@ -929,26 +972,38 @@ class _Lattice:
         if self.sensitive is not None:
             fs_cols.append(sql.SQL("{} AS s").format(sql.Identifier(self.sensitive)))
             group.append(sql.Identifier("s"))
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {fs} AS SELECT {cols}, count(*)::int AS n FROM {src} "
-                "GROUP BY {q}"
-            ).format(
-                fs=fs,
-                cols=sql.SQL(", ").join(fs_cols),
-                src=source.ident,
-                q=sql.SQL(", ").join(group),
+        fs: sql.Composable
+        if self.sensitive is None:
+            # k alone: no frequency set table. The few passes below read the source itself
+            # (each row weighing 1), and numpy groups equal rows once they are coded
+            # (`_Coded.fetch`): for mostly distinct rows the table would be as big as the
+            # source, and writing it cost more than the passes it saves.
+            fs = sql.SQL("(SELECT {cols}, 1 AS n FROM {src}) fs").format(
+                cols=sql.SQL(", ").join(fs_cols), src=source.ident
             )
-        )
-        # Statistics (a sample: cheap) for the joins to the maps below; see _analyze.
-        conn.execute(sql.SQL("ANALYZE {}").format(fs))
+        else:
+            table = self._temp("fs")
+            conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {fs} AS SELECT {cols}, count(*)::int AS n FROM {src} "
+                    "GROUP BY {q}"
+                ).format(
+                    fs=table,
+                    cols=sql.SQL(", ").join(fs_cols),
+                    src=source.ident,
+                    q=sql.SQL(", ").join(group),
+                )
+            )
+            # Statistics (a sample: cheap) for the joins to the maps below; see _analyze.
+            conn.execute(sql.SQL("ANALYZE {}").format(table))
+            fs = sql.SQL("{} fs").format(table)
         self._stats(source, fs, qcol)
 
         # Each QI's map: per distinct value, its code and NCP at each level below the top
         # (stored hierarchies: from the catalog, in _stats). Computed once per distinct value,
         # not per row of the frequency set, which for mostly distinct rows is the source's size.
         mapped = [i for i, q in enumerate(qis) if not isinstance(q.h, Hierarchy)]
-        distinct = fs
+        distinct: sql.Composable = fs
         if len(mapped) > 1:
             # Every such QI's distinct values in one pass over the frequency set (hashed
             # grouping sets), rather than one pass each; QIs are not NULL (_stats), so a
@@ -991,7 +1046,7 @@ class _Lattice:
         g = self._temp("g")
         # n first and NCP only when suppression needs it: narrow rows make GROUP BY faster.
         cur = conn.execute(
-            sql.SQL("CREATE TEMP TABLE {g} AS SELECT fs.n, {sel} FROM {fs} fs {joins}").format(
+            sql.SQL("CREATE TEMP TABLE {g} AS SELECT fs.n, {sel} FROM {fs} {joins}").format(
                 g=g,
                 sel=sql.SQL(", ").join(
                     codes
@@ -1005,7 +1060,7 @@ class _Lattice:
         self._losses(fs, qcol)
         self.classes.append((np.zeros(len(qis), dtype=np.int64), g, cur.rowcount))
 
-    def _value_map(self, i: int, q: _QI, fs: sql.Identifier, name: sql.Identifier) -> None:
+    def _value_map(self, i: int, q: _QI, fs: sql.Composable, name: sql.Identifier) -> None:
         """The map of an interval, calendar or flat QI (as _store_map makes a stored
         hierarchy's): per distinct value v, its code c<level> (numbering the value itself at
         level 0) and NCP r<level> at each level below the top."""
@@ -1042,7 +1097,7 @@ class _Lattice:
         for a merge join where a hash join does."""
         self.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(f"{_PREFIX}m{i}")))
 
-    def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+    def _stats(self, source: Relation, fs: sql.Composable, qcol: list[sql.Identifier]) -> None:
         """Row count, NULL QIs (an error), interval and calendar hierarchies, coverage."""
         conn = self.conn
         stats: list[sql.Composable] = [sql.SQL("coalesce(sum(n), 0)::bigint")]
@@ -1134,7 +1189,7 @@ class _Lattice:
         )
         self._analyze(i)
 
-    def _losses(self, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+    def _losses(self, fs: sql.Composable, qcol: list[sql.Identifier]) -> None:
         """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top),
         summed over the QI's distinct values with their row counts."""
         for i, q in enumerate(self.qis):
