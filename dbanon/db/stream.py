@@ -238,46 +238,51 @@ def copy_in_ids(
 _ARRAYS = {1007: (">i4", 4), 1016: (">i8", 8), 1022: (">f8", 8)}
 
 
+def _parse_array(dtype: str, width: int, raw: Any) -> np.ndarray:
+    """A binary array value (a one-dimensional array without NULLs) as a native array."""
+    if int.from_bytes(raw[0:4], "big") == 0:  # no dimension: empty
+        return np.empty(0, dtype=dtype[1:])
+    if int.from_bytes(raw[0:4], "big") != 1 or int.from_bytes(raw[4:8], "big"):
+        raise ValueError("fetch_arrays: only one-dimensional arrays without NULLs")
+    n = int.from_bytes(raw[12:16], "big")
+    # after the 20-byte header, per element: its length (4 bytes), then its value
+    values = np.ndarray((n,), dtype=dtype, buffer=raw, offset=24, strides=(4 + width,))
+    return values.astype(dtype[1:])
+
+
 def fetch_arrays(conn: psycopg.Connection, query: sql.Composable) -> list[np.ndarray]:
     """The columns of a one-row query whose values are int4[], int8[] or float8[] arrays
     without NULL elements (`array_agg` of NOT NULL columns), as numpy arrays (native byte
     order; empty for a NULL array, as array_agg over no rows gives).
 
     Faster than `copy_columns` for a few numeric columns of many rows: the server sends each
-    column as one binary value, parsed here with one np.frombuffer, where COPY costs a
-    message (and a Python call) per row. An array is limited to 1 GB: 134 M int4 values."""
+    column as one binary value, parsed straight from the result by a loader into a numpy
+    array (no bytes copy), where COPY costs a message (and a Python call) per row. An array
+    is limited to 1 GB: 134 M int4 values."""
     from psycopg.adapt import Loader
     from psycopg.pq import Format
 
-    class _Raw(Loader):
-        format = Format.BINARY
+    def loader(dtype: str, width: int) -> type[Loader]:
+        class _Array(Loader):
+            format = Format.BINARY
 
-        def load(self, data: Any) -> bytes:
-            return bytes(data)
+            def load(self, data: Any) -> np.ndarray:
+                return _parse_array(dtype, width, data)
+
+        return _Array
 
     with conn.cursor(binary=True) as cur:
-        for oid in _ARRAYS:
-            cur.adapters.register_loader(oid, _Raw)
+        for oid, (dtype, width) in _ARRAYS.items():
+            cur.adapters.register_loader(oid, loader(dtype, width))
         cur.execute(query)
-        row = cur.fetchone()
         oids = [d.type_code for d in cur.description or []]
+        bad = [oid for oid in oids if oid not in _ARRAYS]
+        if bad:
+            raise ValueError(f"fetch_arrays: a column of type oid {bad[0]}, not a number array")
+        row = cur.fetchone()
     if row is None:
         raise ValueError("fetch_arrays: the query returned no row")
-    raws, out = list(row), []
-    del row
-    for j, oid in enumerate(oids):
-        raw, raws[j] = raws[j], None  # each column's bytes freed once converted
-        if oid not in _ARRAYS:
-            raise ValueError(f"fetch_arrays: a column of type oid {oid}, not an array of numbers")
-        dtype, width = _ARRAYS[oid]
-        if raw is None or int.from_bytes(raw[0:4], "big") == 0:  # NULL, or no dimension
-            out.append(np.empty(0, dtype=dtype[1:]))
-            continue
-        if int.from_bytes(raw[0:4], "big") != 1 or int.from_bytes(raw[4:8], "big"):
-            raise ValueError("fetch_arrays: only one-dimensional arrays without NULLs")
-        n = int.from_bytes(raw[12:16], "big")
-        # after the 20-byte header, per element: its length (4 bytes), then its value
-        values = np.ndarray((n,), dtype=dtype, buffer=raw, offset=24, strides=(4 + width,))
-        out.append(values.astype(dtype[1:]))
-        del values, raw
-    return out
+    return [
+        np.empty(0, dtype=_ARRAYS[oid][0][1:]) if a is None else a
+        for oid, a in zip(oids, row, strict=True)
+    ]

@@ -779,7 +779,7 @@ class _Coded:
             if isinstance(q.h, IntervalHierarchy) and q.h.base != "numeric":
                 number[i] = partial(sql.SQL("{}::int8").format)
             elif q.kind in ("flat", "stored"):
-                number[i] = partial(sql.SQL("hashtext({})::int8").format)
+                number[i] = partial(sql.SQL("hashtext({})").format)  # int4
         for i, q in enumerate(qis):
             cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
             for level in range(1, q.height):
@@ -814,6 +814,9 @@ class _Coded:
             cards.append(card)
             ncps.append(ncp)
         direct = set(values)
+        for i, (v, _) in values.items():
+            if v.dtype == np.int64 and len(v) and v[0] >= -(2**31) and v[-1] < 2**31:
+                number[i] = partial(sql.SQL("{}::int4").format)  # every value fits: half the bytes
         agg = [
             sql.SQL("array_agg({})").format(
                 number[i](sql.SQL("fs.{}").format(sql.Identifier(f"q{i}")))
