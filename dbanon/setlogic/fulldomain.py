@@ -768,8 +768,9 @@ class _Coded:
         """Fetch each row's level-0 codes, and each QI's map (one row per distinct value) as
         lookups: each column as one array value (`fetch_arrays`). Every row weighs 1 (`fs` reads
         the source); equal rows are grouped below. Integer and date interval QIs come as their
-        numbers, coded here by a binary search in their map, which saves a join of every row
-        to it in SQL; the others through a hash join to their map."""
+        numbers, text QIs as hashtext() of their value (when their distinct values' hashes
+        differ), coded here by a binary search in their map, which saves a join of every row
+        to it in SQL; the others (and text whose hashes collide) through a hash join."""
         from dbanon.db.stream import fetch_arrays
 
         d = len(qis)
