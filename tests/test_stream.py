@@ -71,3 +71,22 @@ def test_empty_result(conn: psycopg.Connection, mixed: int) -> None:
         conn, sql.SQL("SELECT id, v, t FROM mixed WHERE false"), ["key", "float8", "text"]
     )
     assert len(keys) == 0 and len(v) == 0 and t.values == []  # type: ignore[union-attr,arg-type]
+
+
+def test_fetch_arrays_agree_with_psycopg(conn: psycopg.Connection) -> None:
+    """int4[], int8[] and float8[] values come back as numpy arrays equal to psycopg's own
+    decoding, negative and large values included; NULL (array_agg of no rows) is empty, and
+    a NULL element is refused rather than misread."""
+    query = sql.SQL(
+        "SELECT array_agg(g::int4 * 7919 - 50000), array_agg(g::int8 * 3000000007 * -1), "
+        "array_agg(g / 3.0::float8), (SELECT array_agg(1::int4) WHERE false) "
+        "FROM generate_series(1, 2000) g"
+    )
+    a, b, c, empty = stream.fetch_arrays(conn, query)
+    ref = conn.execute(query).fetchone()
+    assert a.dtype == np.int32 and a.tolist() == ref[0]
+    assert b.dtype == np.int64 and b.tolist() == ref[1]
+    assert c.dtype == np.float64 and c.tolist() == ref[2]
+    assert len(empty) == 0
+    with pytest.raises(ValueError, match="NULL"):
+        stream.fetch_arrays(conn, sql.SQL("SELECT ARRAY[1, NULL]::int4[]"))

@@ -54,7 +54,13 @@ class FullDomain(Method):
             raise DbanonError(f"--max-suppression must be in [0, 1), got {share}")
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        from dbanon.setlogic.fulldomain import release_select, search
+        from dbanon.setlogic.fulldomain import (
+            RELEASE_WORK_MEM,
+            raise_work_mem,
+            release_select,
+            restore_work_mem,
+            search,
+        )
 
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
         sensitive = r.sensitive[0].name if r.sensitive else None
@@ -75,6 +81,7 @@ class FullDomain(Method):
         create = (
             "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
         )
+        work_mem = raise_work_mem(conn, RELEASE_WORK_MEM)  # for the table, or the snapshot
         conn.execute(sql.SQL(create).format(r.ident(built.build), select))
         if as_view:
             # Evaluated once, in the publish's (repeatable read) snapshot: the checks and the
@@ -85,6 +92,7 @@ class FullDomain(Method):
                 )
             )
             conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
+        restore_work_mem(conn, work_mem)
         ctx.lap("materialise")
         return {"gcp": found.loss, **found.summary()}
 

@@ -14,6 +14,12 @@ Search (`search`): PostgreSQL computes, Python only walks the lattice.
   class table, and nodes above it roll up from that instead (Flash's roll-up, in SQL). All of
   it runs in one transaction (a savepoint in the caller's), with JIT off for its hundreds of
   short queries, and its temp tables are dropped before it returns.
+- With k alone (no model reads a sensitive value), the nodes are counted in numpy instead
+  (`_Coded`): each QI's distinct values and their map are made in SQL as above, the source's
+  rows are fetched once as level-0 codes (one array value per QI), equal rows grouped, and a
+  node's classes are a bincount or np.unique of one mixed-radix key per row, rolled up from
+  the smallest table of a failing descendant as in SQL. At a million mostly distinct rows a
+  node costs tens of milliseconds there against about a second as a GROUP BY.
 - Pruning by monotonicity: if a node satisfies k-anonymity with at most B rows in small classes,
   so does every ancestor (a class of the ancestor is a union of classes of the node, so a small
   class of the ancestor is made of small classes only); if it fails, so does every descendant.
@@ -117,6 +123,9 @@ INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, betwee
 MAX_LATTICE = 2_000_000  # nodes; beyond this the lattice bookkeeping itself gets too big
 PROGRESS_EVERY = 0.25  # seconds between progress messages of a search
 SEARCH_WORK_MEM = "128MB"  # work_mem of a search's own queries (if the session's is lower)
+# work_mem of the release's statement (if the session's is lower): its two sorts of the whole
+# source (classes, then the shuffle) run in memory at 1M rows instead of merging on disk.
+RELEASE_WORK_MEM = "256MB"
 EPOCH = sql.SQL("DATE '1970-01-01'")
 # The widest automatic interval is the narrowest round width >= (max - min) / TOP_SPLIT.
 TOP_SPLIT = 5
@@ -315,6 +324,23 @@ def _bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
     return sql.SQL("(floor({x}::numeric / {w}) * {w})").format(x=x, w=sql.Literal(width))
 
 
+def _int_bin_low(x: sql.Composable, width: Decimal) -> sql.Composable:
+    """`_bin_low` of a bigint x and a whole width, in bigint arithmetic: the release computes
+    it per row, where numeric division costs about a second per million rows. PostgreSQL's
+    integer division truncates towards 0 and % takes the dividend's sign, so a negative
+    remainder means the floor is one lower."""
+    w = sql.Literal(int(width))
+    return sql.SQL("(({x} / {w} - ({x} % {w} < 0)::int) * {w})").format(x=x, w=w)
+
+
+def _whole_bin_low(h: IntervalHierarchy, x: sql.Composable, w: Decimal) -> sql.Composable:
+    """`_bin_low` of a number x of an interval QI: in bigint arithmetic for whole units and
+    a whole width (`_int_bin_low`), numeric otherwise."""
+    if h.base != "numeric" and w == w.to_integral_value():
+        return _int_bin_low(sql.SQL("{}::bigint").format(x), w)
+    return _bin_low(x, w)
+
+
 def _interval_value(
     h: IntervalHierarchy, col: Column, ref: sql.Composable, level: int, form: str
 ) -> sql.Composable:
@@ -326,11 +352,13 @@ def _interval_value(
     if level == 0:
         return generalise.value(col, ref, form)
     w = h.widths[level - 1]
-    lo = _bin_low(_as_number(h.base, ref), w)
     if h.base == "numeric":
+        lo = _bin_low(_as_number(h.base, ref), w)
         hi = sql.SQL("({} + {})").format(lo, sql.Literal(w))
         return generalise.half_open_range(col, lo, hi, form)
-    hi = sql.SQL("({} + {})").format(lo, sql.Literal(w - 1))
+    lo = _whole_bin_low(h, _as_number(h.base, ref), w)
+    whole = w == w.to_integral_value()
+    hi = sql.SQL("({} + {})").format(lo, sql.Literal(int(w) - 1 if whole else w - 1))
     if h.base == "date":
         lo = sql.SQL("({} + {}::integer)").format(EPOCH, lo)
         hi = sql.SQL("({} + {}::integer)").format(EPOCH, hi)
@@ -345,7 +373,7 @@ def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Co
     if span <= 0:
         return sql.SQL("0::float8")
     w = h.widths[level - 1]
-    lo = _bin_low(x, w)
+    lo = sql.SQL("{}::numeric").format(_whole_bin_low(h, x, w))  # numeric, as the division
     last = w - 1 if h.base != "numeric" else w  # whole units: [lo, lo + w) ends at lo + w - 1
     ncp = "((least({lo} + {last}, {hi}) - greatest({lo}, {low})) / {span})::float8"
     return sql.SQL(ncp).format(
@@ -484,7 +512,13 @@ def release_select(
     `ranges` says (dbanon.generalise: 'text', or 'typed' ranges), the others as text.
 
     Shape: the source is read once. Classes smaller than the largest k go by a window count
-    over the generalised QIs (k-anonymity alone needs no more). With other models, the rows
+    over the generalised QIs (k-anonymity alone needs no more); its sort is the statement's
+    main cost, so it sorts by the cheapest key that names each released value (an interval of
+    whole units by its bigint low end, not its label), led by a hash of those keys, and
+    leaves out QIs released as a constant. A hash GROUP BY joined back would avoid the sort,
+    but the planner misjudges a join on several generalised keys badly (a merge join, several
+    times slower at 1M rows without statistics on the expressions). With other models, the
+    rows
     left are kept in a MATERIALIZED CTE, each numbered with its class (dense_rank over the same
     sort, in which NULLs are peers, so matching rows to classes by number is NULL-safe); the
     models judge the classes from that CTE (`kept_classes`), and rows are selected by number.
@@ -493,6 +527,7 @@ def release_select(
         raise DbanonError(f"ranges must be one of {', '.join(generalise.RANGE_FORMS)}")
     joins: list[sql.Composable] = []
     gen: list[sql.Composable] = []
+    part: list[sql.Composable | None] = []  # per QI, its class key (None: a constant)
     for i, col in enumerate(qi):
         kind, h, height = _effective(col, hierarchies)
         if col.name not in levels:
@@ -510,9 +545,20 @@ def release_select(
             raise DbanonError(f"level {level} of {col.name!r} is outside its hierarchy")
         if isinstance(h, IntervalHierarchy):
             gen.append(_interval_value(h, col, ref, level, ranges))
-        elif isinstance(h, CalendarHierarchy):
+            if level >= h.height:
+                part.append(None)
+            elif level > 0 and h.base != "numeric" and h.widths[level - 1] % 1 == 0:
+                # an interval of whole units is named by its low end, a bigint (its released
+                # value is a function of it): a cheaper sort key than the label
+                part.append(_whole_bin_low(h, _as_number(h.base, ref), h.widths[level - 1]))
+            else:
+                part.append(gen[-1])
+            continue
+        if isinstance(h, CalendarHierarchy):
             gen.append(_calendar_value(h, col, ref, level, ranges))
-        elif level == 0:
+            part.append(None if level >= h.height else gen[-1])
+            continue
+        if level == 0:
             gen.append(sql.SQL("{}::text").format(ref))
         elif isinstance(h, Hierarchy) and level < h.height:
             alias = sql.Identifier(f"dbanon_h{i}")
@@ -527,6 +573,9 @@ def release_select(
         else:
             root = h.labels[h.root] if isinstance(h, Hierarchy) else "*"
             gen.append(sql.SQL("{}::text").format(sql.Literal(root)))
+            part.append(None)
+            continue
+        part.append(gen[-1])
     needs = [m for m in models if m.needs_sensitive]
     if needs and not sensitive:
         raise DbanonError(f"{needs[0].name} needs a sensitive column")
@@ -534,19 +583,34 @@ def release_select(
     size, cls = (_fresh(n, names) for n in ("dbanon_class_size", "dbanon_class"))
     # Any k-anonymity is implied by the largest k, which a window count enforces row by row.
     others = [m for m in models if not isinstance(m, KAnonymity)]
-    gen_list = sql.SQL(", ").join(gen)
+    # The classes: partitions by each QI's released value, or a cheaper key naming it; a
+    # QI released as a constant ('*') splits nothing and is left out of the sort.
+    keys = [p for p in part if p is not None]
+    if len(keys) > 1:
+        # Led by a hash of them all (a function of the keys, so the partitions are the same):
+        # rows then compare by one integer, where the generalised keys tie across classes
+        # and each tie reads several columns (2x faster at 1M rows).
+        keys.insert(
+            0,
+            sql.SQL("hashtext(concat_ws({}, {}))").format(
+                sql.Literal("\x1f"), sql.SQL(", ").join(keys)
+            ),
+        )
+    gen_list = sql.SQL(", ").join(keys)
+    window = sql.SQL("PARTITION BY {}").format(gen_list) if keys else sql.SQL("")
     sized = sql.SQL(
-        "SELECT {cols}, count(*) OVER (PARTITION BY {gen}) AS {size}{number} FROM {src} s {joins}"
+        "SELECT {cols}, count(*) OVER ({window}) AS {size}{number} FROM {src} s {joins}"
     ).format(
+        window=window,
         cols=sql.SQL(", ").join(
             [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
             + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
         ),
-        gen=gen_list,
         size=sql.Identifier(size),
         # the same sort as the count's partitions: no second sort
-        number=sql.SQL(", dense_rank() OVER (ORDER BY {}) AS {}").format(
-            gen_list, sql.Identifier(cls)
+        number=sql.SQL(", dense_rank() OVER ({}) AS {}").format(
+            sql.SQL("ORDER BY {}").format(gen_list) if keys else sql.SQL(""),
+            sql.Identifier(cls),
         )
         if others
         else sql.SQL(""),
@@ -573,6 +637,22 @@ def release_select(
         kept=kept_classes(target, others),
         order=order,
     )
+
+
+def raise_work_mem(conn: psycopg.Connection, size: str) -> str:
+    """Raise the transaction's work_mem to `size` (never lower it); returns the setting to
+    restore with `restore_work_mem`."""
+    before = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
+    conn.execute(
+        "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
+        "THEN %s ELSE %s END, true)",
+        [before, size, size, before],
+    )
+    return before
+
+
+def restore_work_mem(conn: psycopg.Connection, before: str) -> None:
+    conn.execute("SELECT set_config('work_mem', %s, true)", [before])
 
 
 def _fresh(name: str, taken: Sequence[str]) -> str:
@@ -645,6 +725,219 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
         raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
 
 
+class _Coded:
+    """The frequency set of a k-only search in numpy: each distinct QI combination as one row
+    of level-0 codes with its weight (rows of the source), and per QI and level a lookup from
+    a level-0 code to the code (and NCP) of its label at that level.
+
+    A node's classes are then one key per row (the mixed-radix number of its codes at the
+    node's levels), summed by weight with bincount, or over np.unique's inverse where the key
+    space is large: tens of milliseconds for a million rows, where a GROUP BY over the same
+    rows in SQL takes about a second. Hierarchies nest (a label has one parent at each level
+    above), so the classes of an ancestor are unions of a node's classes, and a class is
+    represented by any one of its rows: the table of a failing node with far fewer classes
+    is kept (one representative row per class, weighted by its size) and its ancestors are
+    counted from it (Flash's roll-up, as the SQL side does)."""
+
+    def __init__(
+        self,
+        qis: list[_QI],
+        codes: np.ndarray,
+        weights: np.ndarray,
+        looks: list[list[np.ndarray]],
+        cards: list[list[int]],
+        ncps: list[list[np.ndarray]],
+        with_ncp: bool,
+    ) -> None:
+        self.heights = [q.height for q in qis]
+        self.looks, self.cards, self.ncps, self.with_ncp = looks, cards, ncps, with_ncp
+        # (node, representative level-0 codes per class, weights): roll-up sources
+        self.tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = [
+            (np.zeros(len(qis), dtype=np.int64), codes, weights)
+        ]
+
+    @classmethod
+    def fetch(
+        cls,
+        conn: psycopg.Connection,
+        qis: list[_QI],
+        fs: sql.Composable,
+        joins: list[sql.Composable],
+        with_ncp: bool,
+    ) -> _Coded:
+        """Fetch each row's level-0 codes, and each QI's map (one row per distinct value) as
+        lookups: each column as one array value (`fetch_arrays`). Every row weighs 1 (`fs` reads
+        the source); equal rows are grouped below. Integer and date interval QIs come as their
+        numbers, text QIs as hashtext() of their value (when their distinct values' hashes
+        differ), coded here by a binary search in their map, which saves a join of every row
+        to it in SQL; the others (and text whose hashes collide) through a hash join."""
+        from dbanon.db.stream import fetch_arrays
+
+        d = len(qis)
+        looks: list[list[np.ndarray]] = []
+        cards: list[list[int]] = []
+        ncps: list[list[np.ndarray]] = []
+        values: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # direct QI -> (v, c0) by v
+        # A QI fetched as a number per row: integer and date intervals as themselves, text
+        # as hashtext() of it, when no two of its distinct values share a hash (then a hash
+        # names one value, as the value does: every row's value is in the map).
+        number: dict[int, Callable[[sql.Composable], sql.Composable]] = {}
+        for i, q in enumerate(qis):
+            if isinstance(q.h, IntervalHierarchy) and q.h.base != "numeric":
+                number[i] = partial(sql.SQL("{}::int8").format)
+            elif q.kind in ("flat", "stored"):
+                number[i] = partial(sql.SQL("hashtext({})").format)  # int4
+        for i, q in enumerate(qis):
+            cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
+            for level in range(1, q.height):
+                cols.append(sql.SQL("array_agg({}::int8)").format(sql.Identifier(f"c{level}")))
+                cols.append(sql.SQL("array_agg({}::float8)").format(sql.Identifier(f"r{level}")))
+            if i in number:
+                cols.append(sql.SQL("array_agg({})").format(number[i](sql.SQL("v"))))
+            m = fetch_arrays(
+                conn,
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(", ").join(cols), sql.Identifier(f"{_PREFIX}m{i}")
+                ),
+            )
+            c0 = m[0]
+            if i in number:
+                order = np.argsort(m[-1], kind="stable")
+                v = m[-1][order]
+                if len(v) < 2 or np.all(v[1:] != v[:-1]):
+                    values[i] = (v, c0[order])
+            size = int(c0.max(initial=0)) + 1
+            look, card, ncp = [np.arange(size, dtype=np.int64)], [size], [np.zeros(size)]
+            for level in range(1, q.height):
+                labels, dense = np.unique(m[2 * level - 1], return_inverse=True)
+                lk = np.zeros(size, dtype=np.int64)
+                lk[c0] = dense.reshape(-1)
+                nc = np.zeros(size)
+                nc[c0] = m[2 * level]
+                look.append(lk)
+                card.append(len(labels))
+                ncp.append(nc)
+            looks.append(look)
+            cards.append(card)
+            ncps.append(ncp)
+        direct = set(values)
+        for i, (v, _) in values.items():
+            if v.dtype == np.int64 and len(v) and v[0] >= -(2**31) and v[-1] < 2**31:
+                number[i] = partial(sql.SQL("{}::int4").format)  # every value fits: half the bytes
+        agg = [
+            sql.SQL("array_agg({})").format(
+                number[i](sql.SQL("fs.{}").format(sql.Identifier(f"q{i}")))
+            )
+            if i in direct
+            else sql.SQL("array_agg({}.c0)").format(sql.Identifier(f"m{i}"))
+            for i in range(d)
+        ]
+        out = fetch_arrays(
+            conn,
+            sql.SQL("SELECT {} FROM {} {}").format(
+                sql.SQL(", ").join(agg),
+                fs,
+                sql.SQL(" ").join(j for i, j in enumerate(joins) if i not in direct),
+            ),
+        )
+        rows = len(out[0])
+        codes = np.zeros((rows, d), dtype=np.int32)
+        for i in range(d):
+            if i in direct:
+                v, c0 = values[i]
+                pos = np.searchsorted(v, out[i])
+                if rows and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
+                    raise DbanonError(f"a value of {qis[i].col.name!r} is missing from its map")
+                codes[:, i] = c0[pos]
+            else:
+                codes[:, i] = out[i]
+            out[i] = np.empty(0)  # freed as soon as copied
+        weights = np.ones(rows, dtype=np.int64)
+        coded = cls(qis, codes, weights, looks, cards, ncps, with_ncp)
+        # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL).
+        key, _ = coded._key(np.zeros(d, dtype=np.int64), codes)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        if len(first) < len(key):
+            sizes = np.bincount(inverse.reshape(-1), weights=weights).astype(np.int64)
+            coded.tables = [(coded.tables[0][0], codes[first], sizes)]
+        return coded
+
+    def losses(self, total: int) -> list[np.ndarray]:
+        """Per QI, the mean NCP of the rows at each level (as _Lattice._losses in SQL)."""
+        _, codes, w = self.tables[0]
+        out = []
+        for i, height in enumerate(self.heights):
+            per = [0.0]
+            per += [
+                float(np.dot(w, self.ncps[i][lv][codes[:, i]])) / max(total, 1)
+                for lv in range(1, height)
+            ]
+            per.append(1.0)
+            out.append(np.maximum.accumulate(np.array(per)))  # no rounding wobble
+        return out
+
+    def _key(self, node: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, int]:
+        """Each row's class at `node` as one int64 (mixed radix over the node's codes below
+        the top, re-numbered densely before the radix could overflow), and the key space."""
+        key: np.ndarray | None = None
+        space = 1
+        for i, lv in enumerate(map(int, node)):
+            if lv >= self.heights[i]:
+                continue
+            col = self.looks[i][lv][rep[:, i]]
+            card = self.cards[i][lv]
+            if key is None:
+                key, space = col, card
+                continue
+            if space * card >= 1 << 62:
+                distinct, inverse = np.unique(key, return_inverse=True)
+                key, space = inverse.reshape(-1).astype(np.int64), len(distinct)
+            key = key * card + col
+            space *= card
+        if key is None:
+            return np.zeros(len(rep), dtype=np.int64), 1
+        return key, space
+
+    def count(self, node: np.ndarray, k: int, budget: int) -> tuple[int, float]:
+        """Rows in classes smaller than k at `node` and the sum of their NCP (0 unless asked),
+        counted from the smallest table of a descendant; see _Lattice.count."""
+        _, rep, w = min(
+            (t for t in self.tables if np.all(t[0] <= node)), key=lambda t: len(t[2])
+        )
+        key, space = self._key(node, rep)
+        if space <= 4 * len(key) + (1 << 16):
+            per_key = np.bincount(key, weights=w, minlength=space)
+            size = per_key[key]
+            classes = int(np.count_nonzero(per_key))
+            inverse = None
+        else:
+            distinct, inverse = np.unique(key, return_inverse=True)
+            inverse = inverse.reshape(-1)
+            per_class = np.bincount(inverse, weights=w)
+            size = per_class[inverse]
+            classes = len(distinct)
+        small_rows = size < k
+        small = int(w[small_rows].sum())
+        ncp = 0.0
+        if small and self.with_ncp:
+            row_ncp = np.zeros(len(rep))
+            for i, lv in enumerate(map(int, node)):
+                if lv >= self.heights[i]:
+                    row_ncp += 1.0
+                elif lv > 0:
+                    row_ncp += self.ncps[i][lv][rep[:, i]]
+            ncp = float((w * row_ncp)[small_rows].sum())
+        rows = len(key)
+        if small > budget and rows >= ROLLUP_MIN_ROWS and classes * ROLLUP_GAIN <= rows:
+            if inverse is None:
+                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            else:
+                _, first = np.unique(key, return_index=True)
+            sizes = np.bincount(inverse.reshape(-1), weights=w).astype(np.int64)
+            self.tables.append((node.copy(), rep[first], sizes))
+        return small, ncp
+
+
 class _Lattice:
     """The database side of a search: the source's frequency set as integer codes, and the
     class tables of nodes, each counted by rolling up the smallest table below it."""
@@ -668,6 +961,8 @@ class _Lattice:
         self.classes: list[tuple[np.ndarray, sql.Identifier, int]] = []  # (node, table, rows)
         self.total = 0
         self.losses: list[np.ndarray] = []  # per QI, the mean NCP of the rows at each level
+        # k alone (no sensitive value): the frequency set is counted in numpy (`_Coded`).
+        self.coded: _Coded | None = None
 
     def _temp(self, stem: str) -> sql.Identifier:
         name = f"{_PREFIX}{stem}"
@@ -707,7 +1002,6 @@ class _Lattice:
     def build(self, source: Relation) -> None:
         """Read the source once (GROUP BY the QIs), then code every level of every QI."""
         conn, qis = self.conn, self.qis
-        fs = self._temp("fs")
         qcol = [sql.Identifier(f"q{i}") for i in range(len(qis))]
         fs_cols = []
         for q, name in zip(qis, qcol, strict=True):
@@ -724,25 +1018,55 @@ class _Lattice:
         if self.sensitive is not None:
             fs_cols.append(sql.SQL("{} AS s").format(sql.Identifier(self.sensitive)))
             group.append(sql.Identifier("s"))
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {fs} AS SELECT {cols}, count(*)::int AS n FROM {src} "
-                "GROUP BY {q}"
-            ).format(
-                fs=fs,
-                cols=sql.SQL(", ").join(fs_cols),
-                src=source.ident,
-                q=sql.SQL(", ").join(group),
+        fs: sql.Composable
+        if self.sensitive is None:
+            # k alone: no frequency set table. The few passes below read the source itself
+            # (each row weighing 1), and numpy groups equal rows once they are coded
+            # (`_Coded.fetch`): for mostly distinct rows the table would be as big as the
+            # source, and writing it cost more than the passes it saves.
+            fs = sql.SQL("(SELECT {cols}, 1 AS n FROM {src}) fs").format(
+                cols=sql.SQL(", ").join(fs_cols), src=source.ident
             )
-        )
+        else:
+            table = self._temp("fs")
+            conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {fs} AS SELECT {cols}, count(*)::int AS n FROM {src} "
+                    "GROUP BY {q}"
+                ).format(
+                    fs=table,
+                    cols=sql.SQL(", ").join(fs_cols),
+                    src=source.ident,
+                    q=sql.SQL(", ").join(group),
+                )
+            )
+            # Statistics (a sample: cheap) for the joins to the maps below; see _analyze.
+            conn.execute(sql.SQL("ANALYZE {}").format(table))
+            fs = sql.SQL("{} fs").format(table)
         self._stats(source, fs, qcol)
 
         # Each QI's map: per distinct value, its code and NCP at each level below the top
         # (stored hierarchies: from the catalog, in _stats). Computed once per distinct value,
         # not per row of the frequency set, which for mostly distinct rows is the source's size.
-        for i, q in enumerate(qis):
-            if not isinstance(q.h, Hierarchy):
-                self._value_map(i, q, fs, qcol[i])
+        mapped = [i for i, q in enumerate(qis) if not isinstance(q.h, Hierarchy)]
+        distinct: sql.Composable = fs
+        if len(mapped) > 1:
+            # Every such QI's distinct values in one pass over the frequency set (hashed
+            # grouping sets), rather than one pass each; QIs are not NULL (_stats), so a
+            # column is NULL exactly in the rows of the other QIs' sets.
+            distinct = self._temp("dv")
+            conn.execute(
+                sql.SQL(
+                    "CREATE TEMP TABLE {dv} AS SELECT {q} FROM {fs} GROUP BY GROUPING SETS ({sets})"
+                ).format(
+                    dv=distinct,
+                    q=sql.SQL(", ").join(qcol[i] for i in mapped),
+                    fs=fs,
+                    sets=sql.SQL(", ").join(sql.SQL("({})").format(qcol[i]) for i in mapped),
+                )
+            )
+        for i in mapped:
+            self._value_map(i, qis[i], distinct, qcol[i])
         # g: the frequency set with a code per QI and level below the top (and its NCP).
         codes: list[sql.Composable] = []
         ncps: list[sql.Composable] = []
@@ -759,10 +1083,16 @@ class _Lattice:
                 c, r = self.code(i, level), self.ncp(i, level)
                 codes.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"c{level}"), c))
                 ncps.append(sql.SQL("{}.{} AS {}").format(m, sql.Identifier(f"r{level}"), r))
+        if self.sensitive is None:
+            # k alone: the level-0 codes and weights go to numpy, where each node is counted
+            # (`_Coded`); the higher levels are looked up from each QI's map there.
+            self.coded = _Coded.fetch(self.conn, qis, fs, joins, self.with_ncp)
+            self.losses = self.coded.losses(self.total)
+            return
         g = self._temp("g")
         # n first and NCP only when suppression needs it: narrow rows make GROUP BY faster.
         cur = conn.execute(
-            sql.SQL("CREATE TEMP TABLE {g} AS SELECT fs.n, {sel} FROM {fs} fs {joins}").format(
+            sql.SQL("CREATE TEMP TABLE {g} AS SELECT fs.n, {sel} FROM {fs} {joins}").format(
                 g=g,
                 sel=sql.SQL(", ").join(
                     codes
@@ -776,7 +1106,7 @@ class _Lattice:
         self._losses(fs, qcol)
         self.classes.append((np.zeros(len(qis), dtype=np.int64), g, cur.rowcount))
 
-    def _value_map(self, i: int, q: _QI, fs: sql.Identifier, name: sql.Identifier) -> None:
+    def _value_map(self, i: int, q: _QI, fs: sql.Composable, name: sql.Identifier) -> None:
         """The map of an interval, calendar or flat QI (as _store_map makes a stored
         hierarchy's): per distinct value v, its code c<level> (numbering the value itself at
         level 0) and NCP r<level> at each level below the top."""
@@ -785,8 +1115,13 @@ class _Lattice:
         for level in range(1, q.height):
             c, r = sql.Identifier(f"c{level}"), sql.Identifier(f"r{level}")
             if isinstance(q.h, IntervalHierarchy):
-                w = sql.Literal(q.h.widths[level - 1])
-                code: sql.Composable = sql.SQL("floor(v::numeric / {})::bigint").format(w)
+                w = q.h.widths[level - 1]
+                # a number per interval: floor(v / w), or its low end in bigint arithmetic
+                code: sql.Composable = (
+                    _whole_bin_low(q.h, v, w)
+                    if q.h.base != "numeric" and w == w.to_integral_value()
+                    else sql.SQL("floor(v::numeric / {})::bigint").format(sql.Literal(w))
+                )
                 ncp = _interval_ncp(q.h, v, level)
             elif isinstance(q.h, CalendarHierarchy):
                 code = _calendar_code(q.h, q.col, v, level)
@@ -797,11 +1132,18 @@ class _Lattice:
         self.conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {t} AS SELECT v, {cols} "
-                "FROM (SELECT DISTINCT {q} AS v FROM {fs}) d"
+                "FROM (SELECT DISTINCT {q} AS v FROM {fs} WHERE {q} IS NOT NULL) d"
             ).format(t=self._temp(f"m{i}"), cols=sql.SQL(", ").join(cols), q=name, fs=fs)
         )
+        self._analyze(i)
 
-    def _stats(self, source: Relation, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+    def _analyze(self, i: int) -> None:
+        """ANALYZE a QI's map (small, so cheap): without statistics the planner takes each
+        join of the frequency set to a map for a blow-up (billions of rows at 1M) and sorts
+        for a merge join where a hash join does."""
+        self.conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(f"{_PREFIX}m{i}")))
+
+    def _stats(self, source: Relation, fs: sql.Composable, qcol: list[sql.Identifier]) -> None:
         """Row count, NULL QIs (an error), interval and calendar hierarchies, coverage."""
         conn = self.conn
         stats: list[sql.Composable] = [sql.SQL("coalesce(sum(n), 0)::bigint")]
@@ -891,8 +1233,9 @@ class _Lattice:
                 top=sql.Literal(h.height),
             )
         )
+        self._analyze(i)
 
-    def _losses(self, fs: sql.Identifier, qcol: list[sql.Identifier]) -> None:
+    def _losses(self, fs: sql.Composable, qcol: list[sql.Identifier]) -> None:
         """The loss of each QI at each level: the mean NCP of its rows (0 at 0, 1 at the top),
         summed over the QI's distinct values with their row counts."""
         for i, q in enumerate(self.qis):
@@ -942,6 +1285,8 @@ class _Lattice:
         Rolls up from the smallest class table of a descendant. When the node fails and has far
         fewer classes than that table has rows, its own class table is kept too: the walk
         climbs after a failure, and the nodes it checks next then roll up from it."""
+        if self.coded is not None:
+            return self.coded.count(node, self.k, self.budget)
         base, table, rows, keys, row_ncp = self._from(node)
         if np.array_equal(base, node) and self.sensitive is None:
             classes: sql.Composable = sql.SQL("SELECT n, n * ({r}) AS ls FROM {t}").format(
@@ -1081,19 +1426,20 @@ def search(
     timings: dict[str, float] = {}
     # One transaction (a savepoint inside the caller's): the temp tables then cost no commit
     # each, and any error takes them away and leaves the caller's transaction usable.
+    outermost = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     with conn.transaction():
+        if outermost and lattice.sensitive is None:
+            # The k-only search reads the source in a few passes (no frequency set table):
+            # one snapshot for all of them. (In a caller's transaction, its isolation holds;
+            # a publish's is REPEATABLE READ.)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # Hundreds of short queries: JIT compiling each (the estimates over fresh temp tables
         # are wild) would cost far more than running it. Restored at the end.
         jit = conn.execute("SELECT current_setting('jit')").fetchone()[0]
         conn.execute("SET LOCAL jit = off")
         # The frequency set of mostly distinct rows is as big as the source: its GROUP BYs
         # hash in memory rather than spill (at most SEARCH_WORK_MEM, never less than set).
-        work_mem = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
-        conn.execute(
-            "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
-            "THEN %s ELSE %s END, true)",
-            [work_mem, SEARCH_WORK_MEM, SEARCH_WORK_MEM, work_mem],
-        )
+        work_mem = raise_work_mem(conn, SEARCH_WORK_MEM)
         lattice.build(source)
         timings["build"] = round(time.perf_counter() - started, 4)
         total = lattice.total
@@ -1111,7 +1457,7 @@ def search(
         timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
         lattice.drop()
         conn.execute("SELECT set_config('jit', %s, true)", [jit])
-        conn.execute("SELECT set_config('work_mem', %s, true)", [work_mem])
+        restore_work_mem(conn, work_mem)
     if best is None:
         raise DbanonError(
             f"no full-domain generalisation of {source} satisfies "
