@@ -32,3 +32,19 @@ def local_settings(conn: psycopg.Connection, **settings: str) -> Iterator[None]:
         if conn.info.transaction_status == pq.TransactionStatus.INTRANS:
             for name, value in old.items():
                 conn.execute("SELECT set_config(%s, %s, true)", [name, value])
+
+
+def raise_work_mem(conn: psycopg.Connection, size: str) -> str:
+    """Raise the transaction's work_mem to `size` (never lower it); returns the setting to
+    restore with `restore_work_mem`."""
+    before = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
+    conn.execute(
+        "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
+        "THEN %s ELSE %s END, true)",
+        [before, size, size, before],
+    )
+    return before
+
+
+def restore_work_mem(conn: psycopg.Connection, before: str) -> None:
+    conn.execute("SELECT set_config('work_mem', %s, true)", [before])

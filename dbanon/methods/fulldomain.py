@@ -54,13 +54,8 @@ class FullDomain(Method):
             raise DbanonError(f"--max-suppression must be in [0, 1), got {share}")
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        from dbanon.setlogic.fulldomain import (
-            RELEASE_WORK_MEM,
-            raise_work_mem,
-            release_select,
-            restore_work_mem,
-            search,
-        )
+        from dbanon.db.settings import raise_work_mem, restore_work_mem
+        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select, search
 
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
         sensitive = r.sensitive[0].name if r.sensitive else None

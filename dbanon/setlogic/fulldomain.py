@@ -104,6 +104,7 @@ from psycopg import sql
 
 from dbanon import generalise
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.settings import raise_work_mem, restore_work_mem
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import (
@@ -639,22 +640,6 @@ def release_select(
     )
 
 
-def raise_work_mem(conn: psycopg.Connection, size: str) -> str:
-    """Raise the transaction's work_mem to `size` (never lower it); returns the setting to
-    restore with `restore_work_mem`."""
-    before = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
-    conn.execute(
-        "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
-        "THEN %s ELSE %s END, true)",
-        [before, size, size, before],
-    )
-    return before
-
-
-def restore_work_mem(conn: psycopg.Connection, before: str) -> None:
-    conn.execute("SELECT set_config('work_mem', %s, true)", [before])
-
-
 def _fresh(name: str, taken: Sequence[str]) -> str:
     """`name`, with underscores appended until it is not one of `taken`."""
     while name in taken:
@@ -725,6 +710,44 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
         raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
 
 
+# Rows of the source fetched at once by a k-only search (`_Coded.fetch`): the server builds
+# each part's columns as arrays, so this bounds what it sends and the client holds at once.
+PART_ROWS = 2_000_000
+
+
+def _tid_ranges(conn: psycopg.Connection, source: Relation, rows: int) -> list[sql.Composable]:
+    """Conditions that split a table's rows into parts of about PART_ROWS rows by page (ctid
+    ranges, each row in exactly one: also for a partitioned table, whose partitions share
+    the page numbers); one condition, TRUE, for a view or a small table."""
+    pages = 0
+    if source.kind in ("r", "m", "p") and rows > PART_ROWS:
+        pages = int(conn.execute(
+            "SELECT pg_relation_size(c) / current_setting('block_size')::int FROM "
+            "to_regclass(format('%%I.%%I', %s::text, %s::text)) c",
+            [source.schema, source.name],
+        ).fetchone()[0] or 0)  # fmt: skip
+        if source.kind == "p":  # the largest partition's pages
+            pages = int(conn.execute(
+                "SELECT coalesce(max(pg_relation_size(relid)), 0) / "
+                "current_setting('block_size')::int FROM "
+                "pg_partition_tree(to_regclass(format('%%I.%%I', %s::text, %s::text)))",
+                [source.schema, source.name],
+            ).fetchone()[0])  # fmt: skip
+    step = -(-pages * PART_ROWS // max(rows, 1))  # pages per part (ceil)
+    if pages <= step or step <= 0:
+        return [sql.SQL("TRUE")]
+    bounds = list(range(0, pages, step))
+    parts = []
+    for j, low in enumerate(bounds):
+        lo = sql.SQL("ctid >= {}::tid").format(sql.Literal(f"({low},0)"))
+        if j + 1 == len(bounds):  # open-ended: whatever the relation holds past its size
+            parts.append(lo)
+        else:
+            hi = sql.SQL("ctid < {}::tid").format(sql.Literal(f"({bounds[j + 1]},0)"))
+            parts.append(sql.SQL("{} AND {}").format(lo, hi))
+    return parts
+
+
 class _Coded:
     """The frequency set of a k-only search in numpy: each distinct QI combination as one row
     of level-0 codes with its weight (rows of the source), and per QI and level a lookup from
@@ -761,16 +784,19 @@ class _Coded:
         cls,
         conn: psycopg.Connection,
         qis: list[_QI],
-        fs: sql.Composable,
+        parts: list[sql.Composable],
         joins: list[sql.Composable],
         with_ncp: bool,
+        total: int,
     ) -> _Coded:
         """Fetch each row's level-0 codes, and each QI's map (one row per distinct value) as
-        lookups: each column as one array value (`fetch_arrays`). Every row weighs 1 (`fs` reads
+        lookups: each column as one array value (`fetch_arrays`). Every row weighs 1 (`parts` read
         the source); equal rows are grouped below. Integer and date interval QIs come as their
         numbers, text QIs as hashtext() of their value (when their distinct values' hashes
         differ), coded here by a binary search in their map, which saves a join of every row
-        to it in SQL; the others (and text whose hashes collide) through a hash join."""
+        to it in SQL; the others (and text whose hashes collide) through a hash join. The rows
+        come in `parts` (ranges of the source's pages, `_tid_ranges`), so that what the server
+        sends at once stays bounded however large the source (`total` rows in all)."""
         from dbanon.db.stream import fetch_arrays
 
         d = len(qis)
@@ -832,26 +858,34 @@ class _Coded:
             else sql.SQL("array_agg({}.c0)").format(sql.Identifier(f"m{i}"))
             for i in range(d)
         ]
-        out = fetch_arrays(
-            conn,
-            sql.SQL("SELECT {} FROM {} {}").format(
-                sql.SQL(", ").join(agg),
-                fs,
-                sql.SQL(" ").join(j for i, j in enumerate(joins) if i not in direct),
-            ),
-        )
-        rows = len(out[0])
-        codes = np.zeros((rows, d), dtype=np.int32)
-        for i in range(d):
-            if i in direct:
-                v, c0 = values[i]
-                pos = np.searchsorted(v, out[i])
-                if rows and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
-                    raise DbanonError(f"a value of {qis[i].col.name!r} is missing from its map")
-                codes[:, i] = c0[pos]
-            else:
-                codes[:, i] = out[i]
-            out[i] = np.empty(0)  # freed as soon as copied
+        codes = np.zeros((total, d), dtype=np.int32)
+        rows = 0
+        for part in parts:
+            out = fetch_arrays(
+                conn,
+                sql.SQL("SELECT {} FROM {} {}").format(
+                    sql.SQL(", ").join(agg),
+                    part,
+                    sql.SQL(" ").join(j for i, j in enumerate(joins) if i not in direct),
+                ),
+            )
+            got = len(out[0])
+            if rows + got > total:
+                raise DbanonError("the source changed while the search read it")
+            block = codes[rows : rows + got]
+            for i in range(d):
+                if i in direct:
+                    v, c0 = values[i]
+                    pos = np.searchsorted(v, out[i])
+                    if got and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
+                        raise DbanonError(f"a value of {qis[i].col.name!r} is missing from its map")
+                    block[:, i] = c0[pos]
+                else:
+                    block[:, i] = out[i]
+                out[i] = np.empty(0)  # freed as soon as copied
+            rows += got
+        if rows != total:
+            raise DbanonError("the source changed while the search read it")
         weights = np.ones(rows, dtype=np.int64)
         coded = cls(qis, codes, weights, looks, cards, ncps, with_ncp)
         # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL).
@@ -1086,7 +1120,13 @@ class _Lattice:
         if self.sensitive is None:
             # k alone: the level-0 codes and weights go to numpy, where each node is counted
             # (`_Coded`); the higher levels are looked up from each QI's map there.
-            self.coded = _Coded.fetch(self.conn, qis, fs, joins, self.with_ncp)
+            parts = [
+                sql.SQL("(SELECT {cols}, 1 AS n FROM {src} WHERE {tids}) fs").format(
+                    cols=sql.SQL(", ").join(fs_cols), src=source.ident, tids=tids
+                )
+                for tids in _tid_ranges(conn, source, self.total)
+            ]
+            self.coded = _Coded.fetch(self.conn, qis, parts, joins, self.with_ncp, self.total)
             self.losses = self.coded.losses(self.total)
             return
         g = self._temp("g")
