@@ -291,12 +291,20 @@ def groups_present(gid: np.ndarray) -> np.ndarray:
 
 def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """int64[g]: distinct codes in each group, for rows sorted by group (`starts`: where each
-    group begins)."""
-    n = len(codes)
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
-    width = int(codes.max()) + 1 if n else 1
-    pairs = _distinct(group * width + np.asarray(codes, dtype=np.int64))
-    return np.bincount(pairs // width, minlength=len(starts))
+    group begins). One int64 key per row, sorted in place: groups keep their ranges (the group
+    is the key's major part), and a group's distinct codes are the places its keys change."""
+    n, g = len(codes), len(starts)
+    if not n:
+        return np.zeros(g, dtype=np.int64)
+    width = int(codes.max()) + 1
+    key = np.repeat(np.arange(g, dtype=np.int64) * width, np.diff(np.r_[starts, n]))
+    key += codes
+    key.sort()
+    new = np.empty(n, dtype=bool)
+    new[0] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    del key
+    return np.add.reduceat(new, starts, dtype=np.int64)
 
 
 def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
