@@ -209,7 +209,7 @@ def check(
     for (on an open connection), best of two each. The bare query is timed twice over: with the
     server's work_mem (what a DBA's psql would get) and with the session memory dbanon sets for
     itself (`raise_memory`), so that the second ratio is dbanon's overhead alone."""
-    from dbanon.db.connection import raise_memory
+    from dbanon.db.settings import raise_memory
 
     query = sql.SQL(
         "SELECT count(*), coalesce(sum(n) FILTER (WHERE n < {k}), 0), min(n) "

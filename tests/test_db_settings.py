@@ -1,11 +1,14 @@
-"""local_settings: a few statements run with other server settings, and nothing leaks out."""
+"""dbanon's session memory (`raise_memory`), and local_settings: a few statements run with
+other server settings, and nothing leaks out."""
 
 from __future__ import annotations
 
 import psycopg
 import pytest
 
+from dbanon.db.connection import connect
 from dbanon.db.settings import local_settings
+from dbanon.errors import DbanonError
 
 
 def _show(conn: psycopg.Connection, name: str) -> str:
@@ -42,3 +45,29 @@ def test_settings_end_with_the_transaction(conn: psycopg.Connection) -> None:
         cm = local_settings(conn, enable_hashagg="off")
         cm.__enter__()  # never left: only the end of the transaction undoes it
     assert _show(conn, "enable_hashagg") == "on"
+
+
+def test_dbanon_sessions_get_more_memory_never_less(
+    dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dbanon connection raises work_mem and maintenance_work_mem (kept after a rollback),
+    keeps a larger value the session already has, keeps the server's with DBANON_WORK_MEM=0,
+    and turns a value PostgreSQL cannot read into one line."""
+    monkeypatch.delenv("DBANON_WORK_MEM", raising=False)
+    with connect(dsn) as conn:
+        conn.rollback()
+        assert _show(conn, "work_mem") == "256MB"
+        assert _show(conn, "maintenance_work_mem") == "512MB"
+    with connect(dsn, options="-c work_mem=1GB") as conn:
+        assert _show(conn, "work_mem") == "1GB"
+    with psycopg.connect(dsn) as plain:
+        server = _show(plain, "work_mem")
+    monkeypatch.setenv("DBANON_WORK_MEM", "0")
+    with connect(dsn) as conn:
+        assert _show(conn, "work_mem") == server
+    monkeypatch.setenv("DBANON_WORK_MEM", "64MB")
+    with connect(dsn) as conn:
+        assert _show(conn, "work_mem") == ("64MB" if server in ("4MB", "1MB") else server)
+    monkeypatch.setenv("DBANON_WORK_MEM", "lots")
+    with pytest.raises(DbanonError, match="cannot set work_mem 'lots'"):
+        connect(dsn)

@@ -7,35 +7,13 @@ import os
 import psycopg
 
 from dbanon.db import server
+from dbanon.db.settings import raise_memory
 from dbanon.errors import DbanonError, first_line
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
     """The DSN in use, starting the embedded server when none is configured."""
     return dsn or os.environ.get("DBANON_DSN") or server.start()
-
-
-# Memory for each sort and hash of dbanon's own session (not the server's setting). PostgreSQL's
-# default of 4MB sends a GROUP BY over a million released rows to disk: 3.1 s where 256MB takes
-# 1.0 s. A server or role that allows more keeps its value; DBANON_WORK_MEM=0 leaves it alone.
-WORK_MEM = "256MB"
-MAINTENANCE_WORK_MEM = "512MB"  # index builds (the private group map's key)
-
-
-def raise_memory(conn: psycopg.Connection) -> None:
-    """Raise the session's work_mem and maintenance_work_mem to dbanon's (DBANON_WORK_MEM
-    overrides work_mem), never lowering them; committed, so a later rollback keeps them."""
-    work = os.environ.get("DBANON_WORK_MEM", WORK_MEM)
-    if work in ("", "0"):
-        return
-    for name, value in (("work_mem", work), ("maintenance_work_mem", MAINTENANCE_WORK_MEM)):
-        conn.execute(
-            "SELECT set_config(%(n)s, %(v)s, false) "
-            "WHERE pg_size_bytes(current_setting(%(n)s)) < pg_size_bytes(%(v)s)",
-            {"n": name, "v": value},
-        )
-    if not conn.autocommit:
-        conn.commit()
 
 
 def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:
