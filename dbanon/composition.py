@@ -72,14 +72,19 @@ def new_rows(
     return NEW
 
 
+def has_map(conn: psycopg.Connection, release_id: int | None) -> bool:
+    """Whether the release has a map (an earlier grouping run of it was recorded)."""
+    return release_id is not None and bool(conn.execute(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE release_id = %s)").format(MAP),
+        [release_id],
+    ).fetchone()[0])  # fmt: skip
+
+
 def measure(
     conn: psycopg.Connection, release_id: int, rows: sql.Identifier, k: int, values_needed: int
 ) -> Composition | None:
     """The intersection figures of this run against all earlier ones (None on a first run)."""
-    if not conn.execute(
-        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE release_id = %s)").format(MAP),
-        [release_id],
-    ).fetchone()[0]:
+    if not has_map(conn, release_id):
         return None
     row = conn.execute(
         sql.SQL(
@@ -165,7 +170,9 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
     )
 
 
-def previous_groups(conn: psycopg.Connection, release: str, keys: Keys) -> np.ndarray | None:
+def previous_groups(
+    conn: psycopg.Connection, release_id: int | None, keys: Keys
+) -> np.ndarray | None:
     """Each row's group in the release's latest run (-1 for a new row), by the row's key;
     None without a map. The keys go in and the groups come back by binary COPY and meet in
     a join, so no Python object is made per row (a refresh of ten million rows stays within
@@ -174,13 +181,7 @@ def previous_groups(conn: psycopg.Connection, release: str, keys: Keys) -> np.nd
 
     from dbanon.db.stream import copy_columns, copy_in_ids
 
-    if not conn.execute(
-        sql.SQL(
-            "SELECT EXISTS (SELECT 1 FROM {} m JOIN dbanon.release r ON r.id = m.release_id "
-            "WHERE r.name = %s)"
-        ).format(MAP),
-        [release],
-    ).fetchone()[0]:
+    if not has_map(conn, release_id):
         return None
     rows = sql.Identifier("dbanon_refresh_rows")
     conn.execute(
@@ -191,9 +192,9 @@ def previous_groups(conn: psycopg.Connection, release: str, keys: Keys) -> np.nd
     at, old = copy_columns(
         conn,
         sql.SQL(
-            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m ON m.key = t.key "
-            "JOIN dbanon.release r ON r.id = m.release_id WHERE r.name = {name}"
-        ).format(rows=rows, map=MAP, name=sql.Literal(release)),
+            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m "
+            "ON m.release_id = {rid} AND m.key = t.key"
+        ).format(rows=rows, map=MAP, rid=sql.Literal(release_id)),
         ["float8", "float8"],
     )
     conn.execute(sql.SQL("DROP TABLE {}").format(rows))

@@ -264,15 +264,14 @@ def _resolve_options(spec: ReleaseSpec, method: Method) -> dict[str, Any]:
 def _unique_index(conn: psycopg.Connection, source: Relation, key: Column) -> bool:
     """Whether a valid, whole-table unique index on the key column alone already guarantees
     its values are distinct (then counting them, a sort of the whole table, is skipped)."""
-    return bool(conn.execute(
+    return bool(conn.execute(sql.SQL(
         """SELECT EXISTS (
                SELECT 1 FROM pg_index i
                JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
-               WHERE i.indrelid = to_regclass(format('%%I.%%I', %s::text, %s::text))
+               WHERE i.indrelid = {rel}
                  AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1
-                 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = %s)""",
-        [source.schema, source.name, key.name],
-    ).fetchone()[0])  # fmt: skip
+                 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = {key})"""
+    ).format(rel=source.regclass, key=sql.Literal(key.name))).fetchone()[0])  # fmt: skip
 
 
 def _check_rows(conn: psycopg.Connection, source: Relation, key: Column, qi: list[Column]) -> int:
@@ -372,8 +371,10 @@ def resolve(
     replace: bool = False,
     revoke: Sequence[str] = (),
     regroup: bool = False,
+    say: Callable[[str], None] = lambda _msg: None,
 ) -> Resolved:
-    """Check the spec against the live database; raise DbanonError naming what is wrong."""
+    """Check the spec against the live database; raise DbanonError naming what is wrong.
+    `say` hears the build's progress (Resolved.say)."""
     catalog.require_catalog(conn)
     if not spec.name.strip():
         raise DbanonError("a release needs a name")
@@ -454,7 +455,7 @@ def resolve(
         objects, previous, grants, changes, rows, seed, regroup,
         existing[0] if existing else None,
         bool(existing) and (existing[1].get("source"), existing[1].get("key"))
-        != (spec.source, spec.key),
+        != (spec.source, spec.key), say,
     )  # fmt: skip
     method.validate(conn, r)
     return r
@@ -543,11 +544,6 @@ def publish(
         runs.unlock_release(conn, spec.name)
 
 
-def _telling(r: Resolved, say: Callable[[str], None]) -> Resolved:
-    """`r` reporting its long phases' progress to `say` (`replace` is a flag in _publish)."""
-    return replace(r, say=say)
-
-
 def _publish(
     conn: psycopg.Connection,
     spec: ReleaseSpec,
@@ -574,8 +570,7 @@ def _publish(
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
-        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup)
-        r = _telling(r, say)
+        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
         if r.new_source and r.release_id is not None:
             composition.forget(conn, r.release_id)
         lap("validate")

@@ -32,6 +32,13 @@ class Relation:
     def ident(self) -> sql.Identifier:
         return sql.Identifier(self.schema, self.name)
 
+    @property
+    def regclass(self) -> sql.Composable:
+        """Its OID as an expression for catalog queries (the server quotes the name)."""
+        return sql.SQL("to_regclass(format('%I.%I', {}::text, {}::text))").format(
+            sql.Literal(self.schema), sql.Literal(self.name)
+        )
+
     def __str__(self) -> str:
         return f"{self.schema}.{self.name}"
 

@@ -2,10 +2,11 @@
 
 - The session: `raise_memory` gives dbanon's connections a work_mem and maintenance_work_mem
   fit for GROUP BYs and sorts of millions of rows (never lowering what the server allows).
-- A few statements of the current transaction: `local_settings` and `raise_work_mem` change a
-  setting with `set_config(name, value, true)`, which ends with the transaction whatever
-  happens, and put the previous value back as soon as the statements that need it are done;
-  used to shape a plan where the planner's cost model is wrong about it (see the callers).
+- A few statements of the current transaction: `local_settings` changes settings with
+  `set_config(name, value, true)`, which ends with the transaction whatever happens, and puts
+  the previous values back as soon as the statements that need them are done; used to shape a
+  plan where the planner's cost model is wrong about it, or to give a sort more memory
+  (`work_mem_at_least`).
 """
 
 from __future__ import annotations
@@ -59,20 +60,13 @@ def local_settings(conn: psycopg.Connection, **settings: str) -> Iterator[None]:
                 conn.execute("SELECT set_config(%s, %s, true)", [name, value])
 
 
-def raise_work_mem(conn: psycopg.Connection, size: str) -> str:
-    """Raise the transaction's work_mem to `size` (never lower it; not at all when
-    DBANON_WORK_MEM=0 asks to keep the server's); returns the setting to restore with
-    `restore_work_mem`."""
-    before = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
+def work_mem_at_least(conn: psycopg.Connection, size: str) -> str:
+    """The larger of the current work_mem and `size`, for `local_settings` (the current one
+    when DBANON_WORK_MEM=0 asks to keep the server's)."""
+    current = conn.execute("SELECT current_setting('work_mem')").fetchone()[0]
     if os.environ.get("DBANON_WORK_MEM") in ("", "0"):
-        return before
-    conn.execute(
-        "SELECT set_config('work_mem', CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) "
-        "THEN %s ELSE %s END, true)",
-        [before, size, size, before],
-    )
-    return before
-
-
-def restore_work_mem(conn: psycopg.Connection, before: str) -> None:
-    conn.execute("SELECT set_config('work_mem', %s, true)", [before])
+        return current
+    return conn.execute(
+        "SELECT CASE WHEN pg_size_bytes(%s) < pg_size_bytes(%s) THEN %s ELSE %s END",
+        [current, size, size, current],
+    ).fetchone()[0]

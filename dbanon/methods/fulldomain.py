@@ -54,7 +54,7 @@ class FullDomain(Method):
             raise DbanonError(f"--max-suppression must be in [0, 1), got {share}")
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        from dbanon.db.settings import raise_work_mem, restore_work_mem
+        from dbanon.db.settings import local_settings, work_mem_at_least
         from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select, search
 
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
@@ -76,18 +76,17 @@ class FullDomain(Method):
         create = (
             "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
         )
-        work_mem = raise_work_mem(conn, RELEASE_WORK_MEM)  # for the table, or the snapshot
-        conn.execute(sql.SQL(create).format(r.ident(built.build), select))
-        if as_view:
-            # Evaluated once, in the publish's (repeatable read) snapshot: the checks and the
-            # figures read this copy, exactly the rows a reader of the view would see now.
-            conn.execute(
-                sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(
-                    SNAPSHOT, r.ident(built.build)
+        with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
+            conn.execute(sql.SQL(create).format(r.ident(built.build), select))
+            if as_view:
+                # Evaluated once, in the publish's (repeatable read) snapshot: the checks and
+                # the figures read this copy, exactly the rows a reader of the view sees now.
+                conn.execute(
+                    sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(
+                        SNAPSHOT, r.ident(built.build)
+                    )
                 )
-            )
-            conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
-        restore_work_mem(conn, work_mem)
+                conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
         ctx.lap("materialise")
         return {"gcp": found.loss, **found.summary()}
 

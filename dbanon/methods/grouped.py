@@ -283,7 +283,7 @@ class GroupingMethod(Method):
         ctx.lap("extract")
         previous = None
         if r.options.get("refresh_policy") == "persist" and not r.regroup:
-            previous = composition.previous_groups(conn, r.spec.name, keys)
+            previous = composition.previous_groups(conn, r.release_id, keys)
         try:
             if previous is None:
                 ctx.say(f"clustering with {self.name}")

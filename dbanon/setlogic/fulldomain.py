@@ -104,7 +104,7 @@ from psycopg import sql
 
 from dbanon import generalise
 from dbanon.db.catalog import Column, Relation
-from dbanon.db.settings import raise_work_mem, restore_work_mem
+from dbanon.db.settings import local_settings, work_mem_at_least
 from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import (
@@ -721,18 +721,14 @@ def _tid_ranges(conn: psycopg.Connection, source: Relation, rows: int) -> list[s
     the page numbers); one condition, TRUE, for a view or a small table."""
     pages = 0
     if source.kind in ("r", "m", "p") and rows > PART_ROWS:
-        pages = int(conn.execute(
-            "SELECT pg_relation_size(c) / current_setting('block_size')::int FROM "
-            "to_regclass(format('%%I.%%I', %s::text, %s::text)) c",
-            [source.schema, source.name],
-        ).fetchone()[0] or 0)  # fmt: skip
-        if source.kind == "p":  # the largest partition's pages
-            pages = int(conn.execute(
-                "SELECT coalesce(max(pg_relation_size(relid)), 0) / "
-                "current_setting('block_size')::int FROM "
-                "pg_partition_tree(to_regclass(format('%%I.%%I', %s::text, %s::text)))",
-                [source.schema, source.name],
-            ).fetchone()[0])  # fmt: skip
+        # A partitioned table's own size is 0: its largest partition's pages count.
+        size = sql.SQL(
+            "SELECT coalesce(max(pg_relation_size(relid)), 0) FROM pg_partition_tree({})"
+            if source.kind == "p"
+            else "SELECT pg_relation_size({})"
+        ).format(source.regclass)
+        block = conn.execute("SELECT current_setting('block_size')::int").fetchone()[0]
+        pages = int(conn.execute(size).fetchone()[0] or 0) // block
     step = -(-pages * PART_ROWS // max(rows, 1))  # pages per part (ceil)
     if pages <= step or step <= 0:
         return [sql.SQL("TRUE")]
@@ -1474,30 +1470,28 @@ def search(
             # a publish's is REPEATABLE READ.)
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         # Hundreds of short queries: JIT compiling each (the estimates over fresh temp tables
-        # are wild) would cost far more than running it. Restored at the end.
-        jit = conn.execute("SELECT current_setting('jit')").fetchone()[0]
-        conn.execute("SET LOCAL jit = off")
-        # The frequency set of mostly distinct rows is as big as the source: its GROUP BYs
-        # hash in memory rather than spill (at most SEARCH_WORK_MEM, never less than set).
-        work_mem = raise_work_mem(conn, SEARCH_WORK_MEM)
-        lattice.build(source)
-        timings["build"] = round(time.perf_counter() - started, 4)
-        total = lattice.total
-        if k > total:
-            raise DbanonError(f"k={k} is larger than the {total} rows of {source}")
-        budget = lattice.budget = math.floor(max_suppression * total + 1e-9)
-        eff = {q.col.name: q.h for q in qis if q.h is not None}
-        # The walk counts on the models (or relaxations of them) that are monotone under
-        # suppression, and judges nodes with every model only when some are not.
-        relaxed = [r for r in map(_relaxed, others) if r is not None]
-        count = partial(lattice.suppressed, models=relaxed) if relaxed else lattice.count
-        exact = all(isinstance(m, MONOTONE_UNDER_SUPPRESSION) for m in others)
-        walk = _Walk(lattice, budget, count, None if exact else lattice.suppressed, progress)
-        best = walk.run()
-        timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
-        lattice.drop()
-        conn.execute("SELECT set_config('jit', %s, true)", [jit])
-        restore_work_mem(conn, work_mem)
+        # are wild) would cost far more than running it. The frequency set of mostly distinct
+        # rows is as big as the source: its GROUP BYs hash in memory rather than spill (at
+        # least SEARCH_WORK_MEM). Both restored at the end.
+        with local_settings(
+            conn, jit="off", work_mem=work_mem_at_least(conn, SEARCH_WORK_MEM)
+        ):
+            lattice.build(source)
+            timings["build"] = round(time.perf_counter() - started, 4)
+            total = lattice.total
+            if k > total:
+                raise DbanonError(f"k={k} is larger than the {total} rows of {source}")
+            budget = lattice.budget = math.floor(max_suppression * total + 1e-9)
+            eff = {q.col.name: q.h for q in qis if q.h is not None}
+            # The walk counts on the models (or relaxations of them) that are monotone under
+            # suppression, and judges nodes with every model only when some are not.
+            relaxed = [r for r in map(_relaxed, others) if r is not None]
+            count = partial(lattice.suppressed, models=relaxed) if relaxed else lattice.count
+            exact = all(isinstance(m, MONOTONE_UNDER_SUPPRESSION) for m in others)
+            walk = _Walk(lattice, budget, count, None if exact else lattice.suppressed, progress)
+            best = walk.run()
+            timings["walk"] = round(time.perf_counter() - started - timings["build"], 4)
+            lattice.drop()
     if best is None:
         raise DbanonError(
             f"no full-domain generalisation of {source} satisfies "
