@@ -881,10 +881,10 @@ def report(c: Ctx, name: str) -> None:
 @click.option("--clusters", type=click.IntRange(2), required=True, help="Number of clusters.")
 @click.option(
     "--algorithm",
-    type=click.Choice(["kmeans", "agglomerative"]),
+    type=click.Choice(["kmeans", "chameleon", "agglomerative"]),
     default="kmeans",
     show_default=True,
-    help="k-means, or Ward agglomerative on a 10-nearest-neighbour graph (Chameleon's stand-in).",
+    help="k-means, Chameleon, or Ward agglomerative on a 10-nearest-neighbour graph.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.pass_obj
@@ -1384,15 +1384,22 @@ def experiment_ina(
                     r = by[k, s]
                     paper = "-" if r[f"paper_{field}"] is None else f"{r[f'paper_{field}']:.2f}"
                     extra = f" (uniform {r[f'uniform_{field}']:.2f})" if field != "msec" else ""
-                    cells.append(f"{r[field]:.2f} | {paper}{extra}")
+                    cells.append(f"{r[field]:.2f}±{r[f'{field}_ci95']:.2f} | {paper}{extra}")
                 table.add_row(str(s), *cells)
             out.print(table)
+        table = Table(title="reference points (mean over the copies)")
+        table.add_column("sample")
+        for k in ks:
+            table.add_column(f"k={k}")
+        for s in samples:
+            table.add_row(str(s), *(f"{by[k, s]['refs']:.1f}" for k in ks))
+        out.print(table)
         table = Table(title="uniform noise at 2 % security: misclassification (%)")
         table.add_column("k")
         table.add_column("k-means")
-        table.add_column("agglomerative")
+        table.add_column("Chameleon")
         for b in data["baseline_2pct"]:
-            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['agglomerative']:.2f}")
+            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['chameleon']:.2f}")
         out.print(table)
         out.print(f"trends: {json.dumps(data['trends'])}", markup=False)
         out.print(f"wrote {', '.join(data['csv'] + data['plots'])}", markup=False)
