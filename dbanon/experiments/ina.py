@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dbanon.algorithms.ina import ina_sizes, leader, nearest_two, perturb
+from dbanon.experiments.stats import spread
 from dbanon.metrics.clustering import cluster, misclassification
 from dbanon.metrics.security import security
 
@@ -91,17 +92,6 @@ def database(k: int, n: int = POINTS, seed: int = 0) -> tuple[np.ndarray, np.nda
         ]
         labels.append(np.full(size, c))
     return np.concatenate(points), np.concatenate(labels)
-
-
-def spread(values: Sequence[float]) -> tuple[float, float, float]:
-    """Mean, standard deviation and half-width of the 95 % interval of the mean (Student t)."""
-    from scipy.stats import t
-
-    v = np.asarray(values, dtype=np.float64)
-    if len(v) < 2:
-        return float(v.mean()), 0.0, 0.0
-    sd = float(v.std(ddof=1))
-    return float(v.mean()), sd, float(t.ppf(0.975, len(v) - 1) * sd / np.sqrt(len(v)))
 
 
 def ina_copy(
