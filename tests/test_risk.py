@@ -119,6 +119,9 @@ def test_risk_with_models_and_bad_input(hand: None, conn: psycopg.Connection, ds
         (["s.sample", "--qi", "zip", "--population", "s.nowhere"], "s.nowhere"),
         (["s.sample", "--qi", "zip", "--population-size", "5"], "smaller than"),
         (["s.sample", "--risk"], "--qi"),
+        (["s.sample", "--qi", "zip", "--population", "s.population", "--population-size", "50"],
+         "not both"),
+        (["--release", "s.sample", "--risk"], "report"),
     ]  # fmt: skip
     for args, message in bad:
         result = cli(dsn, "check", *args)
@@ -142,6 +145,23 @@ def test_odd_identifiers_and_nulls(conn: psycopg.Connection, dsn: str) -> None:
         1 / 3
     )
     assert risk["marketer"]["average"] == pytest.approx((1 / 2 + 1 + 1) / 5)
+
+
+def test_journalist_average_takes_the_larger_estimate(conn: psycopg.Connection, dsn: str) -> None:
+    # f = (4, 1), F = (4, 2): classes / sum F = 2/6 is above sum(f/F) / n = (1 + 1/2) / 5.
+    sample = {("a",): 4, ("b",): 1}
+    population = {("a",): 4, ("b",): 2, ("c",): 7}
+    make_table(conn, "j", "sample", [("q", "text"), ("dx", "text")], rows_of(sample))
+    make_table(conn, "j", "population", [("q", "text"), ("dx", "text")], rows_of(population))
+    conn.commit()
+    _, out = cli_json(dsn, "check", "j.sample", "--qi", "q", "--population", "j.population")
+    risk = out["risk"]
+    assert risk["journalist"]["average"] == pytest.approx(1 / 3)
+    assert risk["marketer"]["average"] == pytest.approx(0.3)
+    assert risk["population_uniqueness"]["population"] == 13
+    assert risk["population_uniqueness"]["uniques"] == pytest.approx(
+        float(zayatz({4: 1, 1: 1}, 5, 13))
+    )
 
 
 ADULT_QI = ["sex", "age", "race", "marital_status", "education", "native_country", "workclass",

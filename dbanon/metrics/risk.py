@@ -73,6 +73,8 @@ def measure(
     only with a `population` relation (same QIs, containing the sample), the population
     uniqueness estimate with a population relation or a `population_size`."""
     _check_threshold(threshold)
+    if population is not None and population_size is not None:
+        raise DbanonError("give --population or --population-size, not both")
     classes = _classes(target)
     row = conn.execute(
         sql.SQL(
