@@ -204,7 +204,7 @@ def released_classes(conn: psycopg.Connection, table: str, qi: list[str]) -> Cou
     return Counter(rows)
 
 
-@pytest.mark.parametrize("algorithm", ["kmember", "mondrian"])
+@pytest.mark.parametrize("algorithm", ["kmember", "mondrian", "rfka"])
 def test_report_shows_risk_of_grouping_releases(
     conn: psycopg.Connection, dsn: str, algorithm: str
 ) -> None:
@@ -223,8 +223,16 @@ def test_report_shows_risk_of_grouping_releases(
     code, report = cli_json(dsn, "report", name)
     assert code == 0
     risk = report["risk"]
-    # Measured again here: the released table's classes over its QIs, as released.
-    sizes = list(released_classes(conn, report["table"], ["age", "sex", "zip"]).values())
+    # Measured again here: the released table's classes over its QIs, as released (rfka
+    # releases a subset of them: every column but the label).
+    schema, table = report["table"].split(".")
+    qi = [c for (c,) in conn.execute(
+        "SELECT column_name::text FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = %s AND column_name <> 'dx'", [schema, table])]  # fmt: skip
+    assert sorted(risk["qi"]) == sorted(qi)
+    if algorithm != "rfka":
+        assert sorted(qi) == ["age", "sex", "zip"]
+    sizes = list(released_classes(conn, report["table"], qi).values())
     n = sum(sizes)
     assert risk["records"] == n == 120 and risk["classes"] == len(sizes)
     p = risk["prosecutor"]

@@ -214,12 +214,10 @@ def zayatz(hist: dict[int, int], n: int, classes: int, population: float) -> flo
 
 
 def at_publish(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[str, Any]:
-    """The prosecutor risk of a grouping release (one whose QIs are generalised per class) over
-    its QIs as released, for the run record under `risk`; {} for any other release."""
-    if not built or not r.method.generalises:
-        return {}
-    target = Target(r.method.checked_relation(r, built), [c.name for c in r.qi])
-    return {"risk": measure(conn, target)}
+    """The prosecutor risk of a grouping release over its classes as released (the method's
+    `risk_target`), for the run record under `risk`; {} for any other release."""
+    target = r.method.risk_target(conn, r, built) if built else None
+    return {"risk": measure(conn, target)} if target is not None else {}
 
 
 def lines(risk: dict[str, Any]) -> list[tuple[str, str]]:
