@@ -76,16 +76,21 @@ def measure(
     if population is not None and population_size is not None:
         raise DbanonError("give --population or --population-size, not both")
     classes = _classes(target)
+    # One scan: the histogram of class sizes (size -> classes), then every figure from it.
     row = conn.execute(
         sql.SQL(
-            """SELECT coalesce(sum(f), 0), count(*), min(f), max(f),
-                      coalesce(sum(f) FILTER (WHERE 1.0::float8 / f > %(t)s), 0),
-                      coalesce(sum(f) FILTER (WHERE f = 1), 0)
-               FROM {c} c"""
-        ).format(c=classes),
+            """SELECT coalesce(sum(f * c), 0), coalesce(sum(c), 0), min(f), max(f),
+                      coalesce(sum(f * c) FILTER (WHERE 1.0::float8 / f > %(t)s), 0),
+                      coalesce(sum(c) FILTER (WHERE f = 1), 0),
+                      coalesce(array_agg(f ORDER BY f), '{{}}'),
+                      coalesce(array_agg(c ORDER BY f), '{{}}')
+               FROM (SELECT f, count(*) AS c FROM {classes} c GROUP BY f) h"""
+        ).format(classes=classes),
         {"t": threshold},
     ).fetchone()
-    n, count, smallest, largest, at_risk, uniques = (int(x) if x is not None else 0 for x in row)
+    n, count, smallest, largest, at_risk, uniques = (int(x) if x is not None else 0
+                                                     for x in row[:6])  # fmt: skip
+    hist = {int(f): int(c) for f, c in zip(row[6], row[7], strict=True)}
     out: dict[str, Any] = {
         "qi": list(target.qi),
         "threshold": threshold,
@@ -99,7 +104,7 @@ def measure(
         out.update(_population_risks(conn, target, population, classes, threshold, n))
         size = float(out.pop("population_rows"))
     if size is not None:
-        out["population_uniqueness"] = _uniqueness(conn, classes, n, count, size)
+        out["population_uniqueness"] = _uniqueness(hist, n, count, size)
     return out
 
 
@@ -131,29 +136,24 @@ def _population_risks(
     joined = sql.SQL(
         "(SELECT s.*, coalesce(p.f, 0) AS pf FROM {s} s LEFT JOIN {p} p ON {on}) j"
     ).format(s=classes, p=_classes(population), on=on)
-    bad = conn.execute(
-        sql.SQL("SELECT count(*), min({label}) FROM {j} WHERE pf < f").format(
-            label=target.alias_label, j=joined
-        )
-    ).fetchone()
-    if bad[0]:
-        raise DbanonError(
-            f"population {population.describe(conn)} does not contain the sample "
-            f"{target.describe(conn)}: {bad[0]} class(es) have fewer rows in it, e.g. {bad[1]}"
-        )
-    pop_rows = conn.execute(
-        sql.SQL("SELECT {n} FROM {src}").format(n=population.rows, src=population.source())
-    ).fetchone()[0]
     row = conn.execute(
         sql.SQL(
             """SELECT count(*), sum(pf), min(pf), max(pf),
-                      coalesce(sum(f) FILTER (WHERE 1.0::float8 / pf > %(t)s), 0),
-                      coalesce(sum(f::float8 / pf), 0)
+                      coalesce(sum(f) FILTER (WHERE 1.0::float8 / nullif(pf, 0) > %(t)s), 0),
+                      coalesce(sum(f::float8 / nullif(pf, 0)), 0),
+                      count(*) FILTER (WHERE pf < f), min({label}) FILTER (WHERE pf < f),
+                      (SELECT {n} FROM {src})
                FROM {j}"""
-        ).format(j=joined),
+        ).format(label=target.alias_label, j=joined, n=population.rows, src=population.source()),
         {"t": threshold},
     ).fetchone()
-    count, pop_in_classes, smallest, largest, at_risk, ratio = row
+    if row[6]:
+        raise DbanonError(
+            f"population {population.describe(conn)} does not contain the sample "
+            f"{target.describe(conn)}: {row[6]} class(es) have fewer rows in it, e.g. {row[7]}"
+        )
+    pop_rows = row[8]
+    count, pop_in_classes, smallest, largest, at_risk, ratio = row[:6]
     if not n:
         journalist = _summary(0, 0.0, 0, 0, 0)
         marketer = 0.0
@@ -168,17 +168,12 @@ def _population_risks(
     }
 
 
-def _uniqueness(
-    conn: psycopg.Connection, classes: sql.Composable, n: int, count: int, population: float
-) -> dict[str, Any]:
+def _uniqueness(hist: dict[int, int], n: int, count: int, population: float) -> dict[str, Any]:
     """Zayatz's estimate from the histogram of class sizes (size -> number of classes)."""
     if population < n:
         raise DbanonError(
             f"population size {population:g} is smaller than the relation's {n} rows"
         )
-    hist = dict(
-        conn.execute(sql.SQL("SELECT f, count(*) FROM {c} c GROUP BY f").format(c=classes))
-    )
     uniques = zayatz(hist, n, count, population)
     return {
         "model": MODEL,
