@@ -29,7 +29,9 @@ from dbanon.release import ReleaseSpec
 
 class _Console:
     """rich's Console, made on first use: start-up imports only what a command needs (a
-    command that prints no table or spinner never imports rich)."""
+    command that prints no table or spinner never imports rich). Not on a terminal (a pipe, a
+    file), nothing is wrapped and tables print as tab-separated lines: a script or a paste gets
+    whole lines, never cells cut to fit 80 columns."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
@@ -40,10 +42,35 @@ class _Console:
             from rich.console import Console
 
             self._console = Console(**self._options)
+            if not self._console.is_terminal:
+                self._console.soft_wrap = True
         return getattr(self._console, name)
+
+    def print(self, obj: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A003
+        if isinstance(obj, PlainTable):
+            click.echo(obj.text(), err=self._options.get("stderr", False))
+        else:
+            self.__getattr__("print")(obj, *args, **kwargs)
+
+
+class PlainTable:
+    """A table for a pipe: a header line (unless none) and one tab-separated line per row."""
+
+    def __init__(self, *columns: str, show_header: bool = True, **_ignored: Any) -> None:
+        self.header = list(columns) if show_header and columns else None
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        self.rows.append(tuple(" ".join(str(c).split()) for c in cells))
+
+    def text(self) -> str:
+        lines = ([self.header] if self.header else []) + self.rows
+        return "\n".join("\t".join(line) for line in lines)
 
 
 def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for rich's class
+    if not out.is_terminal:
+        return PlainTable(*args, **kwargs)
     from rich.table import Table as RichTable
 
     return RichTable(*args, **kwargs)

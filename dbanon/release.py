@@ -622,7 +622,7 @@ def _publish(
         conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
-        table=f"{r.target_schema}.{r.objects[0]}",
+        table=catalog.qualified(r.target_schema, r.objects[0]),
         rows=figures["rows"],
         classes=figures["classes"],
         min_class_size=figures["min_class_size"],
@@ -630,7 +630,7 @@ def _publish(
         seconds=seconds,
         metrics=metrics,
         timings=timings,
-        objects=[f"{r.target_schema}.{o}" for o in r.objects],
+        objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
     )
 
@@ -842,8 +842,9 @@ def refresh(
 
 def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> list[str]:
     return [
-        f"{schema}.{o}" for o in objects if catalog.find_relation(conn, f"{schema}.{o}") is None
-    ]
+        catalog.qualified(schema, o) for o in objects
+        if catalog.find_relation(conn, f"{schema}.{o}") is None
+    ]  # fmt: skip
 
 
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
@@ -875,8 +876,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "method": spec.method,
         "models": [m.name for m in from_specs(spec.models)],
         "source": spec.source,
-        "table": f"{schema}.{objects[0]}" if objects else None,
-        "objects": [f"{schema}.{o}" for o in objects],
+        "table": catalog.qualified(schema, objects[0]) if objects else None,
+        "objects": [catalog.qualified(schema, o) for o in objects],
         "options": spec.options,
         "grants": spec.grants,
         **{f: metrics.get(f) for f in COMMON_FIGURES},
@@ -906,7 +907,7 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
-            "objects": [f"{schema}.{o}" for o in objects],
+            "objects": [catalog.qualified(schema, o) for o in objects],
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
