@@ -383,6 +383,41 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def risk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`check --risk` and its options (dbanon.metrics.risk)."""
+    options = [
+        click.option("--risk", is_flag=True, default=None,
+                     help="Measure re-identification risk over --qi (prosecutor; with "
+                     "--population also journalist and marketer; population uniqueness)."),
+        click.option("--risk-threshold", "threshold", type=float,
+                     help="Records whose risk is above this are 'at risk' (default 0.2)."),
+        click.option("--population", metavar="SCHEMA.TABLE",
+                     help="Population the relation is a sample of (same QI columns)."),
+        click.option("--population-size", type=float,
+                     help="Population size, for the uniqueness estimate without --population."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def risk_asked(is_release: bool, qi: list[str], args: dict[str, Any]) -> bool:
+    """--risk, or any of its options (which imply it); never with --release."""
+    asked = any(v is not None and v is not False for v in args.values())
+    args.pop("risk", None)
+    if asked and is_release:
+        raise DbanonError("--risk checks a relation with --qi; `dbanon report` shows a release's")
+    if asked and not qi:
+        raise DbanonError("--risk needs --qi")
+    return asked
+
+
+def risk_lines(risk: dict[str, Any] | None) -> list[tuple[str, str]]:
+    from dbanon.metrics.risk import lines
+
+    return lines(risk) if risk else []
+
+
 @main.command()
 @click.argument("relation")
 @click.option("--qi", callback=qi_list, help="Quasi-identifier columns, a,b,c (required).")
@@ -402,6 +437,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
     "(--l-kind cross-bucket).",
 )
+@risk_options
 @click.pass_obj
 @fails_cleanly
 def check(
@@ -425,8 +461,12 @@ def check(
     category_width: float | None,
     count: str | None,
     buckets: str | None,
+    **risk_args: Any,
 ) -> None:
-    """Audit any table or view: exit 0 if the models hold, 1 if not."""
+    """Audit any table or view: exit 0 if the models hold, 1 if not (--risk: also measure
+    its re-identification risk, a figure and no verdict)."""
+    risk = risk_asked(is_release, qi, risk_args)
+    results = []
     if is_release:
         from dbanon.release import recheck
 
@@ -434,6 +474,8 @@ def check(
             results = recheck(db.conn, relation)
     elif not qi:
         raise DbanonError("check needs --qi (or --release and a release's name)")
+    elif risk and all(x is None for x in (k, l_, t_, alpha, p_, theta)):
+        pass  # --risk alone: no model to check
     else:
         with c.db() as db:
             results = db.check(
@@ -455,6 +497,9 @@ def check(
             for r in results
         ],
     }
+    if risk:
+        with c.db() as db:
+            data["risk"] = db.risk(relation, qi, count=count, **risk_args)
 
     def human() -> None:
         for r in results:
@@ -464,6 +509,8 @@ def check(
                 out.print(f"  {key.replace('_', ' ')}: {value}")
             if r.worst_class is not None:
                 out.print(f"  worst class: {r.worst_class}", markup=False)
+        for label, text in risk_lines(data.get("risk")):
+            out.print(f"{label}: {text}", markup=False)
 
     c.emit(data, human)
     sys.exit(0 if holds else 1)
@@ -861,6 +908,7 @@ def report(c: Ctx, name: str) -> None:
             ("source rows", _figure(data["source_rows"])),
             ("published at", _figure(data["published_at"])),
         ]
+        rows += risk_lines(data.get("risk"))
         rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
             table.add_row(label, value)

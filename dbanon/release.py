@@ -38,6 +38,7 @@ from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.metrics.risk import at_publish as risk_at_publish
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -48,7 +49,7 @@ DEFAULT_SCHEMA = "released"
 RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
 SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
-COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "seconds", "seed")
+COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "risk", "seconds", "seed")
 
 Progress = Callable[[str], None]
 
@@ -587,7 +588,7 @@ def _publish(
         say("verifying the release")
         checked = verify(conn, r, built)
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
-        figures = r.method.figures(conn, r, built, checked)
+        figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (
