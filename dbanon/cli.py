@@ -1391,6 +1391,18 @@ def experiment_kmember(c: Ctx, out_dir: str, rows: int) -> None:
     c.emit(data, human)
 
 
+@experiment.command("claims")
+@click.option("--docs", "docs_dir", type=click.Path(file_okay=False), default="docs",
+              show_default=True, help="Folder of the experiments' committed CSVs.")
+@click.pass_obj
+def experiment_claims(c: Ctx, docs_dir: str) -> None:
+    """Judge every paper's claims from the committed CSVs: writes DOCS/claims.md."""
+    from dbanon.experiments.claims import write
+
+    path = write(docs_dir)
+    c.emit({"written": str(path)}, lambda: click.echo(f"wrote {path}"))
+
+
 @experiment.command("ina")
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False), default="results/ina", show_default=True
