@@ -5,15 +5,19 @@ Pure code. The QI partition (Def. 5.2) puts rows with the same set of unflagged 
 together: a published row shows which of its cells are flagged (NULL, and its row id in that
 attribute's IDT), so groups may never mix patterns. Each subset is then split:
 
-- `partition` (LAG_1, Algorithm 5.2): strict Mondrian (dbanon.algorithms.mondrian) restricted to
-  the subset's unflagged columns: median cuts on the dimension of widest normalised spread (the
-  kd-tree rule), a cut only when both sides keep >= k rows (Def. 5.9);
-- `ncp` (LAG_2, Algorithm 5.3): top-down: a set of >= 2k rows is split around its two seeds
-  farthest apart in NCP distance (three rounds of "farthest from the other", Xu et al.), every
-  row going to the nearer seed; a split leaving a side below k is not made (no re-balancing,
-  as the thesis says). NCP distance of two rows = NCP of the smallest generalisation covering
-  both: sum over the subset's attributes of |a - b| / domain width (numeric) and the normalised
-  height of the LCA (categorical), all weights 1.
+- `partition` (LAG_1, Algorithm 5.2 as written): binary median cuts. The attributes are tried
+  in order of widest normalised spread (the kd-tree rule); a set is cut at the median of the
+  first attribute where both sides t <= median and t > median keep >= k rows (Def. 5.9).
+  Categorical values are cut along their hierarchy's leaf order (siblings adjacent, so a cut
+  keeps subtrees together); a set no attribute can cut becomes a group.
+- `ncp` (LAG_2): Xu et al.'s Top-down (KDD'06), which Algorithm 5.3 abridges. A set of >= 2k
+  rows gets two seeds farthest apart in NCP distance (three rounds of "farthest from the
+  other"); every other row, in a seeded order, joins the group whose certainty penalty
+  (|G| x NCP of G's box) grows least by it; then the group left below k takes from the other
+  the rows that add least to its penalty until it holds k (Xu et al.'s re-balancing, which the
+  thesis's literal reading leaves out, so its splits often failed and groups stayed large).
+  NCP of a box: sum over the subset's attributes of its range / domain width (numeric) and the
+  normalised height of its LCA (categorical), all weights 1.
 
 Subsets with fewer than k rows (§6.2 item 14) cannot be k-anonymous by any generalisation inside
 them, and merging them into another subset would publish rows with a flag pattern that is not
@@ -56,8 +60,73 @@ def _distance(qi: QIArrays, u: int) -> np.ndarray:
     return d
 
 
+def leaf_order(qi: QIArrays) -> np.ndarray:
+    """Categorical codes as positions along each hierarchy's leaves (siblings adjacent), float
+    (n, q); a flat hierarchy orders its values by label."""
+    out = np.zeros(qi.cat.shape, dtype=np.float64)
+    for j, h in enumerate(qi.hierarchies):
+        table = h.ancestor_table()
+        leaves = sorted(h.leaves.values(), key=lambda x, t=table, h=h: (
+            tuple(int(a) for a in t[x, h.height - 1:0:-1]), h.labels[x]))  # fmt: skip
+        pos = np.zeros(table.shape[0], dtype=np.float64)
+        pos[leaves] = np.arange(len(leaves)) / max(len(leaves) - 1, 1)
+        out[:, j] = pos[qi.cat[:, j]]
+    return out
+
+
+def median_cuts(qi: QIArrays, k: int) -> np.ndarray:
+    """LAG_1 on one subset (Algorithm 5.2): group ids 0..g-1."""
+    n = qi.n
+    gid = np.zeros(n, dtype=np.int64)
+    if qi.width == 0 or n < 2 * k:
+        return gid
+    x = np.hstack([qi.num, leaf_order(qi)])
+    stack, next_id = [np.arange(n)], 0
+    while stack:
+        idx = stack.pop()
+        part = x[idx]
+        cut = None
+        if len(idx) >= 2 * k:
+            spread = part.max(axis=0) - part.min(axis=0)
+            for a in np.argsort(-spread, kind="stable"):
+                if spread[a] <= 0:
+                    break
+                left = part[:, a] <= np.median(part[:, a])
+                if k <= left.sum() <= len(idx) - k:
+                    cut = left
+                    break
+        if cut is None:
+            gid[idx] = next_id
+            next_id += 1
+        else:
+            stack += [idx[~cut], idx[cut]]
+    return gid
+
+
+def _rebalance(qi: QIArrays, side: np.ndarray, k: int, seeds: tuple[int, int]) -> np.ndarray:
+    """The group below k takes, from the other, the rows that add least to its penalty (its
+    seed's box widened by the row: the smallest NCP distance to the small group's box)."""
+    small = side if side.sum() < k else ~side
+    need = k - int(small.sum())
+    if need <= 0:
+        return side
+    members = np.flatnonzero(small)
+    others = np.flatnonzero(~small & ~np.isin(np.arange(len(side)), seeds))
+    lo, hi = qi.num[members].min(axis=0), qi.num[members].max(axis=0)
+    cost = (np.maximum(hi, qi.num[others]) - np.minimum(lo, qi.num[others])).sum(axis=1)
+    for j in range(qi.cat.shape[1]):
+        anc = qi.cat[members[0], j]
+        for m in members[1:]:
+            anc = qi.lca[j, anc, qi.cat[m, j]]
+        cost += qi.height[j, qi.lca[j, anc, qi.cat[others, j]]]
+    moved = others[np.argsort(cost, kind="stable")[:need]]
+    side = side.copy()
+    side[moved] = bool(side[members[0]])
+    return side
+
+
 def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3) -> np.ndarray:
-    """LAG_2's top-down split of one subset: group ids 0..g-1."""
+    """LAG_2 on one subset (Xu et al.'s Top-down with re-balancing): group ids 0..g-1."""
     n = qi.n
     gid = np.zeros(n, dtype=np.int64)
     if qi.width == 0:
@@ -74,14 +143,18 @@ def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3) -
             for _ in range(rounds):
                 v = int(_distance(part, u).argmax())
                 u, v = v, u
-            du, dv = _distance(part, u), _distance(part, v)
-            # Ties go to alternate sides so that identical rows do not pile up on one.
-            left = (du < dv) | ((du == dv) & (np.arange(len(idx)) % 2 == 0))
-            if u == v or left.sum() < k or (~left).sum() < k:
+            if u == v:  # every row alike: nothing to split on
                 done = True
             else:
-                stack.append(idx[~left])
-                stack.append(idx[left])
+                from dbanon.algorithms.topdown import top_down_split  # numba: when built
+
+                side = top_down_split(
+                    np.ascontiguousarray(part.num), np.ascontiguousarray(part.cat), qi.lca,
+                    qi.height, rng.permutation(len(idx)), u, v, k,
+                )  # fmt: skip
+                side = _rebalance(part, side, k, (u, v))
+                stack.append(idx[~side])
+                stack.append(idx[side])
         if done:
             gid[idx] = next_id
             next_id += 1
@@ -97,8 +170,6 @@ def generalise(
     if variant not in VARIANTS:
         raise ValueError(f"unknown LAG variant {variant!r}; expected one of {VARIANTS}")
     n = qi.n
-    from dbanon.algorithms.mondrian import mondrian  # numba: loaded when a release is built
-
     subset = qi_partition(np.hstack([flagged_num, flagged_cat]))
     gid = np.full(n, -1, dtype=np.int64)
     rng = np.random.default_rng(seed)
@@ -116,7 +187,7 @@ def generalise(
         if part.width == 0:
             local = np.zeros(len(rows), dtype=np.int64)
         elif variant == "partition":
-            local = mondrian(part, k).astype(np.int64)
+            local = median_cuts(part, k)
         else:
             local = ncp_split(part, k, rng)
         gid[rows] = local + next_id

@@ -363,8 +363,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Thesis ch. 4 (local anatomy)", "local anatomy's query error is far below Mondrian's",
           "localanatomy/query_error.csv", _la_error_vs_mondrian),
     Claim("Thesis ch. 5 (LAG)", "LAG_2's NCP is below LAG_1's", "lag/results.csv", _lag_ncp,
-          "our implementation: Algorithm 5.3 read literally (nearest seed, no re-balancing); "
-          "Xu et al.'s Top-down, which it abridges, is issue 20 item 3"),
+          "our implementation, in runs before LAG_2 became Xu et al.'s Top-down with "
+          "re-balancing (Algorithm 5.3 read literally: nearest seed, no re-balancing)"),
 )
 
 

@@ -1,8 +1,9 @@
 """Method `lag` (thesis ch. 5): local anatomy plus k-anonymous generalisation of the unflagged
 values inside each QI-partition subset (rows sharing the same unflagged attributes).
 
-`--variant partition` is LAG_1 (Algorithm 5.2, median cuts on the widest dimension), `--variant
-ncp` LAG_2 (Algorithm 5.3, NCP-guided top-down split); dbanon.algorithms.lag has both and the
+`--variant partition` is LAG_1 (Algorithm 5.2, binary median cuts, widest dimension first),
+`--variant ncp` LAG_2 (Xu et al.'s Top-down with re-balancing, which Algorithm 5.3 abridges);
+dbanon.algorithms.lag has both and the
 decision on subsets smaller than k (suppressed, counted in the run's `suppressed_rows`). The
 release is local anatomy's (dbanon.setlogic.localanatomy) with `group_id` and the QI columns of
 `NAME` generalised over each group: numeric `lo-hi` (or typed ranges, `--ranges`), categorical
@@ -45,7 +46,7 @@ class LAG(LocalAnatomy):
     summary = (
         "Local anatomy generalisation (thesis ch. 5): local anatomy, and the unflagged values "
         "of `NAME` generalised in groups of >= k rows sharing the same unflagged attributes "
-        "(`--variant partition`: LAG_1 median cuts; `ncp`: LAG_2 NCP-guided split); subsets "
+        "(`--variant partition`: LAG_1 median cuts; `ncp`: LAG_2 Top-down split); subsets "
         "of fewer than k rows are suppressed and counted"
     )
     promises: ClassVar[tuple[str, ...]] = ("k-anonymity", "distinct-l-diversity")
@@ -53,7 +54,7 @@ class LAG(LocalAnatomy):
     options: ClassVar[tuple[Option, ...]] = (
         FLAGS, HEURISTIC, PRINCIPLE,
         Option("variant", str, "partition",
-               "LAG's generalisation: LAG_1 median cuts (partition) or LAG_2 NCP-guided (ncp).",
+               "LAG's generalisation: LAG_1 median cuts (partition) or LAG_2 Top-down (ncp).",
                VARIANTS),
         RANGES,
     )  # fmt: skip
