@@ -984,8 +984,8 @@ def demo(c: Ctx, k: int, dataset: str, rows: int | None) -> None:
                 f"background-knowledge vulnerability {summary['background_vulnerability']:.3f}",
                 markup=False,
             )
-            tail = (f"--sensitive disease --sensitive-hierarchy disease=disease --k {k} "
-                    f"--theta {DEMO_THETA}")  # fmt: skip
+            tail = (f"--sensitive disease --sensitive-hierarchy disease=demo_hospital_disease "
+                    f"--k {k} --theta {DEMO_THETA}")  # fmt: skip
             qi = HOSPITAL_QI
         else:
             tail, qi = f"--k {k}", DEMO_QI
