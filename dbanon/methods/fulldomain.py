@@ -65,7 +65,8 @@ class FullDomain(Method):
         )  # fmt: skip
         ctx.lap("search")
         select = release_select(
-            r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
+            r.source, r.qi, found.hierarchies, found.levels,
+            [c.name for c in [*r.sensitive, *r.keep]],  # released as they are
             r.models,
             ranges=r.options["ranges"],
         )  # fmt: skip
