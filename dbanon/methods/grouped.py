@@ -255,6 +255,11 @@ class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
     options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
+    releases = (
+        "`NAME`: each QI generalised over its group (numbers and dates `[min, max]`, categories "
+        "the LCA in their hierarchy or the set of values present), then `--sensitive` and "
+        "`--keep` as they are; rows in random order"
+    )
 
     def uses_sensitive(self, r: Resolved) -> bool:
         """Whether the algorithm constrains the sensitive column (it is streamed out then)."""

@@ -112,6 +112,10 @@ class PerturbingMethod(Method):
     randomised = True
     generalises = False
     shape = "perturbed"
+    releases = (
+        "`NAME`: a random row id, the `--columns` with noise, then `--sensitive` and `--keep` "
+        "as they are; no other column, not even one added to the source later"
+    )
 
     # --- what a method supplies -----------------------------------------------------------------
 

@@ -189,6 +189,15 @@ class ProjectionMethod(Method):
     # Not a generalised table: the columns released are a chosen subset (one-hot features or a
     # few QIs), so the table-shaped metrics (exposure, query error) have no reader for it yet.
     shape = "projection"
+    releases = (
+        "`NAME` (live view or table): the chosen QI features (true values, or one-hot "
+        "indicators), the label (`--sensitive`) and `--keep` as they are; rows of classes "
+        "under k left out at every read"
+    )
+    attacker = (
+        "knows everybody's values of the released features: finds at least k rows for anyone "
+        "(the label itself is not protected: the release is for classification)"
+    )
     # What a feature's score is, for the report.
     score_name: ClassVar[str] = "score"
 
