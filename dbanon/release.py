@@ -904,7 +904,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items() if k not in COMMON_FIGURES},
+        "method_metrics": {k: v for k, v in metrics.items()
+                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
         "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
         "warnings": [f"released relation {m} is missing" for m in missing]
         + list(metrics.get("warnings", [])),
