@@ -900,12 +900,13 @@ def compare(
 
 @main.command("methods")
 @click.option("--markdown", is_flag=True, help="The README's method table.")
+@click.option("--releases", is_flag=True, help="The table of what each method releases.")
 @click.pass_obj
-def methods_command(c: Ctx, markdown: bool) -> None:
+def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
     """The publishing methods: what each promises and its own options."""
     data = {"methods": [m.describe() for m in methods.methods().values()]}
-    if markdown:
-        click.echo(methods.markdown_table())
+    if markdown or releases:
+        click.echo(methods.markdown_table() if markdown else methods.releases_table())
         return
 
     def human() -> None:

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from helpers import cli, cli_json, make_table, snapshot
 
+from dbanon.cli import main
 from dbanon.release import ReleaseSpec
 
 ROWS = 240
@@ -225,3 +227,5 @@ def test_docs_table_of_releases_is_the_registrys() -> None:
     assert all(m.releases and m.attacker for m in methods().values())
     doc = (Path(__file__).parent.parent / "docs" / "releases.md").read_text()
     assert releases_table() in doc
+    shown = CliRunner().invoke(main, ["methods", "--releases"]).stdout.strip()
+    assert shown == releases_table() and len(shown.splitlines()) == 2 + len(methods())

@@ -180,6 +180,9 @@ class Method(ABC):
             "promise_options": sorted({MODEL_KINDS[p].option for p in cls.promises}),
             "requires": list(cls.requires),
             "options": [o.describe() for o in cls.all_options()],
+            "releases": cls.releases,
+            "attacker": cls.attacker,
+            "keeps": cls.keeps,
         }
 
     def objects(self, target: str) -> list[str]:
