@@ -32,6 +32,7 @@ from psycopg import sql
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
+from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Built, Method
@@ -106,10 +107,13 @@ def _percent(share: float) -> str:
     return f"{100 * share:.1f} %"
 
 
-def gate(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[str, Any]:
+def gate(
+    conn: psycopg.Connection, r: Resolved, built: list[Built], rel: sql.Composable | None = None
+) -> dict[str, Any]:
     """Refuse a release whose kept columns single out rows (see the module doc); returns the
-    figures for the run record: unique shares and warnings about sensitive columns."""
-    rel = r.method.checked_relation(r, built)
+    figures for the run record: unique shares and warnings about sensitive columns. `rel`:
+    the relation read, by default what the method's checks read of its first relation."""
+    rel = rel if rel is not None else r.method.checked_relation(r, built)
     limit = float(r.spec.max_unique_share)
     allowed = set(r.spec.allow_identifying)
     kept = [c.name for c in r.keep]
@@ -151,6 +155,20 @@ def gate(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[str,
     if warnings:
         figures["warnings"] = warnings
     return figures
+
+
+def recheck(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> CheckResult | None:
+    """The gate's measure on a published release as it is now (`dbanon check NAME
+    --release`): a live view's kept columns can turn identifying as its source changes."""
+    if not r.keep:
+        return None
+    try:
+        figures = gate(conn, r, built, r.ident(built[0].build))
+    except Identifying as e:
+        return CheckResult("kept columns single out no rows", False, {}, str(e))
+    shares = figures.get("unique_share", {})
+    kept = {c.name: shares[c.name] for c in r.keep if c.name in shares}
+    return CheckResult("kept columns single out no rows", True, {"keep_unique_share": kept})
 
 
 RECORDED = ("unique_share", "keep_unique_share_together", "warnings")

@@ -510,7 +510,9 @@ def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
         missing = _missing(conn, schema, objects)
         if missing:
             raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
-        return [c.run(conn) for c in r.method.checks(r, [Built(o, o) for o in objects])]
+        built = [Built(o, o) for o in objects]
+        kept = identifying.recheck(conn, r, built)  # --keep columns, measured as they are now
+        return [c.run(conn) for c in r.method.checks(r, built)] + ([kept] if kept else [])
     finally:
         conn.rollback()
 

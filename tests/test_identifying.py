@@ -203,6 +203,15 @@ def test_projection_keep_is_the_common_one_and_old_specs_load(
                          "--algorithm", "hamdist", "--keep", "city")  # fmt: skip
     assert code == 0, out
     assert "city" in columns(crm, "released.h") and "email" not in columns(crm, "released.h")
+    # The release is a live view: `check --release` measures its kept column as it is now.
+    code, checked = cli_json(dsn, "check", "h", "--release")
+    assert code == 0 and checked["keep_unique_share"] == {"city": 0.0}, checked
+    crm.execute("UPDATE crm.customers SET city = email WHERE id <= 200")
+    code, checked = cli_json(dsn, "check", "h", "--release")
+    kept = [m for m in checked["models"] if m["model"] == "kept columns single out no rows"]
+    assert code == 1 and not kept[0]["holds"], checked
+    assert 'column "city" is unique for' in kept[0]["worst_class"]
+    crm.execute("UPDATE crm.customers SET city = 'Lyon' WHERE id <= 200")
     # A spec stored when --keep was the projection methods' own option loads as the common one.
     stored = crm.execute("SELECT spec FROM dbanon.release WHERE name = 'h'").fetchone()[0]
     assert stored["keep"] == ["city"] and "keep" not in stored["options"]
