@@ -622,7 +622,8 @@ def publish(
         sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
         category_level=category_level, category_width=category_width, options=options,
         hierarchies=hmap, target=target, grants=grants, keep=keep,
-        allow_identifying=allow_identifying, max_unique_share=max_unique_share,
+        allow_identifying=[n for a in allow_identifying for n in catalog.parse_list(a)],
+        max_unique_share=max_unique_share,
     )  # fmt: skip
     with c.db() as db, c.progress() as say:
         result = db.publish(

@@ -46,12 +46,13 @@ class Identifying(ModelViolation):
 
 
 def names(value: str | Sequence[str] | None) -> list[str]:
-    """A column list from the CLI (`a,b`), a stored spec (a list) or nothing."""
+    """A column list as text (`a,b,"c, d"`: the older options.keep), or as a list of names
+    (a spec's own, taken as they are), or nothing."""
     if value is None:
         return []
     if isinstance(value, str):
         return catalog.parse_list(value)
-    return [n for v in value for n in catalog.parse_list(v)]
+    return list(value)
 
 
 def upgrade(spec: ReleaseSpec) -> None:
@@ -63,7 +64,7 @@ def upgrade(spec: ReleaseSpec) -> None:
         spec.options = options
     else:
         spec.keep = names(spec.keep)
-    spec.allow_identifying = names(spec.allow_identifying)
+    spec.allow_identifying = list(dict.fromkeys(names(spec.allow_identifying)))
 
 
 def resolve_keep(
@@ -77,6 +78,9 @@ def resolve_keep(
             f"--keep does not apply to --algorithm {method.name}: it releases sensitive values "
             "apart from the rows, and a column kept beside its QIs has no place there"
         )
+    twice = sorted({n for n in spec.keep if spec.keep.count(n) > 1})
+    if twice:
+        raise DbanonError(f"--keep names column {twice[0]!r} twice")
     kept = catalog.require_columns(cols, source, spec.keep)
     for c in kept:
         if c.name == spec.key:

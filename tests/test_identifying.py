@@ -112,9 +112,12 @@ def test_kept_columns_together_and_a_settable_share(crm: psycopg.Connection, dsn
     assert result.exit_code == 2
     assert '"city", "phone" together are unique for 100.0 % of rows' in result.stderr
     assert snapshot(crm) == before
-    code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,phone",
-                         "--allow-identifying", "phone")  # fmt: skip
+    code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,phone,plan",
+                         "--allow-identifying", "plan", "--allow-identifying", "phone,plan",
+                         )  # fmt: skip
     assert code == 0, out
+    stored = crm.execute("SELECT spec FROM dbanon.release WHERE name = 'n'").fetchone()[0]
+    assert stored["allow_identifying"] == ["plan", "phone"]
     # A share the DBA sets: 0 refuses any unique row at all.
     result = cli(dsn, "publish", "m", *NOISE, "--keep", "phone", "--max-unique-share", "0")
     assert result.exit_code == 0, result.output  # shared by 4 rows each: unique for none
@@ -182,6 +185,7 @@ def test_bucketising_methods_need_no_warning_and_take_no_keep(
         (("--keep", "age"), "--keep: 'age' is already a QI or sensitive column"),
         (("--keep", "nope"), "column 'nope' does not exist in crm.customers"),
         (("--keep", "city", "--allow-identifying", "plan"), "--allow-identifying plan: it is not"),
+        (("--keep", "city,plan,city"), "--keep names column 'city' twice"),
     ],
 )
 def test_bad_keep_is_one_line_exit_2(
