@@ -158,6 +158,8 @@ def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
     assert report["warnings"] == out["warnings"]
     human = cli(dsn, "report", "e")
     assert 'warning: sensitive column "email"' in human.stdout
+    human = cli(dsn, "refresh", "e")  # the refresh measures again, and says so
+    assert human.exit_code == 0 and 'warning: sensitive column "email"' in human.stdout
     # Not every sensitive column: a plan of two values is no cause for a warning.
     code, out = cli_json(dsn, "publish", "p", "--source", "crm.customers", "--key", "id",
                          "--qi", "age,sex", "--k", "5", "--sensitive", "plan")  # fmt: skip
