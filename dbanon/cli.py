@@ -537,6 +537,8 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
                 out.print(f"grants {what}: {', '.join(changes[what])}", markup=False)
         if changes.get("kept"):
             out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
+        for warning in summary.get("warnings") or []:
+            out.print(f"warning: {warning}", markup=False)
 
     c.emit(summary, human)
 
@@ -604,6 +606,19 @@ class MethodCommand(Command):
     help="Quasi-identifier columns, a,b,c (--columns: the columns a noise method perturbs).",
 )
 @click.option("--sensitive", callback=qi_list, help="Sensitive columns, released unchanged.")
+@click.option(
+    "--keep", callback=qi_list,
+    help="Other columns released as they are, a,b,c (nothing else is ever released); refused "
+    "when one singles out rows.",
+)
+@click.option(
+    "--allow-identifying", "allow_identifying", multiple=True, metavar="COL",
+    help="A --keep column released even if it singles out rows (repeatable, or a,b).",
+)
+@click.option(
+    "--max-unique-share", type=click.FloatRange(0, 1), default=None,
+    help="Largest share of rows a --keep column may be unique for [default 0.5].",
+)
 @click.option("--k", type=int, help="Smallest equivalence class.")
 @model_options
 @click.option(
@@ -646,6 +661,9 @@ def publish(
     key: str,
     qi: list[str],
     sensitive: list[str],
+    keep: list[str],
+    allow_identifying: tuple[str, ...],
+    max_unique_share: float | None,
     k: int | None,
     l_: float | None,
     l_kind: str | None,
@@ -677,7 +695,9 @@ def publish(
         c=c_, t=t_, t_ground=t_ground, alpha=alpha, alpha_value=alpha_value, p=p_, theta=theta,
         sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
         category_level=category_level, category_width=category_width, options=options,
-        hierarchies=hmap, target=target, grants=grants,
+        hierarchies=hmap, target=target, grants=grants, keep=keep,
+        allow_identifying=[n for a in allow_identifying for n in catalog.parse_list(a)],
+        max_unique_share=max_unique_share,
     )  # fmt: skip
     with c.db() as db, c.progress() as say:
         result = db.publish(
@@ -956,12 +976,13 @@ def compare(
 
 @main.command("methods")
 @click.option("--markdown", is_flag=True, help="The README's method table.")
+@click.option("--releases", is_flag=True, help="The table of what each method releases.")
 @click.pass_obj
-def methods_command(c: Ctx, markdown: bool) -> None:
+def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
     """The publishing methods: what each promises and its own options."""
     data = {"methods": [m.describe() for m in methods.methods().values()]}
-    if markdown:
-        click.echo(methods.markdown_table())
+    if markdown or releases:
+        click.echo(methods.markdown_table() if markdown else methods.releases_table())
         return
 
     def human() -> None:
@@ -1059,8 +1080,8 @@ def demo(c: Ctx, k: int, dataset: str, rows: int | None) -> None:
                 f"background-knowledge vulnerability {summary['background_vulnerability']:.3f}",
                 markup=False,
             )
-            tail = (f"--sensitive disease --sensitive-hierarchy disease=disease --k {k} "
-                    f"--theta {DEMO_THETA}")  # fmt: skip
+            tail = (f"--sensitive disease --sensitive-hierarchy disease=demo_hospital_disease "
+                    f"--k {k} --theta {DEMO_THETA}")  # fmt: skip
             qi = HOSPITAL_QI
         else:
             tail, qi = f"--k {k}", DEMO_QI

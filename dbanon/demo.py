@@ -1,6 +1,11 @@
 """`dbanon demo`: UCI Adult into demo.adult, the ARX hierarchies, and a k=10 k-member release;
 `dbanon demo --dataset hospital`: the generated hospital table into demo.hospital, its disease
-and district hierarchies, and a (θ,k) release of it (θ=3, the paper's setting)."""
+and district hierarchies, and a (θ,k) release of it (θ=3, the paper's setting).
+
+The demo imports its hierarchies under names of its own (`demo_adult_education`,
+`demo_hospital_disease`, see `hierarchy_name`): a DBA's own `education` hierarchy is never
+touched. A hierarchy of the demo's name that exists is kept when it holds what the demo would
+import, and refused otherwise: the demo replaces nothing, not even under its own names."""
 
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from dbanon.data.hospital import (
     hospital_rows,
 )
 from dbanon.db import catalog
+from dbanon.errors import DbanonError
 from dbanon.hierarchy import Hierarchy
 from dbanon.release import Progress, PublishResult, ReleaseSpec
 
@@ -26,6 +32,29 @@ DEMO_QI = ["age", "education_num", "workclass", "marital_status", "race", "sex",
 DEMO_SENSITIVE = ["occupation"]
 DEMO_THETA = 3
 DATASETS = ("adult", "hospital")
+
+
+def hierarchy_name(dataset: str, name: str) -> str:
+    """The catalog name under which the demo imports the shipped hierarchy `name`."""
+    return f"demo_{dataset}_{name}"
+
+
+def import_hierarchy(db: Database, dataset: str, name: str) -> str:
+    """Import the shipped hierarchy `name` as `hierarchy_name(dataset, name)` unless it is there
+    already as the demo would import it; returns the catalog name. A hierarchy of that name
+    with other content is somebody else's: refused, never replaced."""
+    wanted = Hierarchy.from_csv(hierarchy_name(dataset, name), hierarchy_file(name))
+    try:
+        found = catalog.load_hierarchy(db.conn, wanted.name)
+    except DbanonError:
+        catalog.store_hierarchy(db.conn, wanted)
+        return wanted.name
+    if sorted(found.rows()) != sorted(wanted.rows()):
+        raise DbanonError(
+            f"hierarchy {wanted.name!r} exists and is not the demo's {name!r} hierarchy; "
+            "the demo replaces nothing: drop or rename it first"
+        )
+    return wanted.name
 
 
 def load_table(
@@ -76,17 +105,14 @@ def load_adult(db: Database, schema: str = "demo", table: str = "adult") -> int:
 
 
 def prepare(db: Database, progress: Progress | None = None) -> None:
-    """The catalog, demo.adult and the ARX hierarchies (named as their files)."""
+    """The catalog, the ARX hierarchies (as `demo_adult_FILE`) and demo.adult."""
     say = progress or (lambda _msg: None)
     say("installing the catalog")
     db.init()
+    for name in sorted(set(ADULT_HIERARCHIES.values())):  # first: a refusal changes nothing
+        import_hierarchy(db, "adult", name)
     say("loading UCI Adult into demo.adult")
-    load_adult(db)
-    for name in sorted(set(ADULT_HIERARCHIES.values())):
-        catalog.store_hierarchy(
-            db.conn, Hierarchy.from_csv(name, hierarchy_file(name)), replace=True
-        )
-    db.conn.commit()
+    load_adult(db)  # commits the hierarchies with the table
 
 
 def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> PublishResult:
@@ -99,7 +125,11 @@ def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> Pub
         sensitive=DEMO_SENSITIVE,
         k=k,
         method="kmember",
-        hierarchies={c: ADULT_HIERARCHIES[c] for c in DEMO_QI if c not in ADULT_NUMERIC},
+        hierarchies={
+            c: hierarchy_name("adult", ADULT_HIERARCHIES[c])
+            for c in DEMO_QI
+            if c not in ADULT_NUMERIC
+        },
     )
     return db.publish(spec, progress, replace=True)  # the demo's own release: run it again
 
@@ -116,13 +146,10 @@ def prepare_hospital(db: Database, rows: int, progress: Progress | None = None) 
     say = progress or (lambda _msg: None)
     say("installing the catalog")
     db.init()
+    for name in sorted(set(HOSPITAL_HIERARCHIES.values())):  # first: a refusal changes nothing
+        import_hierarchy(db, "hospital", name)
     say(f"generating {rows} patients into demo.hospital")
-    load_hospital(db, rows)
-    for name in sorted(set(HOSPITAL_HIERARCHIES.values())):
-        catalog.store_hierarchy(
-            db.conn, Hierarchy.from_csv(name, hierarchy_file(name)), replace=True
-        )
-    db.conn.commit()
+    load_hospital(db, rows)  # commits the hierarchies with the table
 
 
 def run_hospital_demo(
@@ -138,7 +165,13 @@ def run_hospital_demo(
         method="thetak",
         k=k,
         theta=DEMO_THETA,
-        sensitive_hierarchies={"disease": HOSPITAL_HIERARCHIES["disease"]},
-        hierarchies={c: h for c, h in HOSPITAL_HIERARCHIES.items() if c in HOSPITAL_QI},
+        sensitive_hierarchies={
+            "disease": hierarchy_name("hospital", HOSPITAL_HIERARCHIES["disease"])
+        },
+        hierarchies={
+            c: hierarchy_name("hospital", h)
+            for c, h in HOSPITAL_HIERARCHIES.items()
+            if c in HOSPITAL_QI
+        },
     )
     return db.publish(spec, progress, replace=True)  # the demo's own release: run it again

@@ -14,10 +14,13 @@ The spec's JSON shape (`dbanon.release.spec`, version 2):
     {"version": 2, "name": "patients_k5", "source": "clinic.patients", "key": "id",
      "qi": ["age", "zip"], "sensitive": ["diagnosis"], "hierarchies": {"zip": "zip"},
      "method": METHOD, "models": [{"name": "k-anonymity", "k": 5}],
-     "options": {OPTION: VALUE, ...},
-     "target": "released.patients_k5", "grants": ["analysts"]}
+     "options": {OPTION: VALUE, ...}, "keep": ["ward"], "allow_identifying": [],
+     "max_unique_share": 0.5, "target": "released.patients_k5", "grants": ["analysts"]}
 `models` are the promised privacy models (dbanon.models.specs), `options` the method's own
 options with every default filled in, so a refresh rebuilds exactly what was published.
+`keep` (columns released as they are) and its two guards are common to every method
+(dbanon.identifying); a version-2 spec without them, or with the projection methods' older
+`options.keep`, loads as before.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, methods, runs
+from dbanon import composition, identifying, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -73,6 +76,13 @@ class ReleaseSpec:
     # column whose type has changed since (an int QI turned text would generalise differently).
     columns: dict[str, str] = field(default_factory=dict)
     version: int = SPEC_VERSION
+    # Columns released as they are (`--keep`), never implied; dbanon.identifying guards them.
+    keep: list[str] = field(default_factory=list)
+    allow_identifying: list[str] = field(default_factory=list)
+    max_unique_share: float = identifying.MAX_UNIQUE_SHARE
+
+    def __post_init__(self) -> None:
+        identifying.upgrade(self)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -113,6 +123,9 @@ class ReleaseSpec:
         hierarchies: dict[str, str] | None = None,
         target: str | None = None,
         grants: Sequence[str] = (),
+        keep: Sequence[str] = (),
+        allow_identifying: Sequence[str] = (),
+        max_unique_share: float | None = None,
     ) -> ReleaseSpec:
         """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
         them; without --l-kind, the l-diversity the method promises first. The sensitive
@@ -131,6 +144,9 @@ class ReleaseSpec:
             name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),
             method=method, models=to_specs(models), options=dict(options or {}),
             hierarchies=dict(hierarchies or {}), target=target, grants=list(grants),
+            keep=list(keep), allow_identifying=list(allow_identifying),
+            max_unique_share=(identifying.MAX_UNIQUE_SHARE if max_unique_share is None
+                              else max_unique_share),
         )  # fmt: skip
 
 
@@ -160,6 +176,7 @@ class Resolved:
     new_source: bool = False  # redefined on another source or key: its earlier groups are moot
     # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
     say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
+    keep: list[Column] = field(default_factory=list)  # --keep: released as they are
 
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.target_schema, name)
@@ -209,6 +226,7 @@ class PublishResult:
             "gcp": self.gcp,
             "seconds": self.seconds,
             "grants": self.grants,
+            "warnings": self.metrics.get("warnings", []),
         }
 
 
@@ -396,6 +414,7 @@ def resolve(
     key = catalog.require_columns(cols, source, [spec.key])[0]
     qi = catalog.require_columns(cols, source, spec.qi)
     sensitive = catalog.require_columns(cols, source, spec.sensitive)
+    keep = identifying.resolve_keep(spec, method, cols, source)
     changed = [
         f"{c.name!r} was {spec.columns[c.name]}, is {c.type} now"
         for c in [key, *qi, *sensitive]
@@ -456,7 +475,7 @@ def resolve(
         objects, previous, grants, changes, rows, seed, regroup,
         existing[0] if existing else None,
         bool(existing) and (existing[1].get("source"), existing[1].get("key"))
-        != (spec.source, spec.key), say,
+        != (spec.source, spec.key), say, keep,
     )  # fmt: skip
     method.validate(conn, r)
     return r
@@ -476,6 +495,7 @@ def verify(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[st
         if not result.holds:
             raise failed(r.spec.name, check, result)
         figures.update(result.figures)
+    figures.update(identifying.gate(conn, r, built))  # no --keep column singles people out
     return figures
 
 
@@ -491,7 +511,9 @@ def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
         missing = _missing(conn, schema, objects)
         if missing:
             raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
-        return [c.run(conn) for c in r.method.checks(r, [Built(o, o) for o in objects])]
+        built = [Built(o, o) for o in objects]
+        kept = identifying.recheck(conn, r, built)  # --keep columns, measured as they are now
+        return [c.run(conn) for c in r.method.checks(r, built)] + ([kept] if kept else [])
     finally:
         conn.rollback()
 
@@ -604,7 +626,8 @@ def _publish(
         waited = swap_patiently(conn, r, built)
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
-        metrics = {"seed": r.seed, **metrics, **figures, **measured, "seconds": seconds}
+        metrics = {"seed": r.seed, **metrics, **figures, **measured,
+                   **identifying.recorded(checked), "seconds": seconds}  # fmt: skip
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
@@ -885,9 +908,11 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items() if k not in COMMON_FIGURES},
+        "method_metrics": {k: v for k, v in metrics.items()
+                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
         "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
-        "warnings": [f"released relation {m} is missing" for m in missing],
+        "warnings": [f"released relation {m} is missing" for m in missing]
+        + list(metrics.get("warnings", [])),
     }
 
 

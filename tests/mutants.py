@@ -86,7 +86,8 @@ class Mutant:
 
 
 def gate_mutants() -> list[Mutant]:
-    """The gate: the lifecycle's verify() and the checks each method names."""
+    """The gate: the lifecycle's verify() and the checks each method names; the identifying-
+    column gate, the declared columns and the demo's own hierarchies (issue 24)."""
     sys.path.insert(0, str(ROOT))
     from dbanon.methods import methods
 
@@ -105,6 +106,34 @@ def gate_mutants() -> list[Mutant]:
             "gate-anatomy-checks-consistency-only", "dbanon/methods/anatomy.py",
             'return [Check(model.name, diverse), Check("Anatomy QIT/ST", consistent)]',
             'return [Check("Anatomy QIT/ST", consistent)]', tuple(GATE),
+        ),
+    ]  # fmt: skip
+    ident, released = "dbanon/identifying.py", ("tests/test_identifying.py",)
+    out += [
+        Mutant(
+            "identifying-gate-skipped", "dbanon/release.py",
+            "figures.update(identifying.gate(conn, r, built))", "figures.update({})", released,
+        ),
+        Mutant(
+            "identifying-share-threshold", ident,
+            "        if shares[c] > limit:\n", "        if shares[c] > limit + 0.5:\n", released,
+        ),
+        Mutant(
+            "identifying-together-skipped", ident,
+            "    if len(together) > 1:\n", "    if len(together) > 99:\n", released,
+        ),
+        Mutant(
+            "identifying-no-sensitive-warning", ident,
+            "    if not r.method.sensitive_apart:\n", "    if False:\n", released,
+        ),
+        Mutant(
+            "noise-releases-undeclared-columns", "dbanon/methods/perturbed.py",
+            "return [c for c in cols if c in declared and c != r.key.name]",
+            "return [c for c in cols if c != r.key.name]", released,
+        ),
+        Mutant(
+            "demo-replaces-the-dbas-hierarchy", "dbanon/demo.py",
+            'return f"demo_{dataset}_{name}"', "return name", ("tests/test_demo.py",),
         ),
     ]  # fmt: skip
     for name in methods():

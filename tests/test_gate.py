@@ -355,7 +355,7 @@ def test_a_perturbed_build_that_leaks_is_refused(
     """A method with checks of its own: a build that changes a column it must carry unchanged
     (here the sensitive one) is refused by those checks, and nothing else changes."""
     args = ["publish", "gate", "--source", "h.ward", "--key", "id", "--qi", "age,severity",
-            "--algorithm", method, *OWN_CHECKS[method]]  # fmt: skip
+            "--algorithm", method, "--sensitive", "dx", *OWN_CHECKS[method]]  # fmt: skip
     code, out = cli_json(dsn, *args)
     assert code == 0, out
     assert conn.execute("SELECT count(*) FROM released.gate").fetchone()[0] == ROWS

@@ -52,7 +52,7 @@ def test_ina_release_keeps_regions_and_its_stream_measures_security(
     monkeypatch.setattr(perturbed, "BATCH", 128)  # several batches: the stream's sums merge
     code, out = cli_json(dsn, "publish", "p", "--source", "m.pts", "--key", "id",
                          "--columns", "x,y", "--algorithm", "ina", "--sample", "100",
-                         "--seed", "4")  # fmt: skip
+                         "--keep", "tag,n", "--seed", "4")  # fmt: skip
     assert code == 0, out
     assert out["rows"] == 900 and out["classes"] is None
     cols = [r[0] for r in pts.execute(
@@ -84,7 +84,8 @@ def test_ina_release_keeps_regions_and_its_stream_measures_security(
 def test_refresh_gives_unchanged_rows_the_same_noise_or_redraws_it(
     pts: psycopg.Connection, dsn: str
 ) -> None:
-    args = ("--source", "m.pts", "--key", "id", "--columns", "x,y", "--algorithm", "ina")
+    args = ("--source", "m.pts", "--key", "id", "--columns", "x,y", "--algorithm", "ina",
+            "--keep", "tag,n")  # fmt: skip
     assert cli_json(dsn, "publish", "p", *args)[0] == 0
     first = paired(pts)
     pts.execute("UPDATE m.pts SET x = x + 0.5 WHERE id = 10")
@@ -107,8 +108,11 @@ def test_uniform_noise_has_the_security_of_its_size_and_drops_columns(
 ) -> None:
     code, out = cli_json(dsn, "publish", "p", "--source", "m.pts", "--key", "id",
                          "--columns", "x", "--algorithm", "noise", "--size", "0.1",
-                         "--drop", "tag", "--seed", "1")  # fmt: skip
+                         "--sensitive", "y", "--keep", "n", "--drop", "tag", "--seed", "1",
+                         )  # fmt: skip
     assert code == 0, out
+    # y is released row by row and (3 decimals) nearly unique: published with a warning.
+    assert len(out["warnings"]) == 1 and 'sensitive column "y"' in out["warnings"][0]
     cols = [r[0] for r in pts.execute("SELECT * FROM released.p LIMIT 0").description]
     assert cols == ["dbanon_row", "x", "y", "n"]
     x = np.array([r[0] for r in pts.execute("SELECT x FROM m.pts").fetchall()])

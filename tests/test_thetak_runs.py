@@ -38,7 +38,7 @@ def test_demo_hospital_loads_the_table_and_hierarchy_and_publishes(
     assert cols == ["id", *HOSPITAL_QI, "disease"]
     categories = shipped_categories()
     assert len(categories) == 40 and len(set(categories.values())) == 8
-    code, shown = cli_json(dsn, "hierarchy", "show", "disease")
+    code, shown = cli_json(dsn, "hierarchy", "show", "demo_hospital_disease")
     assert code == 0 and sorted(r[0] for r in shown["rows"]) == sorted(categories)
     # Every disease of the table is in the hierarchy, and the table is deterministic.
     digest = "SELECT md5(string_agg(t::text, '|' ORDER BY id)) FROM demo.hospital t"

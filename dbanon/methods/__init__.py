@@ -71,3 +71,16 @@ def markdown_table() -> str:
         default = " (default)" if m.name == DEFAULT else ""
         lines.append(f"| `{m.name}`{default} | {promises} | {options} | {m.summary} |")
     return "\n".join(lines)
+
+
+def releases_table() -> str:
+    """The README's table of releases: what each method releases, column by column, and the
+    attacker its guarantee holds against (each method's `releases` and `attacker`)."""
+    lines = [
+        "| method | what it releases, column by column | the attacker its guarantee holds "
+        "against |",
+        "|---|---|---|",
+    ]
+    for m in methods().values():
+        lines.append(f"| `{m.name}` | {m.releases} | {m.attacker} |")
+    return "\n".join(lines)

@@ -30,6 +30,16 @@ class Anatomy(Method):
     randomised = True
     generalises = False
     shape = "anatomy"
+    keeps = False
+    sensitive_apart = True
+    releases = (
+        "`NAME_qit`: the QIs as they are and a group id; `NAME_st`: per group, each sensitive "
+        "value and its count (no `--keep`)"
+    )
+    attacker = (
+        "knows a target's QIs and that they are in the table: their sensitive value with "
+        "probability at most 1/l"
+    )
 
     def objects(self, target: str) -> list[str]:
         return [f"{target}_qit", f"{target}_st"]

@@ -147,6 +147,16 @@ class Method(ABC):
     # How its relations read to the metrics (dbanon.metrics.queries.REGISTRY): "generalised"
     # (one table, QIs generalised per class), "anatomy", "cbg", "perturbed", ...
     shape: ClassVar[str] = "generalised"
+    # It can release `--keep` columns beside its QIs (dbanon.identifying); the anatomy family
+    # cannot: its QI table and its sensitive table are joined by group, not by row.
+    keeps: ClassVar[bool] = True
+    # It releases sensitive values apart from the rows (the anatomy family's buckets): a
+    # sensitive column unique for most rows is then no cause for a warning.
+    sensitive_apart: ClassVar[bool] = False
+    # What it releases, column by column, and the attacker its guarantee holds against: the
+    # README's table of releases (dbanon.methods.releases_table).
+    releases: ClassVar[str] = ""
+    attacker: ClassVar[str] = ""
 
     # --- declared -------------------------------------------------------------------------------
 
@@ -170,6 +180,9 @@ class Method(ABC):
             "promise_options": sorted({MODEL_KINDS[p].option for p in cls.promises}),
             "requires": list(cls.requires),
             "options": [o.describe() for o in cls.all_options()],
+            "releases": cls.releases,
+            "attacker": cls.attacker,
+            "keeps": cls.keeps,
         }
 
     def objects(self, target: str) -> list[str]:

@@ -73,6 +73,16 @@ class CrossBucket(Method):
     requires = (L_KIND,)
     options = (RANGES,)
     shape = "cbg"
+    keeps = False
+    sensitive_apart = True
+    releases = (
+        "`NAME_qit`: the QIs generalised over each row's group, and a bucket id; `NAME_st`: "
+        "per bucket, each sensitive value and its count (no `--keep`)"
+    )
+    attacker = (
+        "knows a target's QIs and reads both relations: at least k rows match, and each "
+        "sensitive value is theirs with probability at most 1/l"
+    )
 
     def objects(self, target: str) -> list[str]:
         return [f"{target}_qit", f"{target}_st"]

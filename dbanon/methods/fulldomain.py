@@ -39,6 +39,15 @@ class FullDomain(Method):
         "t-closeness", "alpha-k-anonymity", "p-k-anonymity",
     )  # fmt: skip
     requires = ("k-anonymity",)
+    releases = (
+        "`NAME` (table or live view): each QI generalised to one level of its hierarchy for "
+        "the whole table, then `--sensitive` and `--keep` as they are; classes that break a "
+        "model left out (in a view, at every read)"
+    )
+    attacker = (
+        "knows everybody's QIs: finds at least k rows for anyone, and every promised "
+        "l-diversity, t-closeness or (α,k) holds in each class shown"
+    )
     options: ClassVar[tuple[Option, ...]] = (
         Option(
             "as", str, "table", "A materialised table, or a live view over the source.",
@@ -65,7 +74,8 @@ class FullDomain(Method):
         )  # fmt: skip
         ctx.lap("search")
         select = release_select(
-            r.source, r.qi, found.hierarchies, found.levels, [c.name for c in r.sensitive],
+            r.source, r.qi, found.hierarchies, found.levels,
+            [c.name for c in [*r.sensitive, *r.keep]],  # released as they are
             r.models,
             ranges=r.options["ranges"],
         )  # fmt: skip

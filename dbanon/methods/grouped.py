@@ -5,7 +5,8 @@ group id per row (pure code); the ids stream back with COPY into a temporary sta
 CREATE TABLE AS joins source and ids and generalises every QI per group — numeric and date QIs to
 their [min, max] (text or typed range, dbanon.generalise), categorical ones to the label of their
 lowest common ancestor, or without a hierarchy to the set of values present (labelled once per
-group in numpy and staged, see `stage_labels`) — without the row key, rows in random order.
+group in numpy and staged, see `stage_labels`) — then the sensitive and `--keep` columns as they
+are, never the row key nor any other column, rows in random order.
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def materialise(
         if c.name in label
         else sql.SQL("g.{}").format(c.ident)
         for c in r.qi
-    ] + [sql.SQL("rows.{}").format(c.ident) for c in r.sensitive]
+    ] + [sql.SQL("rows.{}").format(c.ident) for c in [*r.sensitive, *r.keep]]
     groups = sql.SQL("")
     if nums:
         groups = sql.SQL(", groups AS (SELECT gid, {gen} FROM rows GROUP BY gid)").format(
@@ -214,9 +215,9 @@ def materialise(
         ).format(
             build=build,
             src_cols=sql.SQL(", ").join(
-                sql.SQL("s.{}").format(c.ident) for c in [*nums, *r.sensitive]
+                sql.SQL("s.{}").format(c.ident) for c in [*nums, *r.sensitive, *r.keep]
             )
-            if nums or r.sensitive
+            if nums or r.sensitive or r.keep
             else sql.SQL("1 AS dbanon_one"),
             src=r.source.ident,
             stage=stage,
@@ -254,6 +255,11 @@ class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
     options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
+    releases = (
+        "`NAME`: each QI generalised over its group (numbers and dates `[min, max]`, categories "
+        "the LCA in their hierarchy or the set of values present), then `--sensitive` and "
+        "`--keep` as they are; rows in random order"
+    )
 
     def uses_sensitive(self, r: Resolved) -> bool:
         """Whether the algorithm constrains the sensitive column (it is streamed out then)."""

@@ -13,7 +13,7 @@ import psycopg
 from dbanon.algorithms.featuresel import Feature, hamdist_scores
 from dbanon.methods import projection, register
 from dbanon.methods.base import Option
-from dbanon.methods.projection import AS, BINS, KEEP, ProjectionMethod
+from dbanon.methods.projection import AS, BINS, ProjectionMethod
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -27,7 +27,7 @@ class Hamdist(ProjectionMethod):
         "distance between the `--sensitive` label's classes; a live view like rfka's"
     )
     score_name = "hamdist"
-    options: ClassVar[tuple[Option, ...]] = (AS, KEEP, BINS)
+    options: ClassVar[tuple[Option, ...]] = (AS, BINS)
 
     def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
         return projection.onehot_features(conn, r.source.ident, r, r.options["bins"])

@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 
 class Ina(PerturbingMethod):
     name = "ina"
+    attacker = (
+        "no class model: the noise is measured (security of each column) and every row keeps "
+        "its nearest reference point, but whoever holds the originals can re-link some rows"
+    )
     summary = (
         "INA, independent noise (Wang, Zheng & Liao 2008): reference points by leader "
         "clustering of a sample, then uniform noise per tuple of half the gap between its "

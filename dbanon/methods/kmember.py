@@ -26,6 +26,10 @@ class KMember(GroupingMethod):
         "the QIs, on all cores; with `--p` the (p,k) baseline of the (θ,k) paper"
     )
     promises = ("k-anonymity", "p-k-anonymity")
+    attacker = (
+        "knows everybody's QIs and who is in the table: finds at least k rows for anyone "
+        "(with `--p`, at least p sensitive values among them)"
+    )
     requires = ("k-anonymity", "p-k-anonymity")
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (

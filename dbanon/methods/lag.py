@@ -59,6 +59,14 @@ class LAG(LocalAnatomy):
         RANGES,
     )  # fmt: skip
     generalises = True
+    releases = (
+        "as `localanatomy`, with `NAME`'s unflagged values generalised over k-anonymous groups "
+        "and a group id (no `--keep`)"
+    )
+    attacker = (
+        "as `localanatomy`, and who knows a person's unflagged QIs finds at least k rows of "
+        "`NAME`"
+    )
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         if r.model("k-anonymity") is None:

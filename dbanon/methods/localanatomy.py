@@ -104,6 +104,17 @@ class LocalAnatomy(Method):
     randomised = True
     generalises = False
     shape = "localanatomy"  # dbanon.metrics.personal reads it for query error
+    keeps = False
+    sensitive_apart = True
+    releases = (
+        "`NAME`: a random row id and each QI value as it is, the cells people flagged NULL; "
+        "per flagged attribute `NAME_ATTR_idt` (row id, bucket id) and `NAME_ATTR_st` (bucket "
+        "id, value): a `--sensitive` column only there (no `--keep`)"
+    )
+    attacker = (
+        "knows anything of a person's unflagged values: each flagged value is theirs with "
+        "probability at most 1/l (or the bucket is within t of the attribute's values)"
+    )
 
     # --- declared -------------------------------------------------------------------------------
 

@@ -31,6 +31,10 @@ class Mondrian(GroupingMethod):
         'the "centre-point partitioning" baseline'
     )
     promises = ("k-anonymity", *_L_KINDS)
+    attacker = (
+        "knows everybody's QIs and who is in the table: finds at least k rows for anyone, and "
+        "their sensitive value no more surely than the promised l-diversity lets"
+    )
     requires = ("k-anonymity",)
 
     def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:

@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 class UniformNoise(PerturbingMethod):
     name = "noise"
+    attacker = (
+        "no class model: uniform noise of ±size·range per value, measured by its security; "
+        "whoever holds the originals can re-link some rows"
+    )
     summary = (
         "uniform noise of one size for every tuple (the INA paper's baseline): each value "
         "moves by up to --size times its column's range or standard deviation; records SEC"

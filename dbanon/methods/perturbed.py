@@ -5,9 +5,11 @@ One pass: a server-side cursor reads (key, columns) in batches; the method's `no
 batch into perturbed values (pure code, dbanon.algorithms.ina); data security is accumulated
 (dbanon.metrics.security) and the batch goes back with binary COPY into a staging table
 (dbanon_row, key, columns). Python holds one batch at a time, whatever the table's size.
-One CREATE TABLE AS then joins the staged values with the source's other columns (unchanged,
-typed as they are; never the key, nor the columns `--drop` names), ordered by `dbanon_row`:
-a random 63-bit row id drawn per run, so the order says nothing of the source's.
+One CREATE TABLE AS then joins the staged values with the declared `--sensitive` and `--keep`
+columns (unchanged, typed as they are; never the key, never a column nobody declared, so not
+one added to the source later either: dbanon.identifying), ordered by `dbanon_row`: a random
+63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is deprecated:
+what is not declared is not released; it is accepted (old specs) and refused on a declared one.
 
 The noise is a keyed pseudo-random function of the row key and a secret (prf_uniform). The
 secret, the normalisation and (ina) the reference points are kept in the catalog
@@ -48,7 +50,10 @@ NORMALISE = Option(
     "normalise", str, "range", "Per-column scale of distances and noise: range or std.",
     ("range", "std"),
 )  # fmt: skip
-DROP = Option("drop", str, None, "Source columns left out of the release, a,b,c.")
+DROP = Option(
+    "drop", str, None,
+    "Deprecated: a column nobody declared (--columns, --sensitive, --keep) is never released.",
+)  # fmt: skip
 POLICY = Option(
     "refresh_policy", str, "persist",
     "On refresh: the same secret (and reference points), so unchanged rows keep their noise "
@@ -83,17 +88,21 @@ def stats(conn: psycopg.Connection, r: Resolved) -> list[tuple[float, float, flo
 
 
 def released_columns(conn: psycopg.Connection, r: Resolved) -> list[str]:
-    """The source's columns as released: all but the key and the dropped ones, in order."""
+    """The source's columns as released, in its order: the perturbed, sensitive and kept ones
+    only (never the key; the deprecated `--drop` cannot drop a declared column)."""
     cols = catalog.columns(conn, r.source)
+    declared = {c.name for c in [*r.qi, *r.sensitive, *r.keep]}
     dropped = catalog.parse_list(r.options["drop"]) if r.options.get("drop") else []
     catalog.require_columns(cols, r.source, dropped)
-    perturbed = {c.name for c in r.qi}
-    clash = perturbed & set(dropped)
+    clash = declared & set(dropped)
     if clash:
-        raise DbanonError(f"column {sorted(clash)[0]!r} is both perturbed and dropped")
-    if ROW in cols and ROW not in dropped:
-        raise DbanonError(f"{r.source} has a column {ROW!r}, the release's row id: --drop it")
-    return [c for c in cols if c != r.key.name and c not in dropped]
+        raise DbanonError(
+            f"column {sorted(clash)[0]!r} is both released (--columns, --sensitive or --keep) "
+            "and dropped; --drop is deprecated: a column nobody declared is never released"
+        )
+    if ROW in declared:
+        raise DbanonError(f"column {ROW!r} of {r.source} has the name of the release's row id")
+    return [c for c in cols if c in declared and c != r.key.name]
 
 
 class PerturbingMethod(Method):
@@ -103,6 +112,10 @@ class PerturbingMethod(Method):
     randomised = True
     generalises = False
     shape = "perturbed"
+    releases = (
+        "`NAME`: a random row id, the `--columns` with noise, then `--sensitive` and `--keep` "
+        "as they are; no other column, not even one added to the source later"
+    )
 
     # --- what a method supplies -----------------------------------------------------------------
 

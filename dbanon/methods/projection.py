@@ -4,7 +4,7 @@ ranking (dbanon.algorithms.featuresel). `rfka` and `hamdist` are two rankings of
 
 Decisions (the papers are silent on a live database):
 - The class label is the one `--sensitive` column; it is released as it is, with the columns
-  the DBA names in `--keep` (never the key: it is refused there as everywhere).
+  the DBA names in `--keep` (common to every method since; dbanon.identifying guards them).
 - Features are the QI columns themselves (`plain`) or one-hot indicators (`onehot`): a
   categorical QI gives one boolean column per value (`col=value`), a numeric or date QI is cut
   into `--bins` equal-width bins over its range at publish time (`col=[lo,hi)`, ends open to
@@ -58,12 +58,7 @@ MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
 AS = Option(
     "as", str, "view", "A materialised table, or a live view over the source.", ("table", "view")
 )
-KEEP = Option("keep", str, None, "Non-QI columns released as they are with the label, a,b,c.")
 BINS = Option("bins", int, 5, "Equal-width bins of a numeric QI when features are one-hot.")
-
-
-def _names(text: str | None) -> list[str]:
-    return [p.strip() for p in (text or "").split(",") if p.strip()]
 
 
 def _number(col: Column) -> sql.Composable:
@@ -194,6 +189,15 @@ class ProjectionMethod(Method):
     # Not a generalised table: the columns released are a chosen subset (one-hot features or a
     # few QIs), so the table-shaped metrics (exposure, query error) have no reader for it yet.
     shape = "projection"
+    releases = (
+        "`NAME` (live view or table): the chosen QI features (true values, or one-hot "
+        "indicators), the label (`--sensitive`) and `--keep` as they are; rows of classes "
+        "under k left out at every read"
+    )
+    attacker = (
+        "knows everybody's values of the released features: finds at least k rows for anyone "
+        "(the label itself is not protected: the release is for classification)"
+    )
     # What a feature's score is, for the report.
     score_name: ClassVar[str] = "score"
 
@@ -210,7 +214,7 @@ class ProjectionMethod(Method):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _keep(self, r: Resolved) -> list[str]:
-        return _names(r.options.get("keep"))
+        return [c.name for c in r.keep]  # checked by resolve (dbanon.identifying)
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         if len(r.sensitive) != 1:
@@ -221,14 +225,6 @@ class ProjectionMethod(Method):
         if r.options.get("bins", 2) < 2:
             raise DbanonError(f"--bins must be at least 2, got {r.options['bins']}")
         label = r.sensitive[0]
-        cols = catalog.columns(conn, r.source)
-        for name in self._keep(r):
-            if name not in cols:
-                raise DbanonError(f"--keep: column {name!r} does not exist in {r.source}")
-            if name == r.key.name:
-                raise DbanonError(f"--keep: {name!r} is the row key, which is never released")
-            if name in [c.name for c in [*r.qi, label]]:
-                raise DbanonError(f"--keep: {name!r} is already a QI or the label")
         values = conn.execute(
             sql.SQL("SELECT DISTINCT {}::text FROM {} LIMIT 2").format(label.ident, r.source.ident)
         ).fetchall()

@@ -24,7 +24,6 @@ from dbanon.methods.base import Option
 from dbanon.methods.projection import (
     AS,
     BINS,
-    KEEP,
     ProjectionMethod,
     design_matrix,
     onehot_features,
@@ -49,7 +48,6 @@ class RFKA(ProjectionMethod):
     score_name = "importance"
     options: ClassVar[tuple[Option, ...]] = (
         AS,
-        KEEP,
         Option("trees", int, TREES, "Trees of the random forest (the paper: 1000)."),
         Option("sample", int, 0, "Rows drawn to fit the forest (0: all of them)."),
         Option(

@@ -38,6 +38,10 @@ class ThetaK(GroupingMethod):
         "vulnerability"
     )
     promises = ("k-anonymity", "theta-k-anonymity")
+    attacker = (
+        "knows everybody's QIs and some categories of sensitive values (background knowledge): "
+        "at least k rows and θ categories in each class leave the value uncertain"
+    )
     requires = ("theta-k-anonymity",)
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (

@@ -1668,6 +1668,7 @@ def bench(
     demo`, i.e. dbanon.demo.run_demo); `seconds` times `search` alone."""
     from dbanon.data import ADULT_HIERARCHIES
     from dbanon.db import catalog
+    from dbanon.demo import hierarchy_name
     from dbanon.models import DistinctLDiversity
 
     qis = [c for c in BENCH_QI if not l or c != BENCH_SENSITIVE]
@@ -1684,7 +1685,10 @@ def bench(
         source = Relation("pg_temp", "dbanon_bench_adult")
         cols = catalog.columns(conn, source)
         qi = [cols[c] for c in qis]
-        hierarchies = {c: catalog.load_hierarchy(conn, ADULT_HIERARCHIES[c]) for c in qis}
+        hierarchies = {
+            c: catalog.load_hierarchy(conn, hierarchy_name("adult", ADULT_HIERARCHIES[c]))
+            for c in qis
+        }
         sensitive = BENCH_SENSITIVE if l else None
         result = search(conn, source, qi, hierarchies, models, sensitive, max_suppression)
     finally:

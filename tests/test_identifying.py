@@ -1,0 +1,246 @@
+"""Released columns are declared, never implied; none of them singles people out (issue 24).
+
+Every method releases its QIs, its sensitive columns and its `--keep` columns, nothing else; a
+kept column unique for more than half of the released rows (alone, or all kept columns
+together) is refused by the gate, on publish and on refresh, unless `--allow-identifying`; a
+sensitive column released row by row and unique for most rows publishes with a warning.
+The shares are measured here independently, in Python over the released rows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from helpers import cli, cli_json, make_table, snapshot
+
+from dbanon.cli import main
+from dbanon.release import ReleaseSpec
+
+ROWS = 240
+CITIES = ["Lyon", "Nantes", "Lille", "Metz"]
+
+
+@pytest.fixture
+def crm(conn: psycopg.Connection) -> psycopg.Connection:
+    """Customers: numeric QIs, an e-mail (unique), a city and a plan (a few values each), and
+    a phone number that is unique only together with the city."""
+    rng = random.Random(7)
+    rows = [
+        (i, rng.randint(18, 80), round(rng.uniform(1000, 9000), 2), f"user{i}@example.org",
+         CITIES[i % 4], rng.choice(["free", "pro"]), f"06{((i - 1) // 4):04d}", rng.choice("FM"))
+        for i in range(1, ROWS + 1)
+    ]  # fmt: skip
+    make_table(
+        conn, "crm", "customers",
+        [("id", "int PRIMARY KEY"), ("age", "int"), ("income", "float8"), ("email", "text"),
+         ("city", "text"), ("plan", "text"), ("phone", "text"), ("sex", "text")],
+        rows,
+    )  # fmt: skip
+    return conn
+
+
+def columns(conn: psycopg.Connection, rel: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 "
+        "AND NOT attisdropped ORDER BY attnum", [rel]).fetchall()]  # fmt: skip
+
+
+def unique_share(conn: psycopg.Connection, rel: str, cols: Sequence[str]) -> float:
+    """Independently: the share of released rows whose values of `cols` no other row has."""
+    rows = conn.execute(f"SELECT {', '.join(cols)} FROM {rel}").fetchall()  # test's own names
+    counts = Counter(rows)
+    return sum(1 for r in rows if counts[r] == 1) / len(rows)
+
+
+NOISE = ("--source", "crm.customers", "--key", "id", "--columns", "age,income",
+         "--algorithm", "noise", "--size", "0.1", "--seed", "2")  # fmt: skip
+
+
+def test_noise_releases_only_declared_columns_even_after_a_column_is_added(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,plan")
+    assert code == 0, out
+    assert columns(crm, "released.n") == ["dbanon_row", "age", "income", "city", "plan"]
+    assert out["warnings"] == []
+    # A column added to the source later is not released by a refresh either.
+    crm.execute("ALTER TABLE crm.customers ADD COLUMN ssn text")
+    crm.execute("UPDATE crm.customers SET ssn = 'ssn-' || id, age = age + 1 WHERE id < 5")
+    code, out = cli_json(dsn, "refresh", "n")
+    assert code == 0, out
+    assert columns(crm, "released.n") == ["dbanon_row", "age", "income", "city", "plan"]
+    assert crm.execute("SELECT count(*) FROM released.n").fetchone()[0] == ROWS
+    # The kept columns are the source's, unchanged (as multisets).
+    for col in ("city", "plan"):
+        released = Counter(r[0] for r in crm.execute(f"SELECT {col} FROM released.n"))
+        assert released == Counter(r[0] for r in crm.execute(f"SELECT {col} FROM crm.customers"))
+
+
+def test_keep_email_is_refused_naming_it_and_its_share_database_unchanged(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    before = snapshot(crm)
+    result = cli(dsn, "publish", "n", *NOISE, "--keep", "city,email")
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1
+    assert 'column "email" is unique for 100.0 % of rows' in line, line
+    assert "--allow-identifying email" in line
+    assert snapshot(crm) == before
+    assert json.loads(cli(dsn, "--json", "releases").stdout)["releases"] == []
+    # The DBA who means it says so; the share is recorded with the run.
+    code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,email",
+                         "--allow-identifying", "email")  # fmt: skip
+    assert code == 0, out
+    assert unique_share(crm, "released.n", ["email"]) == 1.0
+    shares = cli_json(dsn, "report", "n")[1]["method_metrics"]["unique_share"]
+    assert shares["email"] == 1.0 and shares["city"] == unique_share(crm, "released.n", ["city"])
+
+
+def test_kept_columns_together_and_a_settable_share(crm: psycopg.Connection, dsn: str) -> None:
+    # phone alone: every value is shared by the 4 cities' rows; with city it is unique.
+    assert unique_share(crm, "crm.customers", ["phone"]) == 0.0
+    assert unique_share(crm, "crm.customers", ["city", "phone"]) == 1.0
+    before = snapshot(crm)
+    result = cli(dsn, "publish", "n", *NOISE, "--keep", "city,phone")
+    assert result.exit_code == 2
+    assert '"city", "phone" together are unique for 100.0 % of rows' in result.stderr
+    assert snapshot(crm) == before
+    code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,phone,plan",
+                         "--allow-identifying", "plan", "--allow-identifying", "phone,plan",
+                         )  # fmt: skip
+    assert code == 0, out
+    stored = crm.execute("SELECT spec FROM dbanon.release WHERE name = 'n'").fetchone()[0]
+    assert stored["allow_identifying"] == ["plan", "phone"]
+    # A share the DBA sets: 0 refuses any unique row at all.
+    result = cli(dsn, "publish", "m", *NOISE, "--keep", "phone", "--max-unique-share", "0")
+    assert result.exit_code == 0, result.output  # shared by 4 rows each: unique for none
+    crm.execute("UPDATE crm.customers SET phone = phone || id WHERE id <= 12")
+    result = cli(dsn, "refresh", "m")  # 12 of 240 rows unique now: above a share of 0
+    assert result.exit_code == 2 and 'column "phone" is unique for 5.0 % of rows' in result.stderr
+
+
+def test_refresh_applies_the_check_and_keeps_the_previous_release(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    args = ("--source", "crm.customers", "--key", "id", "--qi", "age,sex", "--k", "4",
+            "--keep", "city")  # fmt: skip
+    code, out = cli_json(dsn, "publish", "k", *args)
+    assert code == 0, out
+    assert columns(crm, "released.k") == ["age", "sex", "city"]
+    digest = "SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) FROM released.k t"
+    first = crm.execute(digest).fetchone()[0]
+    crm.execute("UPDATE crm.customers SET city = email")  # the kept column turned identifying
+    result = cli(dsn, "refresh", "k")
+    assert result.exit_code == 2 and 'column "city" is unique for 100.0 % of rows' in result.stderr
+    assert crm.execute(digest).fetchone()[0] == first
+    report = cli_json(dsn, "report", "k")[1]
+    assert 'column "city"' in report["last_failure"]["error"]
+
+
+def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    code, out = cli_json(dsn, "publish", "e", "--source", "crm.customers", "--key", "id",
+                         "--qi", "age,sex", "--k", "5", "--sensitive", "email")  # fmt: skip
+    assert code == 0, out
+    assert unique_share(crm, "released.e", ["email"]) == 1.0  # released row by row
+    assert len(out["warnings"]) == 1
+    assert 'sensitive column "email"' in out["warnings"][0]
+    assert "unique for 100.0 % of rows" in out["warnings"][0]
+    report = cli_json(dsn, "report", "e")[1]
+    assert report["warnings"] == out["warnings"]
+    human = cli(dsn, "report", "e")
+    assert 'warning: sensitive column "email"' in human.stdout
+    human = cli(dsn, "refresh", "e")  # the refresh measures again, and says so
+    assert human.exit_code == 0 and 'warning: sensitive column "email"' in human.stdout
+    # Not every sensitive column: a plan of two values is no cause for a warning.
+    code, out = cli_json(dsn, "publish", "p", "--source", "crm.customers", "--key", "id",
+                         "--qi", "age,sex", "--k", "5", "--sensitive", "plan")  # fmt: skip
+    assert code == 0 and out["warnings"] == []
+
+
+def test_bucketising_methods_need_no_warning_and_take_no_keep(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    args = ("--source", "crm.customers", "--key", "id", "--qi", "age,sex", "--algorithm",
+            "anatomy", "--sensitive", "email", "--l", "3", "--seed", "1")  # fmt: skip
+    code, out = cli_json(dsn, "publish", "a", *args)
+    assert code == 0, out
+    assert out["warnings"] == []
+    before = snapshot(crm)
+    result = cli(dsn, "publish", "b", *args, "--keep", "city")
+    assert result.exit_code == 2 and "--keep does not apply to --algorithm anatomy" in result.stderr
+    assert snapshot(crm) == before
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--keep", "id"), "--keep: 'id' is the row key"),
+        (("--keep", "age"), "--keep: 'age' is already a QI or sensitive column"),
+        (("--keep", "nope"), "column 'nope' does not exist in crm.customers"),
+        (("--keep", "city", "--allow-identifying", "plan"), "--allow-identifying plan: it is not"),
+        (("--keep", "city,plan,city"), "--keep names column 'city' twice"),
+    ],
+)
+def test_bad_keep_is_one_line_exit_2(
+    crm: psycopg.Connection, dsn: str, args: tuple[str, ...], message: str
+) -> None:
+    before = snapshot(crm)
+    result = cli(dsn, "publish", "x", "--source", "crm.customers", "--key", "id", "--qi",
+                 "age,sex", "--k", "4", *args)  # fmt: skip
+    assert result.exit_code == 2
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert snapshot(crm) == before
+
+
+def test_projection_keep_is_the_common_one_and_old_specs_load(
+    crm: psycopg.Connection, dsn: str
+) -> None:
+    code, out = cli_json(dsn, "publish", "h", "--source", "crm.customers", "--key", "id",
+                         "--qi", "age,sex", "--k", "4", "--sensitive", "plan",
+                         "--algorithm", "hamdist", "--keep", "city")  # fmt: skip
+    assert code == 0, out
+    assert "city" in columns(crm, "released.h") and "email" not in columns(crm, "released.h")
+    # The release is a live view: `check --release` measures its kept column as it is now.
+    code, checked = cli_json(dsn, "check", "h", "--release")
+    assert code == 0 and checked["keep_unique_share"] == {"city": 0.0}, checked
+    crm.execute("UPDATE crm.customers SET city = email WHERE id <= 200")
+    code, checked = cli_json(dsn, "check", "h", "--release")
+    kept = [m for m in checked["models"] if m["model"] == "kept columns single out no rows"]
+    assert code == 1 and not kept[0]["holds"], checked
+    assert 'column "city" is unique for' in kept[0]["worst_class"]
+    crm.execute("UPDATE crm.customers SET city = 'Lyon' WHERE id <= 200")
+    # A spec stored when --keep was the projection methods' own option loads as the common one.
+    stored = crm.execute("SELECT spec FROM dbanon.release WHERE name = 'h'").fetchone()[0]
+    assert stored["keep"] == ["city"] and "keep" not in stored["options"]
+    old = {k: v for k, v in stored.items()
+           if k not in ("keep", "allow_identifying", "max_unique_share")}  # fmt: skip
+    old["options"] = {**stored["options"], "keep": "city"}
+    spec = ReleaseSpec.from_dict(old)
+    assert spec.keep == ["city"] and "keep" not in spec.options and spec.max_unique_share == 0.5
+    crm.execute("UPDATE dbanon.release SET spec = %s::jsonb WHERE name = 'h'", [json.dumps(old)])
+    code, out = cli_json(dsn, "refresh", "h")
+    assert code == 0, out
+    assert "city" in columns(crm, "released.h")
+
+
+def test_docs_table_of_releases_is_the_registrys() -> None:
+    """docs/releases.md carries the table generated from the methods, and every method says
+    what it releases and against whom."""
+    from pathlib import Path
+
+    from dbanon.methods import methods, releases_table
+
+    assert all(m.releases and m.attacker for m in methods().values())
+    doc = (Path(__file__).parent.parent / "docs" / "releases.md").read_text()
+    assert releases_table() in doc
+    shown = CliRunner().invoke(main, ["methods", "--releases"]).stdout.strip()
+    assert shown == releases_table() and len(shown.splitlines()) == 2 + len(methods())
