@@ -17,7 +17,9 @@ A method declares:
   default checks every promised model on the first object, the released table itself; a
   method that promises no model (noise) names checks of its own;
 - `recorded(conn, r, release_id)`: keep private state once the run is recorded (same
-  transaction; e.g. a noise secret), by default nothing.
+  transaction; e.g. a noise secret), by default nothing;
+- `rechecking(conn, r, built)`: remake what its checks read besides the published relations
+  (a view's snapshot, a run's staging table) for `dbanon check NAME --release`.
 """
 
 from __future__ import annotations
@@ -212,6 +214,13 @@ class Method(ABC):
         self, conn: psycopg.Connection, r: Resolved, release_id: int
     ) -> None:
         """Keep what the method's next run needs, in the run's transaction (release_id known)."""
+
+    def rechecking(  # noqa: B027
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built]
+    ) -> None:
+        """Before `checks` run on a published release (`built` names its relations as they
+        are): remake, in the caller's transaction (rolled back after), whatever else the checks
+        read, as the publish had it in its own transaction. By default nothing."""
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]

@@ -108,5 +108,15 @@ class Ina(PerturbingMethod):
 
         return [Check("nearest reference point kept", kept)]
 
+    def recount(
+        self, conn: psycopg.Connection, r: Resolved, state: NoiseState | None, released: Any
+    ) -> dict[str, int]:
+        """Tuples whose released values lie nearer another kept reference point than their
+        source values do (every one of them, without the kept state)."""
+        x, out = released
+        if state is None or "refs" not in state.extra:
+            return {"region_changes": len(x)}
+        return {"region_changes": moved(x, out, np.array(state.extra["refs"]), state.alpha)}
+
 
 register(Ina())
