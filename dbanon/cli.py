@@ -6,6 +6,7 @@ Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -146,6 +147,16 @@ class Group(click.Group):
 
 
 Group.group_class = Group
+
+
+class Seconds(click.FloatRange):
+    """Seconds, at least 0 and finite: nan passes every comparison, and inf never ends a wait."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return rv
 
 
 def qi_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str]:
@@ -559,7 +570,7 @@ class MethodCommand(Command):
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=0,
     help="Seconds to wait for another run of the release (else exit 3 at once).",
 )
@@ -624,7 +635,7 @@ def publish(
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=0,
     help="Seconds to wait for another run of the release (else exit 3 at once).",
 )

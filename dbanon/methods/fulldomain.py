@@ -44,7 +44,8 @@ class FullDomain(Method):
             "as", str, "table", "A materialised table, or a live view over the source.",
             ("table", "view"),
         ),
-        Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1)."),
+        Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1).",
+               low=0, high=1, high_open=True),
         RANGES,
     )  # fmt: skip
 

@@ -35,8 +35,9 @@ class Ina(PerturbingMethod):
         "records data security SEC per column and mSec"
     )
     options: ClassVar[tuple[Option, ...]] = (
-        Option("sample", int, 200, "Rows drawn for the reference points."),
-        Option("beta", float, 5.0, "Leader radius = sample diagonal / beta (more points)."),
+        Option("sample", int, 200, "Rows drawn for the reference points.", low=2),
+        Option("beta", float, 5.0, "Leader radius = sample diagonal / beta (more points).",
+               low=0, low_open=True),
         NORMALISE,
         Option(
             "bound", str, "strict",

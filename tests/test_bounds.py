@@ -1,0 +1,121 @@
+"""Numbers out of range and columns nothing can be made of: one line, exit 2, nothing written.
+
+Every numeric option of every registered method declares a range (dbanon.methods.base.Option),
+checked before anything runs: a value just outside it, nan and inf are refused naming the flag.
+The escapes found by the fault review (issue 22 item 9) are replayed through the CLI, each
+checked to leave the database as it was.
+"""
+
+from __future__ import annotations
+
+import math
+
+import psycopg
+import pytest
+from helpers import cli, make_table, snapshot
+
+from dbanon.errors import DbanonError
+from dbanon.methods import methods
+from dbanon.methods.base import Option
+
+
+def numeric_options() -> list[object]:
+    out = []
+    for name, method in methods().items():
+        for o in method.all_options():
+            if o.type in (int, float):
+                out.append(pytest.param(o, id=f"{name}-{o.name}"))
+    return out
+
+
+def outside(o: Option) -> list[object]:
+    """Values just outside the option's range (and, for a float, nan and both infinities)."""
+    values: list[object] = []
+    if o.low is not None:
+        values.append(o.low if o.low_open else o.low - (1 if o.type is int else 1e-9))
+    if o.high is not None:
+        values.append(o.high if o.high_open else o.high + 1)
+    if o.type is float:
+        values += [math.nan, math.inf, -math.inf]
+    return values
+
+
+@pytest.mark.parametrize("option", numeric_options())
+def test_every_numeric_option_has_a_range_that_is_checked(option: Option) -> None:
+    assert option.low is not None or option.high is not None, f"{option.flag} has no range"
+    for value in outside(option):
+        with pytest.raises(DbanonError) as e:
+            option.coerce(value)
+        assert option.flag in str(e.value) and "\n" not in str(e.value)
+    if option.default is not None:  # the default is inside its own range
+        assert option.coerce(option.default) == option.default
+
+
+@pytest.fixture
+def t(conn: psycopg.Connection) -> psycopg.Connection:
+    rows = [
+        (i, 20 + i % 37, "NSEW"[i % 4], "FM"[i % 2], ["flu", "gout", "asthma", "angina"][i % 4],
+         1 + i % 9, None, "x", None if i % 10 == 0 else "abc"[i % 3])
+        for i in range(1, 201)
+    ]  # fmt: skip
+    make_table(
+        conn, "g", "t",
+        [("id", "int PRIMARY KEY"), ("age", "int"), ("region", "text"), ("sex", "text"),
+         ("dx", "text"), ("sev", "int"), ("nul", "text"), ("one", "text"), ("part", "text")],
+        rows,
+    )  # fmt: skip
+    conn.commit()
+    return conn
+
+
+SRC = ("--source", "g.t", "--key", "id")
+ESCAPES = [
+    (("--qi", "age,sev", "--algorithm", "noise", "--size", "nan"), "--size must be a finite"),
+    (("--qi", "age,sev", "--algorithm", "noise", "--size", "inf"), "--size must be a finite"),
+    (("--qi", "age,sev", "--algorithm", "noise", "--size", "0"), "--size must be above 0"),
+    (("--qi", "age,sev", "--algorithm", "ina", "--beta", "nan"), "--beta must be a finite"),
+    (("--qi", "age,sev", "--algorithm", "ina", "--beta", "inf"), "--beta must be a finite"),
+    (("--qi", "age,region", "--sensitive", "dx", "--k", "3", "--algorithm", "rfka",
+      "--features", "onehot", "--bins", "1000000000"), "--bins 1000000000 is more than"),
+    (("--qi", "age,region", "--sensitive", "dx", "--k", "3", "--algorithm", "hamdist",
+      "--bins", "38"), "(at most 37, of 'age')"),
+    (("--qi", "age,region", "--sensitive", "dx", "--k", "3", "--algorithm", "rfka",
+      "--trees", "1000000000"), "--trees must be in [1, 10000]"),
+    (("--qi", "age,region", "--k", "3", "--algorithm", "kmember", "--seed", "-1"),
+     "--seed must be in [0, 9223372036854775807]"),
+    (("--qi", "age,region", "--k", "3", "--algorithm", "fulldomain", "--max-suppression",
+      "nan"), "--max-suppression must be a finite number in [0, 1)"),
+    (("--qi", "age,region", "--sensitive", "nul", "--l", "2", "--algorithm", "localanatomy"),
+     "sensitive column 'nul' of g.t is NULL in 200 of 200 rows"),
+    (("--qi", "age,region", "--sensitive", "nul", "--k", "3", "--l", "2", "--algorithm", "lag"),
+     "sensitive column 'nul' of g.t is NULL in 200 of 200 rows"),
+    (("--qi", "age,region", "--sensitive", "part", "--k", "3", "--l", "2", "--algorithm",
+      "lag"), "sensitive column 'part' of g.t is NULL in 20 of 200 rows"),
+    (("--qi", "age,region", "--sensitive", "one", "--l", "2", "--algorithm", "localanatomy"),
+     "attribute 'one' is not 2-eligible"),
+    (("--qi", "age,region", "--sensitive", "one", "--k", "3", "--l", "2", "--algorithm", "lag"),
+     "attribute 'one' is not 2-eligible"),
+    (("--qi", "age,region,sex", "--sensitive", "dx", "--l", "2", "--algorithm", "localanatomy",
+      "--principle", "dx=t:0.2,dx=t:0.3"), "--principle names 'dx' twice"),
+    (("--qi", "age,region,sex", "--sensitive", "dx", "--l", "2", "--algorithm", "localanatomy",
+      "--principle", "dx=l:inf"), "'inf' is not finite"),
+    (("--qi", "age,region,sex", "--sensitive", "dx", "--l", "2", "--algorithm", "localanatomy",
+      "--principle", "dx=l:nan"), "'nan' is not finite"),
+    (("--qi", "age,region", "--k", "2", "--wait", "nan"), "not a finite number of seconds"),
+    (("--qi", "age,region", "--sensitive", "dx", "--k", "2", "--l", "nan"), "--l must be a"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("args", "message"), ESCAPES, ids=[" ".join(a[2:]) for a, _ in ESCAPES])
+def test_bad_input_escapes_are_one_line_exit_2_nothing_written(
+    t: psycopg.Connection, dsn: str, args: tuple[str, ...], message: str
+) -> None:
+    before = snapshot(t)
+    result = cli(dsn, "publish", "r", *SRC, *args)
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert message in result.stderr, result.stderr
+    if "Usage:" not in result.stderr:  # click's own usage errors come with two lines of usage
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    t.rollback()
+    assert snapshot(t) == before
