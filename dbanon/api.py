@@ -230,6 +230,27 @@ class Database:
         finally:
             self.conn.rollback()
 
+    def grant(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
+        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild."""
+        from dbanon.grants import grant
+
+        return grant(self.conn, name, roles, wait)
+
+    def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
+        """Revoke release `name` from `roles`: its spec and its relations at once."""
+        from dbanon.grants import revoke
+
+        return revoke(self.conn, name, roles, wait)
+
+    def show(self, name: str) -> dict[str, Any]:
+        """The stored spec of release `name`, as JSON and as `publish` arguments."""
+        from dbanon.grants import show
+
+        try:
+            return show(self.conn, name)
+        finally:
+            self.conn.rollback()
+
     def drop(self, name: str) -> list[str]:
         """Drop a release's relations and its catalog entry; returns the relations dropped."""
         return drop(self.conn, name)

@@ -952,6 +952,53 @@ def drop_command(c: Ctx, name: str, yes: bool) -> None:
     )
 
 
+# --- grants and the stored spec (dbanon.grants) ------------------------------------------------
+
+
+@main.command("grant")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True)
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
+@click.pass_obj
+@fails_cleanly
+def grant_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> None:
+    """Let ROLES read release NAME now and after every refresh (no rebuild)."""
+    with c.db() as db:
+        data = db.grant(name, roles, wait=wait)
+    c.emit(data, lambda: click.echo(
+        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+
+
+@main.command("revoke")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True)
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
+@click.pass_obj
+@fails_cleanly
+def revoke_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> None:
+    """Stop ROLES reading release NAME, now and after every refresh (no rebuild)."""
+    with c.db() as db:
+        data = db.revoke(name, roles, wait=wait)
+    c.emit(data, lambda: click.echo(
+        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+
+
+@main.command("show")
+@click.argument("name")
+@click.pass_obj
+@fails_cleanly
+def show_command(c: Ctx, name: str) -> None:
+    """Release NAME's stored spec: the `publish` command that makes it, then its JSON."""
+    with c.db() as db:
+        data = db.show(name)
+
+    def human() -> None:
+        click.echo(data["command"])
+        click.echo(json.dumps(data["spec"], indent=2, ensure_ascii=False))
+
+    c.emit(data, human)
+
+
 # --- demo and benchmarks ------------------------------------------------------------------------
 
 
