@@ -249,14 +249,28 @@ def hierarchy() -> None:
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Replace a hierarchy of the same name.")
+@click.option(
+    "--force", is_flag=True,
+    help="With --replace: replace it although releases use it (each keeps the version it was "
+    "verified with until its next refresh).",
+)  # fmt: skip
 @click.pass_obj
 @fails_cleanly
-def hierarchy_import(c: Ctx, name: str, file: str, replace: bool) -> None:
+def hierarchy_import(c: Ctx, name: str, file: str, replace: bool, force: bool) -> None:
     """Import an ARX hierarchy file (value;level1;...;*) as NAME."""
+    if force and not replace:
+        raise DbanonError("--force only applies with --replace")
     with c.db() as db:
-        h = db.import_hierarchy(name, file, replace=replace)
-    data = {"name": name, "leaves": len(h.leaves), "height": h.height}
-    c.emit(data, lambda: click.echo(f"imported {name}: {len(h.leaves)} values, height {h.height}"))
+        h, stored = db.import_hierarchy(name, file, replace=replace, force=force, stored=True)
+    data = {"name": name, "leaves": len(h.leaves), "height": h.height, **stored}
+
+    def human() -> None:
+        click.echo(f"imported {name}: {len(h.leaves)} values, height {h.height}"
+                   + ("" if stored["changed"] else " (unchanged)"))  # fmt: skip
+        if stored["changed"] and stored["releases"]:
+            click.echo(f"{', '.join(stored['releases'])} take it at their next refresh")
+
+    c.emit(data, human)
 
 
 @hierarchy.command("list")

@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, methods, runs
+from dbanon import composition, hierarchy_pins, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -622,8 +622,12 @@ def _publish(
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
+        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
+        if pinned:
+            metrics["hierarchies"] = pinned
         say("recording the run")
         release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
+        hierarchy_pins.pin(conn, release_id, pinned)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
         conn.commit()
