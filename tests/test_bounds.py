@@ -119,3 +119,38 @@ def test_bad_input_escapes_are_one_line_exit_2_nothing_written(
     assert "Traceback" not in result.stderr
     t.rollback()
     assert snapshot(t) == before
+
+
+def sensitive_cases() -> list[object]:
+    """Per registered method, its first gate publish that names a sensitive column."""
+    from test_gate import CASES
+
+    out = []
+    for name in methods():
+        case = CASES.get(name)
+        variants = [a for vs in (case.promises.values() if case else []) for a in vs]
+        args = next((a for a in variants if "--sensitive" in a), None)
+        if args is not None:
+            out.append(pytest.param(name, args, id=name))
+    return out
+
+
+@pytest.mark.parametrize(("method", "args"), sensitive_cases())
+def test_an_all_null_or_single_valued_sensitive_column_is_one_line(
+    t: psycopg.Connection, dsn: str, method: str, args: tuple[str, ...]
+) -> None:
+    """Whatever the method, such a column is refused in one line (exit 2, nothing written) or
+    published; never a traceback."""
+    before = snapshot(t)
+    for column in ("nul", "one"):
+        a = list(args)
+        a[a.index("--sensitive") + 1] = column
+        result = cli(dsn, "publish", "r", *SRC, "--qi", "age,region,sex", "--algorithm", method,
+                     *a)  # fmt: skip
+        assert result.exit_code in (0, 2), (column, result.stderr)
+        if result.exit_code == 2:
+            assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+            t.rollback()
+            assert snapshot(t) == before
+        else:
+            assert cli(dsn, "drop", "r", "--yes").exit_code == 0
