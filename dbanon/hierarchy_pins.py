@@ -25,7 +25,12 @@ if TYPE_CHECKING:
 
 def used(conn: psycopg.Connection, r: Resolved) -> dict[str, str]:
     """name -> version of every hierarchy this run reads: the QIs' as loaded for it, and any a
-    promised model names (read from the catalog in the run's snapshot)."""
+    promised model names (read from the catalog in the run's snapshot).
+
+    The rows are share-locked until the run commits, so a replace cannot retire and delete a
+    version between this run's snapshot and its pin: one that did already makes this fail (a
+    serialisation failure of the run's repeatable read), one that comes later waits and then
+    sees the pin."""
     versions = {h.name: h.version for h in r.hierarchies.values()}
     for m in r.spec.models:
         name = m.get("hierarchy")
@@ -33,6 +38,11 @@ def used(conn: psycopg.Connection, r: Resolved) -> dict[str, str]:
             version = catalog.hierarchy_version(conn, name)
             if version is not None:
                 versions[name] = version
+    for name, version in sorted(versions.items()):
+        conn.execute(
+            "SELECT FROM dbanon.hierarchy WHERE name = %s AND version = %s FOR SHARE",
+            [name, version],
+        )
     return dict(sorted(versions.items()))
 
 

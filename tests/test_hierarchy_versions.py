@@ -148,3 +148,36 @@ def test_migration_computes_the_version_dbanon_computes(dsn: str, tmp_path) -> N
         command.upgrade(catalog.alembic_config(dsn), "head")
         assert conn.execute("SELECT version FROM dbanon.hierarchy").fetchone()[0] == stored
         assert conn.execute("SELECT dbanon.lca('odd', ARRAY['Zoë', 'alpha'])").fetchone()[0] == "Ä"
+
+
+def test_a_replace_during_a_publish_never_leaves_a_view_on_a_deleted_version(
+    t: psycopg.Connection, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hierarchy is replaced (committed) while the publish builds: the publish's snapshot
+    still sees the old version, which nothing pins yet; the run must not pin a version the
+    replace has deleted, so it fails (one line, nothing published), and the next one takes the
+    new version."""
+    from dbanon.hierarchy import Hierarchy
+    from dbanon.methods.fulldomain import FullDomain
+
+    real = FullDomain.build
+
+    def build_then_replace(self, conn, r, ctx):  # noqa: ANN001, ANN202
+        out = real(self, conn, r, ctx)
+        with psycopg.connect(dsn) as other:
+            rows = [line.split(";") for line in NEW.strip().splitlines()]
+            catalog.store_hierarchy(other, Hierarchy.from_rows("region", rows), replace=True)
+            other.commit()
+        return out
+
+    state = snapshot(t)
+    with monkeypatch.context() as m:
+        m.setattr(FullDomain, "build", build_then_replace)
+        code, out = cli_json(dsn, "publish", "v", "--source", "g.t", "--key", "id",
+                             "--qi", "age,region,sex", "--k", "40", "--algorithm", "fulldomain",
+                             "--as", "view", "--hierarchy", "region=region")  # fmt: skip
+    assert code == 2 and "serialize" in out["error"], out
+    after = snapshot(t)
+    assert after["relations"].keys() == state["relations"].keys()
+    publish_view(dsn)
+    assert {r[1] for r in view_rows(t)} <= {"NE", "SW"}
