@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from dbanon.db import catalog
+from dbanon.errors import DbanonError
 
 if TYPE_CHECKING:
     from dbanon.release import Resolved
@@ -39,10 +40,17 @@ def used(conn: psycopg.Connection, r: Resolved) -> dict[str, str]:
             if version is not None:
                 versions[name] = version
     for name, version in sorted(versions.items()):
-        conn.execute(
-            "SELECT FROM dbanon.hierarchy WHERE name = %s AND version = %s FOR SHARE",
-            [name, version],
-        )
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT FROM dbanon.hierarchy WHERE name = %s AND version = %s FOR SHARE",
+                    [name, version],
+                )
+        except psycopg.errors.SerializationFailure:
+            raise DbanonError(
+                f"hierarchy {name!r} was replaced while this run used it; nothing was "
+                "published: run it again to use the new version"
+            ) from None
     return dict(sorted(versions.items()))
 
 

@@ -540,6 +540,9 @@ def publish(
     catalog.require_catalog(conn)
     if not replace:
         _refuse_existing(conn, spec.name)  # before any run is logged against that release
+    method = methods.get(spec.method)  # options and models out of range: refused before too
+    _resolve_options(spec, method)
+    _resolve_models(spec, method)
     conn.rollback()
     runs.lock_release(conn, spec.name, wait)
     try:

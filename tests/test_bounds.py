@@ -154,3 +154,15 @@ def test_an_all_null_or_single_valued_sensitive_column_is_one_line(
             assert snapshot(t) == before
         else:
             assert cli(dsn, "drop", "r", "--yes").exit_code == 0
+
+
+def test_an_option_out_of_range_on_replace_logs_no_run(t: psycopg.Connection, dsn: str) -> None:
+    """Options are checked before a run of an existing release is logged: nothing is written."""
+    args = ("publish", "r", *SRC, "--qi", "age,sev", "--algorithm", "noise", "--seed", "1")
+    assert cli(dsn, *args).exit_code == 0
+    before = snapshot(t)
+    for bad in (("--size", "nan"), ("--size", "-1"), ("--seed", "-5")):
+        result = cli(dsn, *args[:-2], *bad, "--replace")
+        assert result.exit_code == 2 and bad[0] in result.stderr, result.stderr
+    t.rollback()
+    assert snapshot(t) == before
