@@ -80,6 +80,10 @@ def test_replace_in_use_is_refused_and_forced_leaves_a_live_view_unchanged(
     assert shown["version"] == content_hash(NEW)
     assert shown["pinned_by"] == {"v": content_hash(OLD)}
     assert sorted(";".join(r) for r in shown["rows"]) == sorted(NEW.strip().splitlines())
+    # the pinned version is still readable (metrics of the release as verified), by its hash
+    pinned = catalog.load_hierarchy(t, "region", content_hash(OLD))
+    assert sorted(";".join(r) for r in pinned.rows()) == sorted(OLD.strip().splitlines())
+    t.rollback()
 
     code, out = cli_json(dsn, "refresh", "v")
     assert code == 0, out

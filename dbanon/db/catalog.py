@@ -285,13 +285,18 @@ def hierarchy_version(conn: psycopg.Connection, name: str) -> str | None:
     return row[0] if row else None
 
 
-def load_hierarchy(conn: psycopg.Connection, name: str) -> Hierarchy:
+def load_hierarchy(conn: psycopg.Connection, name: str, version: str | None = None) -> Hierarchy:
+    """The current version of a stored hierarchy, or the given `version` (a release's pin, kept
+    while it is pinned) when it is still stored."""
     require_catalog(conn)
     rows = conn.execute(
         """SELECT array_agg(m.label ORDER BY m.level) FROM dbanon.hierarchy_map m
            JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-           WHERE h.name = %s AND h.retired_at IS NULL GROUP BY m.value ORDER BY m.value""",
-        [name],
+           WHERE h.name = %s AND h.id = (
+               SELECT id FROM dbanon.hierarchy WHERE name = %s
+               ORDER BY version IS NOT DISTINCT FROM %s DESC, retired_at IS NULL DESC LIMIT 1)
+           GROUP BY m.value ORDER BY m.value""",
+        [name, name, version],
     ).fetchall()
     if not rows:
         raise DbanonError(f"hierarchy {name!r} does not exist (see `dbanon hierarchy list`)")
