@@ -144,6 +144,38 @@ class Database:
         finally:
             self.conn.rollback()
 
+    def risk(
+        self,
+        relation: str,
+        qi: Sequence[str],
+        *,
+        threshold: float | None = None,
+        population: str | None = None,
+        population_size: float | None = None,
+        count: str | None = None,
+    ) -> dict[str, Any]:
+        """Re-identification risk of any table or view over `qi` (dbanon.metrics.risk):
+        prosecutor risk; journalist and marketer risk against a `population` relation holding
+        the same QIs; Zayatz's population-uniqueness estimate given a population."""
+        from dbanon.metrics import risk
+
+        try:
+            rel = catalog.relation(self.conn, relation)
+            catalog.require_columns(catalog.columns(self.conn, rel), rel,
+                                    [*qi, *([count] if count else [])])  # fmt: skip
+            pop = None
+            if population is not None:
+                prel = catalog.relation(self.conn, population)
+                catalog.require_columns(catalog.columns(self.conn, prel), prel, list(qi))
+                pop = Target(prel.ident, list(qi))
+            return risk.measure(
+                self.conn, Target(rel.ident, list(qi), None, count),
+                threshold=risk.DEFAULT_THRESHOLD if threshold is None else threshold,
+                population=pop, population_size=population_size,
+            )  # fmt: skip
+        finally:
+            self.conn.rollback()
+
     def publish(
         self,
         spec: ReleaseSpec,

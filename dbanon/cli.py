@@ -30,7 +30,9 @@ from dbanon.release import ReleaseSpec
 
 class _Console:
     """rich's Console, made on first use: start-up imports only what a command needs (a
-    command that prints no table or spinner never imports rich)."""
+    command that prints no table or spinner never imports rich). Not on a terminal (a pipe, a
+    file), nothing is wrapped and tables print as tab-separated lines: a script or a paste gets
+    whole lines, never cells cut to fit 80 columns."""
 
     def __init__(self, **options: Any) -> None:
         self._options = options
@@ -41,10 +43,35 @@ class _Console:
             from rich.console import Console
 
             self._console = Console(**self._options)
+            if not self._console.is_terminal:
+                self._console.soft_wrap = True
         return getattr(self._console, name)
+
+    def print(self, obj: Any, *args: Any, **kwargs: Any) -> None:  # noqa: A003
+        if isinstance(obj, PlainTable):
+            click.echo(obj.text(), err=self._options.get("stderr", False))
+        else:
+            self.__getattr__("print")(obj, *args, **kwargs)
+
+
+class PlainTable:
+    """A table for a pipe: a header line (unless none) and one tab-separated line per row."""
+
+    def __init__(self, *columns: str, show_header: bool = True, **_ignored: Any) -> None:
+        self.header = list(columns) if show_header and columns else None
+        self.rows: list[tuple[str, ...]] = []
+
+    def add_row(self, *cells: Any) -> None:
+        self.rows.append(tuple(" ".join(str(c).split()) for c in cells))
+
+    def text(self) -> str:
+        lines = ([self.header] if self.header else []) + self.rows
+        return "\n".join("\t".join(line) for line in lines)
 
 
 def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for rich's class
+    if not out.is_terminal:
+        return PlainTable(*args, **kwargs)
     from rich.table import Table as RichTable
 
     return RichTable(*args, **kwargs)
@@ -381,6 +408,41 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     return fn
 
 
+def risk_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`check --risk` and its options (dbanon.metrics.risk)."""
+    options = [
+        click.option("--risk", is_flag=True, default=None,
+                     help="Measure re-identification risk over --qi (prosecutor; with "
+                     "--population also journalist and marketer; population uniqueness)."),
+        click.option("--risk-threshold", "threshold", type=float,
+                     help="Records whose risk is above this are 'at risk' (default 0.2)."),
+        click.option("--population", metavar="SCHEMA.TABLE",
+                     help="Population the relation is a sample of (same QI columns)."),
+        click.option("--population-size", type=float,
+                     help="Population size, for the uniqueness estimate without --population."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+def risk_asked(is_release: bool, qi: list[str], args: dict[str, Any]) -> bool:
+    """--risk, or any of its options (which imply it); never with --release."""
+    asked = any(v is not None and v is not False for v in args.values())
+    args.pop("risk", None)
+    if asked and is_release:
+        raise DbanonError("--risk checks a relation with --qi; `dbanon report` shows a release's")
+    if asked and not qi:
+        raise DbanonError("--risk needs --qi")
+    return asked
+
+
+def risk_lines(risk: dict[str, Any] | None) -> list[tuple[str, str]]:
+    from dbanon.metrics.risk import lines
+
+    return lines(risk) if risk else []
+
+
 @main.command()
 @click.argument("relation")
 @click.option("--qi", callback=qi_list, help="Quasi-identifier columns, a,b,c (required).")
@@ -400,6 +462,7 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
     "(--l-kind cross-bucket).",
 )
+@risk_options
 @click.pass_obj
 @fails_cleanly
 def check(
@@ -423,8 +486,12 @@ def check(
     category_width: float | None,
     count: str | None,
     buckets: str | None,
+    **risk_args: Any,
 ) -> None:
-    """Audit any table or view: exit 0 if the models hold, 1 if not."""
+    """Audit any table or view: exit 0 if the models hold, 1 if not (--risk: also measure
+    its re-identification risk, a figure and no verdict)."""
+    risk = risk_asked(is_release, qi, risk_args)
+    results = []
     if is_release:
         from dbanon.release import recheck
 
@@ -432,6 +499,8 @@ def check(
             results = recheck(db.conn, relation)
     elif not qi:
         raise DbanonError("check needs --qi (or --release and a release's name)")
+    elif risk and all(x is None for x in (k, l_, t_, alpha, p_, theta)):
+        pass  # --risk alone: no model to check
     else:
         with c.db() as db:
             results = db.check(
@@ -453,6 +522,9 @@ def check(
             for r in results
         ],
     }
+    if risk:
+        with c.db() as db:
+            data["risk"] = db.risk(relation, qi, count=count, **risk_args)
 
     def human() -> None:
         for r in results:
@@ -462,6 +534,8 @@ def check(
                 out.print(f"  {key.replace('_', ' ')}: {value}")
             if r.worst_class is not None:
                 out.print(f"  worst class: {r.worst_class}", markup=False)
+        for label, text in risk_lines(data.get("risk")):
+            out.print(f"{label}: {text}", markup=False)
 
     c.emit(data, human)
     sys.exit(0 if holds else 1)
@@ -859,6 +933,7 @@ def report(c: Ctx, name: str) -> None:
             ("source rows", _figure(data["source_rows"])),
             ("published at", _figure(data["published_at"])),
         ]
+        rows += risk_lines(data.get("risk"))
         rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
             table.add_row(label, value)
@@ -879,10 +954,10 @@ def report(c: Ctx, name: str) -> None:
 @click.option("--clusters", type=click.IntRange(2), required=True, help="Number of clusters.")
 @click.option(
     "--algorithm",
-    type=click.Choice(["kmeans", "agglomerative"]),
+    type=click.Choice(["kmeans", "chameleon", "agglomerative"]),
     default="kmeans",
     show_default=True,
-    help="k-means, or Ward agglomerative on a 10-nearest-neighbour graph (Chameleon's stand-in).",
+    help="k-means, Chameleon, or Ward agglomerative on a 10-nearest-neighbour graph.",
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.pass_obj
@@ -1429,15 +1504,22 @@ def experiment_ina(
                     r = by[k, s]
                     paper = "-" if r[f"paper_{field}"] is None else f"{r[f'paper_{field}']:.2f}"
                     extra = f" (uniform {r[f'uniform_{field}']:.2f})" if field != "msec" else ""
-                    cells.append(f"{r[field]:.2f} | {paper}{extra}")
+                    cells.append(f"{r[field]:.2f}±{r[f'{field}_ci95']:.2f} | {paper}{extra}")
                 table.add_row(str(s), *cells)
             out.print(table)
+        table = Table(title="reference points (mean over the copies)")
+        table.add_column("sample")
+        for k in ks:
+            table.add_column(f"k={k}")
+        for s in samples:
+            table.add_row(str(s), *(f"{by[k, s]['refs']:.1f}" for k in ks))
+        out.print(table)
         table = Table(title="uniform noise at 2 % security: misclassification (%)")
         table.add_column("k")
         table.add_column("k-means")
-        table.add_column("agglomerative")
+        table.add_column("Chameleon")
         for b in data["baseline_2pct"]:
-            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['agglomerative']:.2f}")
+            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['chameleon']:.2f}")
         out.print(table)
         out.print(f"trends: {json.dumps(data['trends'])}", markup=False)
         out.print(f"wrote {', '.join(data['csv'] + data['plots'])}", markup=False)
@@ -1519,26 +1601,30 @@ def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
     help="Rows of each table (default: 30,000 hospital rows, Adult's 30,162 training rows).",
 )
 @click.option("--ks", callback=int_list, help="Values of k, a,b,c (default 6,9,...,30).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="The first seed.")
+@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True,
+              help="Seeds per setting: each figure is a mean with its 95 % interval.")
 @click.pass_obj
 @fails_cleanly
 def experiment_thetak(
-    c: Ctx, out_dir: str, rows: int | None, ks: list[int] | None, seed: int
+    c: Ctx, out_dir: str, rows: int | None, ks: list[int] | None, seed: int, seeds: int
 ) -> None:
     """(θ,k) vs k-anonymity vs (p,k) on the hospital table and Adult (the paper's figs 2-5)."""
     from dbanon.experiments.thetak import KS, run
 
     with c.progress() as say:
-        data = run(out_dir, ks=ks or KS, rows=rows, seed=seed, progress=say)
+        data = run(out_dir, ks=ks or KS, rows=rows, seed=seed, progress=say, seeds=seeds)
 
     def human() -> None:
-        table = Table("dataset", "algorithm", "k", "background", "similarity", "NCP %",
-                      "seconds", "classes", "leftovers", "(θ,k) holds")  # fmt: skip
+        table = Table("dataset", "algorithm", "k", "background", "similarity", "majority",
+                      "NCP %", "seconds", "classes", "leftovers", "(θ,k) holds")  # fmt: skip
         for r in data["results"]:
             table.add_row(
                 r["dataset"], r["algorithm"], str(r["k"]), f"{r['background_vulnerability']:.3f}",
-                f"{r['similarity_vulnerability']:.3f}", f"{r['gcp']:.2f}", f"{r['seconds']:.3f}",
-                str(r["classes"]), str(r["leftover_rows"]), str(r["theta_k_holds"]),
+                f"{r['similarity_vulnerability']:.3f}",
+                f"{r['majority_category_vulnerability']:.3f}", f"{r['gcp']:.2f}",
+                f"{r['seconds']:.3f}", str(r["classes"]), str(r["leftover_rows"]),
+                str(r["theta_k_holds"]),
             )  # fmt: skip
         print_outcome(table, data["claims"], data)
 
@@ -1575,11 +1661,13 @@ def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--datasets", "datasets_dir", type=click.Path(file_okay=False),
               help="The shared data sets folder, holding breast_cancer/ (default: the project's).")
+@click.option("--fold-seeds", type=click.IntRange(1, 100), default=10, show_default=True,
+              help="Shufflings of the 5 folds: each AUC is a mean with its 95 % interval.")
 @click.pass_obj
 @fails_cleanly
 def experiment_rfka(
     c: Ctx, out_dir: str, ks: list[int] | None, trees: int, rows: int, seed: int,
-    datasets_dir: str | None,
+    datasets_dir: str | None, fold_seeds: int,
 ) -> None:
     """RFKA vs Greedy_Hamdist on Adult (2,000 rows) and Wisconsin breast cancer: SVM AUC and
     run time vs k (the paper's figs 2-5)."""
@@ -1590,14 +1678,15 @@ def experiment_rfka(
     with c.progress() as say, c.db() as db:
         db.init()
         data = run(db, out_dir, ks or KS, trees, rows, seed, say,
-                   Path(datasets_dir) if datasets_dir else None)  # fmt: skip
+                   Path(datasets_dir) if datasets_dir else None, fold_seeds)  # fmt: skip
 
     def human() -> None:
         table = Table("dataset", "method", "k", "features", "SVM AUC", "logistic AUC",
                       "seconds", "publish s")  # fmt: skip
         for r in data["results"]:
             table.add_row(
-                r["dataset"], r["method"], str(r["k"]), str(r["features"]), f"{r['auc']:.4f}",
+                r["dataset"], r["method"], str(r["k"]), str(r["features"]),
+                f"{r['auc']:.4f}±{r['auc_ci95']:.4f}",
                 f"{r['auc_logreg']:.4f}", "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
                 "-" if r["publish_seconds"] is None else f"{r['publish_seconds']:.2f}",
             )  # fmt: skip

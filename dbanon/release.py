@@ -38,6 +38,7 @@ from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.metrics.risk import at_publish as risk_at_publish
 from dbanon.models import PrivacyModel, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -48,7 +49,7 @@ DEFAULT_SCHEMA = "released"
 RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
 SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
-COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "seconds", "seed")
+COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "risk", "seconds", "seed")
 
 Progress = Callable[[str], None]
 
@@ -603,7 +604,7 @@ def _publish(
         say("verifying the release")
         checked = verify(conn, r, built)
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
-        figures = r.method.figures(conn, r, built, checked)
+        figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (
@@ -641,7 +642,7 @@ def _publish(
         conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
-        table=f"{r.target_schema}.{r.objects[0]}",
+        table=catalog.qualified(r.target_schema, r.objects[0]),
         rows=figures["rows"],
         classes=figures["classes"],
         min_class_size=figures["min_class_size"],
@@ -649,7 +650,7 @@ def _publish(
         seconds=seconds,
         metrics=metrics,
         timings=timings,
-        objects=[f"{r.target_schema}.{o}" for o in r.objects],
+        objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
     )
 
@@ -861,8 +862,9 @@ def refresh(
 
 def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> list[str]:
     return [
-        f"{schema}.{o}" for o in objects if catalog.find_relation(conn, f"{schema}.{o}") is None
-    ]
+        catalog.qualified(schema, o) for o in objects
+        if catalog.find_relation(conn, f"{schema}.{o}") is None
+    ]  # fmt: skip
 
 
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
@@ -894,8 +896,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "method": spec.method,
         "models": [m.name for m in from_specs(spec.models)],
         "source": spec.source,
-        "table": f"{schema}.{objects[0]}" if objects else None,
-        "objects": [f"{schema}.{o}" for o in objects],
+        "table": catalog.qualified(schema, objects[0]) if objects else None,
+        "objects": [catalog.qualified(schema, o) for o in objects],
         "options": spec.options,
         "grants": spec.grants,
         **{f: metrics.get(f) for f in COMMON_FIGURES},
@@ -925,7 +927,7 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
-            "objects": [f"{schema}.{o}" for o in objects],
+            "objects": [catalog.qualified(schema, o) for o in objects],
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,

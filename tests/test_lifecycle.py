@@ -258,7 +258,7 @@ def test_replace_keeps_grants_unless_revoked(ward: psycopg.Connection, dsn: str)
 def test_target_is_parsed_as_the_source_is(ward: psycopg.Connection, dsn: str) -> None:
     code, out = publish(dsn, "q", "--k", "5", "--target", '"Out.Schema"."My ""T"""')
     assert code == 0, out
-    assert out["table"] == 'Out.Schema.My "T"'
+    assert out["table"] == '"Out.Schema"."My ""T"""'  # as SQL needs it
     released = sql.Identifier("Out.Schema", 'My "T"')
     assert ward.execute(sql.SQL("SELECT count(*) FROM {}").format(released)).fetchone()[0] == 300
     before = snapshot(ward)

@@ -197,3 +197,28 @@ def test_evaluate_any_release(conn: psycopg.Connection, dsn: str, toy: psycopg.C
     assert ev["exposure"] == pytest.approx(0.25) and ev["dm"] == 8  # 2 groups of 4 values
     code, ev = cli_json(dsn, "evaluate", "nope")
     assert code == 2
+
+
+def test_thesis_bounds_by_hand() -> None:
+    """(4.15)-(4.19) on one bucket of three rows, worked by hand: ages [20, 40], [20, 40] and
+    50 over the domain {20, 30, 40, 50}, salaries 10, 20, 30; query age >= 30. Pro_t is 2/3,
+    2/3 and 1, so Num_b = 7/3: the bounds are the 2 smallest (10 + 20) and the 3 largest
+    (60) salaries. The sure/maybe bounds are 1 sure row (10) and 3 possible ones (60)."""
+    import numpy as np
+
+    from dbanon.metrics.boxes import Attribute, Bucketed
+    from dbanon.metrics.queries import Answers, Predicate, Query, share
+
+    attrs = [Attribute("age", True, np.array([20.0, 30.0, 40.0, 50.0]))]
+    b = Bucketed(
+        lo=np.array([[20.0], [20.0], [50.0]]), hi=np.array([[40.0], [40.0], [50.0]]), cats=[],
+        bucket=np.zeros(3, dtype=np.int64), values=np.array(["10", "20", "30"], dtype=object),
+        offsets=np.array([0, 3]),
+    )  # fmt: skip
+    q = Query((Predicate(0, ">=", (30.0,)),))
+    assert share(q.predicates[0], attrs, b).tolist() == [2 / 3, 2 / 3, 1.0]
+    answers = Answers.of(b, "salary")
+    assert answers.thesis_bounds(q, attrs) == (30.0, 60.0)
+    assert answers.bounds(q, attrs) == (10.0, 60.0)
+    ne = Query((Predicate(0, "!=", (20.0,)),))
+    assert share(ne.predicates[0], attrs, b).tolist() == [2 / 3, 2 / 3, 1.0]

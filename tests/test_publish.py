@@ -253,7 +253,7 @@ def test_odd_identifiers_publish(conn: psycopg.Connection, dsn: str) -> None:
         "2",
     )
     assert code == 0, out
-    assert out["table"] == 'Out Schema.Rel "1"'
+    assert out["table"] == '"Out Schema"."Rel ""1"""'  # as SQL needs it
     cls = verify.verify(
         conn, ("Out Schema", 'Rel "1"'), ["Äge", "Wei'rd"], [{"name": "k-anonymity", "k": 4}]
     )
@@ -271,13 +271,11 @@ def test_report_reads_for_people(
     _, data = cli_json(dsn, "report", "patients_k5")
     result = cli(dsn, "report", "patients_k5")
     assert result.exit_code == 0, result.stderr
-    table: dict[str, str] = {}  # label -> value, wrapped values joined
-    label = ""
+    table: dict[str, str] = {}  # label -> value: piped, the table is tab-separated lines
     for line in result.stdout.splitlines():
-        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        cells = line.split("\t")
         if len(cells) == 2:
-            label = cells[0] or label
-            table[label] = " ".join(filter(None, [table.get(label, ""), cells[1]]))
+            table[cells[0]] = cells[1]
     smallest = min(verify.fetch(conn, "released.patients_k5", QI).sizes)
     assert table["method"] == "kmember"
     assert table["promises"] == "k-anonymity (k=5)"

@@ -12,14 +12,19 @@ from helpers import cli, cli_json
 def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> None:
     code, data = cli_json(
         dsn, "experiment", "rfka", "--out", str(tmp_path), "--ks", "0,5", "--trees", "20",
-        "--rows", "300",
+        "--rows", "300", "--fold-seeds", "3",
     )  # fmt: skip
     assert code == 0, data
     rows = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
-    assert len(rows) == 2 * 2 * 2  # data sets x k x methods
-    assert {r["dataset"] for r in rows} == {"adult", "breast_cancer"}
+    assert len(rows) == 3 * 2 * 2  # data sets x k x methods
+    assert {r["dataset"] for r in rows} == {"adult", "breast_cancer", "breast_cancer_all"}
     by = {(r["dataset"], r["method"], r["k"]): r for r in rows}
-    assert by["breast_cancer", "rfka", "0"]["rows"] == "699"  # '?' kept as a value
+    assert by["breast_cancer_all", "rfka", "0"]["rows"] == "699"  # '?' kept as a value
+    assert by["breast_cancer", "rfka", "0"]["rows"] == "683"  # the paper's: complete rows
+    assert int(by["breast_cancer", "rfka", "0"]["features"]) < int(
+        by["breast_cancer_all", "rfka", "0"]["features"])  # 8 attributes, no '?' value
+    for r in rows:  # a mean over 3 fold seeds with its interval
+        assert r["fold_seeds"] == "3" and float(r["auc_ci95"]) >= 0 and float(r["auc_sd"]) >= 0
     assert by["adult", "hamdist", "5"]["rows"] == "300"
     for r in rows:
         assert 0.0 <= float(r["auc"]) <= 1.0, r
@@ -30,7 +35,13 @@ def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> No
         assert int(by[name, "rfka", "5"]["features"]) <= int(by[name, "rfka", "0"]["features"])
     for png in ("auc.png", "time.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert set(data["findings"]) == {"adult", "breast_cancer"}
+    assert set(data["findings"]) == {"adult", "breast_cancer", "breast_cancer_all"}
+    for found in data["findings"].values():
+        for judged in found["rfka_auc_at_least_hamdist"].values():
+            assert judged["ci95_low"] <= judged["difference"] <= judged["ci95_high"]
+            expected = ("holds" if judged["ci95_low"] > 0 else
+                        "fails" if judged["ci95_high"] < 0 else "undecided")  # fmt: skip
+            assert judged["verdict"] == expected
     # the releases it made are dropped again
     code, listed = cli_json(dsn, "releases")
     assert code == 0 and not listed.get("releases"), listed

@@ -123,9 +123,16 @@ def test_vulnerabilities_and_check_equal_a_hand_computation(
     theta_k = out["models"][1]
     assert theta_k["similarity_vulnerability"] == pytest.approx(0.7)
     assert theta_k["background_vulnerability"] == pytest.approx(0.6875)
+    # majority category: a's stomach holds 3 of 5, b's lung 3 of 3 -> every row: 8/8.
     assert vulnerability_in_memory(zone, [CATEGORY[d] for d in dx], dx) == pytest.approx(
-        {"similarity_vulnerability": 0.7, "background_vulnerability": 0.6875}
-    )
+        {"similarity_vulnerability": 0.7, "background_vulnerability": 0.6875,
+         "majority_category_vulnerability": 1.0}
+    )  # fmt: skip
+    # A class c of 2 stomach, 2 bone, 1 lung has no majority: (5 + 3) of 13 rows.
+    more = ["gastritis", "ulcer", "fracture", "sprain", "flu"]
+    cats = [CATEGORY[d] for d in dx + more]
+    assert vulnerability_in_memory(zone + ["c"] * 5, cats, dx + more)[
+        "majority_category_vulnerability"] == pytest.approx(8 / 13)
     # k=2, θ=2: need = min(1, V_c) = 1; a shows 2 categories, b one: b fails.
     assert code == 1 and theta_k["holds"] is False
     assert theta_k["classes_failing_theta_k"] == 1 and theta_k["min_diverse_categories"] == 1

@@ -69,37 +69,42 @@ def test_demo_hospital_loads_the_table_and_hierarchy_and_publishes(
     assert result.exit_code == 2 and "--rows applies to --dataset hospital" in result.stderr
 
 
-def test_experiment_writes_csv_and_four_plots(tmp_path: Path) -> None:
+def test_experiment_writes_both_rules_and_both_measures(tmp_path: Path) -> None:
     out = tmp_path / "exp"
     result = CliRunner().invoke(
         main,
-        ["--json", "experiment", "thetak", "--rows", "600", "--ks", "6,9", "--out", str(out)],
+        ["--json", "experiment", "thetak", "--rows", "600", "--ks", "6,9", "--seeds", "2",
+         "--out", str(out)],
         catch_exceptions=False,
-    )
+    )  # fmt: skip
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
+    rules = ("thetak", "thetak_nearest")
     assert {(r["dataset"], r["algorithm"], int(r["k"])) for r in rows} == {
-        (d, a, k) for d in ("hospital", "adult") for a in ("thetak", "kmember", "pk")
+        (d, a, k) for d in ("hospital", "adult") for a in (*rules, "kmember", "pk")
         for k in (6, 9)
     }  # fmt: skip
     for r in rows:
         assert int(r["min_class_size"]) >= int(r["k"]) and int(r["rows"]) == 600
-        assert 0 < float(r["background_vulnerability"]) <= 1
-        if r["algorithm"] == "thetak":
+        assert r["seeds"] == "2"
+        for m in ("background", "similarity", "majority_category"):
+            assert 0 <= float(r[f"{m}_vulnerability"]) <= 1
+            assert float(r[f"{m}_vulnerability_ci95"]) >= 0
+        if r["algorithm"] in rules:
             assert r["theta_k_holds"] == "True"
-    for png in ("background.png", "similarity.png", "time.png", "loss.png"):
+    for png in ("background.png", "similarity.png", "majority.png", "time.png", "loss.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    # The verdict is computed from the rows: recompute one claim.
-    by = {(r["dataset"], r["algorithm"], int(r["k"])): float(r["background_vulnerability"])
-          for r in rows}  # fmt: skip
-    least = [
-        k
-        for k in (6, 9)
-        if all(by["hospital", "thetak", k] < by["hospital", a, k] for a in ("kmember", "pk"))
-    ]
-    assert data["claims"]["hospital"]["least_background_vulnerable_for_k"] == least
+    # Every claim for both leftover rules and both readings of the similarity attack; a k
+    # where (θ,k) is judged least vulnerable has a positive gap to both baselines.
+    for dataset in ("hospital", "adult"):
+        for rule in rules:
+            claims = data["claims"][dataset][rule]
+            for m in ("background", "similarity", "majority_category"):
+                field = f"{m}_vulnerability"
+                for k in claims[f"least_{field}_for_k"]:
+                    assert claims[f"{field}_gap"][str(k)] > 0
 
 
 def test_bench_reports_its_figures() -> None:

@@ -19,7 +19,7 @@ from numba import njit
 
 from dbanon.algorithms.base import QIArrays
 
-L_KINDS = ("distinct", "entropy", "recursive")
+L_KINDS = ("distinct", "entropy", "recursive", "frequency")
 # Entropy of an exactly uniform spread over l values must count as log(l) despite rounding.
 ENTROPY_TOLERANCE = 1e-9
 
@@ -43,6 +43,13 @@ def _diverse(hist: np.ndarray, kind: int, l: int, c: float) -> bool:  # noqa: E7
                 total += v
                 acc += v * np.log(v)
         return np.log(total) - acc / total >= np.log(l) - ENTROPY_TOLERANCE
+    if kind == 4:  # frequency (the thesis's p <= 1/l): no value above 1/l of the part
+        total = 0
+        top = 0
+        for v in hist:
+            total += v
+            top = max(top, v)
+        return top * l <= total
     # Recursive (c, l): r_1 < c * (r_l + ... + r_m), counts in decreasing order.
     counts = hist.copy()
     counts.sort()
@@ -261,7 +268,8 @@ def _sensitive_codes(
     """Dense codes of the sensitive column, after checking that the whole table is l-diverse.
 
     Every kind here survives taking the union of parts (distinct values add up, entropy is
-    concave, and r_1 / (r_l + ... + r_m) of a union is at most the largest over its parts), so a
+    concave, r_1 / (r_l + ... + r_m) of a union is at most the largest over its parts, and so is
+    the largest value's share), so a
     table that fails as a whole has no l-diverse partition: say so instead of returning one class
     that breaks the model.
     """
@@ -310,7 +318,8 @@ def mondrian(
 
     Every part has >= k rows; with `sensitive` (one code per row) and l > 1 every part is also
     l-diverse of kind `l_kind`: "distinct" (>= l distinct codes), "entropy" (entropy >= log l)
-    or "recursive" ((c, l): r_1 < c (r_l + ... + r_m)). Raises ValueError if the whole table
+    "recursive" ((c, l): r_1 < c (r_l + ... + r_m)) or "frequency" (no code above 1/l of the
+    part: the thesis's p <= 1/l, Anatomy's eligibility). Raises ValueError if the whole table
     already fails the model, since then no partition can satisfy it.
     """
     n = qi.n

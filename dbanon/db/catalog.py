@@ -7,7 +7,9 @@ psycopg.sql.Identifier, so capitals, spaces, quotes and unicode in names are har
 from __future__ import annotations
 
 import csv
+import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib.resources import files
 
@@ -40,7 +42,8 @@ class Relation:
         )
 
     def __str__(self) -> str:
-        return f"{self.schema}.{self.name}"
+        """As SQL needs it, so a message's name can be pasted into psql (`rel."KM 5"`)."""
+        return qualified(self.schema, self.name)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,35 @@ class Column:
     @property
     def ident(self) -> sql.Identifier:
         return sql.Identifier(self.name)
+
+
+_PLAIN = re.compile(r"[a-z_][a-z0-9_$]*")
+# PostgreSQL's reserved key words (Appendix C): quote_ident quotes these too.
+_KEY_WORDS = (
+    "all analyse analyze and any array as asc asymmetric authorization binary both case cast "
+    "check collate collation column concurrently constraint create cross current_catalog "
+    "current_date current_role current_schema current_time current_timestamp current_user "
+    "default deferrable desc distinct do else end except false fetch for foreign freeze from "
+    "full grant group having ilike in initially inner intersect into is isnull join lateral "
+    "leading left like limit localtime localtimestamp natural not notnull null offset on only "
+    "or order outer overlaps placing primary references returning right select session_user "
+    "similar some symmetric system_user table tablesample then to trailing true union unique "
+    "user using variadic verbose when where window with"
+)
+_RESERVED = frozenset(_KEY_WORDS.split())
+
+
+def quote_ident(name: str) -> str:
+    """A name as SQL needs it, like PostgreSQL's quote_ident: bare when it can be, else in
+    double quotes (capitals, spaces, quotes, unicode, key words)."""
+    if _PLAIN.fullmatch(name) and name not in _RESERVED:
+        return name
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(schema: str, name: str) -> str:
+    """`schema.name` as SQL needs it."""
+    return f"{quote_ident(schema)}.{quote_ident(name)}"
 
 
 def split_name(text: str) -> tuple[str | None, str]:
@@ -151,8 +183,17 @@ def columns(conn: psycopg.Connection, rel: Relation) -> dict[str, Column]:
 def require_columns(cols: dict[str, Column], rel: Relation, names: list[str]) -> list[Column]:
     missing = [n for n in names if n not in cols]
     if missing:
-        raise DbanonError(f"column {missing[0]!r} does not exist in {rel}")
+        hint = suggest(missing[0], cols)
+        raise DbanonError(f"column {missing[0]!r} does not exist in {rel}{hint}")
     return [cols[n] for n in names]
+
+
+def suggest(name: str, names: Iterable[str]) -> str:
+    """' (did you mean "Age"?)' for the closest existing name, case first, else ''."""
+    names = list(names)
+    same = [n for n in names if n.lower() == name.lower()]
+    close = same or difflib.get_close_matches(name, names, n=1, cutoff=0.6)
+    return f" (did you mean {quote_ident(close[0])}?)" if close else ""
 
 
 def count_rows(conn: psycopg.Connection, rel: Relation) -> int:

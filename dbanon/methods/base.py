@@ -237,6 +237,16 @@ class Method(ABC):
         view is evaluated once to verify it rather than once per check."""
         return r.ident(built[0].build)
 
+    def risk_target(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built]
+    ) -> Target | None:
+        """The classes whose re-identification risk the run records (dbanon.metrics.risk): a
+        grouping release's first relation over its QIs as released; None for a release whose
+        QIs are not grouped (released as they are, perturbed)."""
+        if not self.generalises:
+            return None
+        return Target(self.checked_relation(r, built), [c.name for c in r.qi])
+
     def group_map(self, r: Resolved) -> sql.Composable | None:
         """A relation of (key text, gid int): each source row's group in the built release, for
         methods whose groups persist across refreshes (dbanon.composition); None otherwise."""

@@ -20,6 +20,7 @@ _L_KINDS = {  # model kind -> Mondrian's name for it
     "distinct-l-diversity": "distinct",
     "entropy-l-diversity": "entropy",
     "recursive-l-diversity": "recursive",
+    "frequency-l-diversity": "frequency",
 }
 
 

@@ -338,6 +338,13 @@ class ProjectionMethod(Method):
         qi = [c for c in cols if c not in extra]
         return Target(r.ident(rel), qi, r.sensitive[0].name)
 
+    def risk_target(
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built]
+    ) -> Target | None:
+        """A k-anonymous projection groups rows by the features it shows."""
+        t = self._target(conn, r, built[0].build)
+        return Target(t.relation, t.qi)
+
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Every promised model on the relation as published, over the features it shows."""
 

@@ -2,17 +2,17 @@
 
 Both tables are clustered by the same algorithm; clusters are matched by the Hungarian method
 on the contingency table (the matching that agrees on the most rows), and Mc is the share of
-rows whose two clusters are not matched. k-means stands for the paper's k-means; Ward
-agglomerative clustering on a k-nearest-neighbour graph stands for Chameleon (a graph-based
-agglomerative method scikit-learn does not ship).
+rows whose two clusters are not matched. The clusterers: k-means, Chameleon
+(dbanon.metrics.chameleon, Karypis et al. 1999) and, as an older stand-in for it, Ward
+agglomerative clustering on a k-nearest-neighbour graph.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-ALGORITHMS = ("kmeans", "agglomerative")
-NEIGHBOURS = 10  # the graph of the agglomerative stand-in for Chameleon
+ALGORITHMS = ("kmeans", "chameleon", "agglomerative")
+NEIGHBOURS = 10  # the graph of the agglomerative stand-in
 
 
 def cluster(x: np.ndarray, k: int, algorithm: str = "kmeans", seed: int = 0) -> np.ndarray:
@@ -28,6 +28,10 @@ def cluster(x: np.ndarray, k: int, algorithm: str = "kmeans", seed: int = 0) -> 
     z = (x - x.mean(0)) / np.where(std > 0, std, 1.0)
     if algorithm == "kmeans":
         return KMeans(n_clusters=k, n_init=4, random_state=seed).fit_predict(z)
+    if algorithm == "chameleon":
+        from dbanon.metrics.chameleon import chameleon
+
+        return chameleon(z, k)
     graph = kneighbors_graph(z, min(NEIGHBOURS, len(z) - 1), include_self=False)
     return AgglomerativeClustering(n_clusters=k, linkage="ward", connectivity=graph).fit_predict(z)
 

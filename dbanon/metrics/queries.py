@@ -22,6 +22,14 @@ non-negative, as a salary is). For a generalised table (each row its own bucket)
 sum over sure rows against the sum over possible ones; for Anatomy (point boxes) the thesis's
 bounds of [54]; for CBG both at once. The exact answer is the same computation on the source.
 
+Beside these sure/maybe bounds (`query_error`), the thesis's own bounds (4.15)-(4.19)
+(`query_error_thesis`): each row's probability Pro_t of satisfying the query is the product over
+the predicates of the share of its cell that satisfies them — 1 or 0 for an exact value
+(4.15, 4.16), and for a generalised value the share of the active-domain values it covers,
+read as uniform (the thesis's Num_b/|b| of (4.17) for a bucketised value; it leaves generalised
+values open, §6.2 item 8); per bucket Num_b = sum of Pro_t (4.18, 4.19), and the bounds are the
+sums of the ceil(Num_b) largest and the floor(Num_b) smallest sensitive values of the bucket.
+
 Release shapes register how their relations read as boxes (REGISTRY): a new shape registers a
 loader and every metric here works on it.
 """
@@ -172,6 +180,37 @@ def decide(p: Predicate, attrs: list[Attribute], b: Bucketed) -> tuple[np.ndarra
     return sure & maybe, maybe
 
 
+def share(p: Predicate, attrs: list[Attribute], b: Bucketed) -> np.ndarray:
+    """Each row's probability of satisfying `p`: the share of the active-domain values its cell
+    covers that satisfy it (1 or 0 for a point)."""
+    a = attrs[p.attr]
+    if not a.numeric:
+        j = sum(1 for x in attrs[: p.attr] if not x.numeric)
+        index = a.index()
+        inside = np.zeros(len(a.domain), dtype=bool)
+        inside[[index[v] for v in p.values]] = True
+        m = b.cats[j]
+        covered = m.sum(axis=1)
+        return np.where(covered > 0, (m & inside).sum(axis=1) / np.maximum(covered, 1), 0.0)
+    j = sum(1 for x in attrs[: p.attr] if x.numeric)
+    d = np.asarray(a.domain, dtype=np.float64)
+    left = np.searchsorted(d, b.lo[:, j], "left")
+    right = np.searchsorted(d, b.hi[:, j], "right")
+    v = p.values[0]
+    below, upto = np.searchsorted(d, v, "left"), np.searchsorted(d, v, "right")
+    equal = np.maximum(0, np.minimum(right, upto) - np.maximum(left, below))
+    total = np.maximum(0, right - left)
+    satisfying = {
+        ">": right - np.maximum(left, upto),
+        "<": np.minimum(right, below) - left,
+        ">=": right - np.maximum(left, below),
+        "<=": np.minimum(right, upto) - left,
+        "=": equal,
+        "!=": total - equal,
+    }[p.op]
+    return np.where(total > 0, np.clip(satisfying, 0, None) / np.maximum(total, 1), 0.0)
+
+
 @dataclass
 class Answers:
     """A release's buckets with their sensitive values sorted and summed, to bound sums fast."""
@@ -203,6 +242,20 @@ class Answers:
         size = np.diff(self.b.offsets)
         c_lo = np.minimum(np.bincount(self.b.bucket[sure], minlength=self.b.buckets), size)
         c_hi = np.minimum(np.bincount(self.b.bucket[maybe], minlength=self.b.buckets), size)
+        start, end = self.b.offsets[:-1], self.b.offsets[1:]
+        lower = float((self.cum[start + c_lo] - self.cum[start]).sum())
+        upper = float((self.cum[end] - self.cum[end - c_hi]).sum())
+        return lower, upper
+
+    def thesis_bounds(self, q: Query, attrs: list[Attribute]) -> tuple[float, float]:
+        """The thesis's bounds (4.15)-(4.19): Num_b = sum of Pro_t over the bucket's rows."""
+        pro = np.ones(self.b.n)
+        for p in q.predicates:
+            pro *= share(p, attrs, self.b)
+        num = np.bincount(self.b.bucket, weights=pro, minlength=self.b.buckets)
+        size = np.diff(self.b.offsets)
+        c_lo = np.minimum(np.floor(num + 1e-9).astype(np.int64), size)
+        c_hi = np.minimum(np.ceil(num - 1e-9).astype(np.int64), size)
         start, end = self.b.offsets[:-1], self.b.offsets[1:]
         lower = float((self.cum[start + c_lo] - self.cum[start]).sum())
         upper = float((self.cum[end] - self.cum[end - c_hi]).sum())
@@ -242,15 +295,21 @@ def workload(
 def query_error(
     release: Bucketed, attrs: list[Attribute], w: Workload, sensitive: str
 ) -> dict[str, Any]:
-    """Mean of (upper - lower) / actual over the workload, with its spread."""
+    """Mean of (upper - lower) / actual over the workload, with its spread: with the sure/maybe
+    bounds (`query_error`) and with the thesis's (4.15)-(4.19) (`query_error_thesis`)."""
     answers = Answers.of(release, sensitive)
     errors = np.empty(len(w.queries))
+    thesis = np.empty(len(w.queries))
     for i, q in enumerate(w.queries):
         lower, upper = answers.bounds(q, attrs)
         errors[i] = (upper - lower) / w.actual[i]
+        lower, upper = answers.thesis_bounds(q, attrs)
+        thesis[i] = (upper - lower) / w.actual[i]
     return {
         "query_error": float(errors.mean()),
         "query_error_median": float(np.median(errors)),
+        "query_error_thesis": float(thesis.mean()),
+        "query_error_thesis_median": float(np.median(thesis)),
         "queries": len(w.queries),
         "queries_redrawn": w.redrawn,
     }
