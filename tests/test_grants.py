@@ -135,3 +135,4 @@ def test_show_prints_publish_arguments_that_store_the_same_spec(
     assert {k: v for k, v in specs["copy"].items() if k != "name"} == {
         k: v for k, v in specs["g"].items() if k != "name"
     }
+
