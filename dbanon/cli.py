@@ -309,9 +309,10 @@ def hierarchy_list(c: Ctx) -> None:
         rows = db.hierarchies()
 
     def human() -> None:
-        table = Table("name", "height", "leaves", "nodes")
+        table = Table("name", "height", "leaves", "nodes", "version")
         for r in rows:
-            table.add_row(r["name"], str(r["height"]), str(r["leaves"]), str(r["nodes"]))
+            table.add_row(r["name"], str(r["height"]), str(r["leaves"]), str(r["nodes"]),
+                          r["version"][:12])  # fmt: skip
         out.print(table)
 
     c.emit({"hierarchies": rows}, human)
@@ -331,6 +332,10 @@ def hierarchy_show(c: Ctx, name: str) -> None:
             click.echo(";".join(row))
         if data["used_by"]:
             click.echo(f"# used by: {', '.join(data['used_by'])}", err=True)
+        click.echo(f"# version: {data['version']}", err=True)
+        for release, version in data["pinned_by"].items():
+            if version != data["version"]:
+                click.echo(f"# {release} uses version {version} until its next refresh", err=True)
 
     c.emit(data, human)
 
