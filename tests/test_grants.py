@@ -136,3 +136,22 @@ def test_show_prints_publish_arguments_that_store_the_same_spec(
         k: v for k, v in specs["g"].items() if k != "name"
     }
 
+
+
+def test_grant_reaches_every_relation_of_a_release(
+    ward: psycopg.Connection, dsn: str, roles: list[str]
+) -> None:
+    """A live view (read through its owner's rights) and a two-relation Anatomy release."""
+    a, _ = roles
+    for name, extra in (("gv", ("--algorithm", "fulldomain", "--k", "4", "--as", "view")),
+                        ("ga", ("--algorithm", "anatomy", "--sensitive", "dx", "--l", "2"))):
+        code, out = cli_json(dsn, "publish", name, "--source", "h.ward", "--key", "id",
+                             "--qi", "age,region", *extra)  # fmt: skip
+        assert code == 0, out
+        assert not any(reads(dsn, a, o) for o in out["objects"])
+        assert cli_json(dsn, "grant", name, a)[0] == 0
+        assert all(reads(dsn, a, o) for o in out["objects"]), out["objects"]
+    assert cli_json(dsn, "revoke", "gv", a)[0] == 0
+    # still USAGE on the schema: release ga there is granted to the role
+    assert ward.execute("SELECT has_schema_privilege(%s, 'released', 'USAGE')", [a]).fetchone()[0]
+    assert reads(dsn, a, "released.ga_qit") and not reads(dsn, a, "released.gv")
