@@ -57,15 +57,21 @@ class Database:
         """Create or upgrade the catalog; returns the schema revision."""
         return catalog.init(self.dsn)
 
-    def import_hierarchy(self, name: str, path: str | Path, *, replace: bool = False) -> Hierarchy:
+    def import_hierarchy(
+        self, name: str, path: str | Path, *, replace: bool = False, force: bool = False,
+        stored: bool = False,
+    ) -> Any:  # fmt: skip
+        """Store a hierarchy file as NAME; replacing one that releases use needs `force` (they
+        keep the version they were verified with until their next refresh). Returns the
+        Hierarchy, with `stored` also what was stored (version, changed, releases using it)."""
         h = Hierarchy.from_csv(name, path)
         try:
-            catalog.store_hierarchy(self.conn, h, replace=replace)
+            info = catalog.store_hierarchy(self.conn, h, replace=replace, force=force)
             self.conn.commit()
         except BaseException:
             self.conn.rollback()
             raise
-        return h
+        return (h, info) if stored else h
 
     def hierarchies(self) -> list[dict[str, Any]]:
         try:
@@ -84,6 +90,12 @@ class Database:
                 "leaves": len(h.leaves),
                 "rows": sorted(rows),
                 "used_by": catalog.hierarchy_users(self.conn, name),
+                "version": h.version,
+                # release -> the version it was verified with (older ones until it refreshes)
+                "pinned_by": dict(self.conn.execute(
+                    "SELECT name, hierarchy_versions ->> %s FROM dbanon.release "
+                    "WHERE hierarchy_versions ? %s ORDER BY name", [name, name],
+                ).fetchall()),
             }
         finally:
             self.conn.rollback()
@@ -259,6 +271,27 @@ class Database:
     def releases(self) -> list[dict[str, Any]]:
         try:
             return releases(self.conn)
+        finally:
+            self.conn.rollback()
+
+    def grant(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
+        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild."""
+        from dbanon.grants import grant
+
+        return grant(self.conn, name, roles, wait)
+
+    def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
+        """Revoke release `name` from `roles`: its spec and its relations at once."""
+        from dbanon.grants import revoke
+
+        return revoke(self.conn, name, roles, wait)
+
+    def show(self, name: str) -> dict[str, Any]:
+        """The stored spec of release `name`, as JSON and as `publish` arguments."""
+        from dbanon.grants import show
+
+        try:
+            return show(self.conn, name)
         finally:
             self.conn.rollback()
 

@@ -6,6 +6,7 @@ Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -175,6 +176,16 @@ class Group(click.Group):
 Group.group_class = Group
 
 
+class Seconds(click.FloatRange):
+    """Seconds, at least 0 and finite: nan passes every comparison, and inf never ends a wait."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return rv
+
+
 def qi_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str]:
     return catalog.parse_list(value) if value else []
 
@@ -265,14 +276,28 @@ def hierarchy() -> None:
 @click.argument("name")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Replace a hierarchy of the same name.")
+@click.option(
+    "--force", is_flag=True,
+    help="With --replace: replace it although releases use it (each keeps the version it was "
+    "verified with until its next refresh).",
+)  # fmt: skip
 @click.pass_obj
 @fails_cleanly
-def hierarchy_import(c: Ctx, name: str, file: str, replace: bool) -> None:
+def hierarchy_import(c: Ctx, name: str, file: str, replace: bool, force: bool) -> None:
     """Import an ARX hierarchy file (value;level1;...;*) as NAME."""
+    if force and not replace:
+        raise DbanonError("--force only applies with --replace")
     with c.db() as db:
-        h = db.import_hierarchy(name, file, replace=replace)
-    data = {"name": name, "leaves": len(h.leaves), "height": h.height}
-    c.emit(data, lambda: click.echo(f"imported {name}: {len(h.leaves)} values, height {h.height}"))
+        h, stored = db.import_hierarchy(name, file, replace=replace, force=force, stored=True)
+    data = {"name": name, "leaves": len(h.leaves), "height": h.height, **stored}
+
+    def human() -> None:
+        click.echo(f"imported {name}: {len(h.leaves)} values, height {h.height}"
+                   + ("" if stored["changed"] else " (unchanged)"))  # fmt: skip
+        if stored["changed"] and stored["releases"]:
+            click.echo(f"{', '.join(stored['releases'])} take it at their next refresh")
+
+    c.emit(data, human)
 
 
 @hierarchy.command("list")
@@ -284,9 +309,10 @@ def hierarchy_list(c: Ctx) -> None:
         rows = db.hierarchies()
 
     def human() -> None:
-        table = Table("name", "height", "leaves", "nodes")
+        table = Table("name", "height", "leaves", "nodes", "version")
         for r in rows:
-            table.add_row(r["name"], str(r["height"]), str(r["leaves"]), str(r["nodes"]))
+            table.add_row(r["name"], str(r["height"]), str(r["leaves"]), str(r["nodes"]),
+                          r["version"][:12])  # fmt: skip
         out.print(table)
 
     c.emit({"hierarchies": rows}, human)
@@ -306,6 +332,10 @@ def hierarchy_show(c: Ctx, name: str) -> None:
             click.echo(";".join(row))
         if data["used_by"]:
             click.echo(f"# used by: {', '.join(data['used_by'])}", err=True)
+        click.echo(f"# version: {data['version']}", err=True)
+        for release, version in data["pinned_by"].items():
+            if version != data["version"]:
+                click.echo(f"# {release} uses version {version} until its next refresh", err=True)
 
     c.emit(data, human)
 
@@ -648,7 +678,7 @@ class MethodCommand(Command):
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=0,
     help="Seconds to wait for another run of the release (else exit 3 at once).",
 )
@@ -718,7 +748,7 @@ def publish(
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0),
+    type=Seconds(0),
     default=0,
     help="Seconds to wait for another run of the release (else exit 3 at once).",
 )
@@ -1035,6 +1065,53 @@ def drop_command(c: Ctx, name: str, yes: bool) -> None:
         {"release": name, "dropped": dropped},
         lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),
     )
+
+
+# --- grants and the stored spec (dbanon.grants) ------------------------------------------------
+
+
+@main.command("grant")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True)
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
+@click.pass_obj
+@fails_cleanly
+def grant_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> None:
+    """Let ROLES read release NAME now and after every refresh (no rebuild)."""
+    with c.db() as db:
+        data = db.grant(name, roles, wait=wait)
+    c.emit(data, lambda: click.echo(
+        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+
+
+@main.command("revoke")
+@click.argument("name")
+@click.argument("roles", nargs=-1, required=True)
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
+@click.pass_obj
+@fails_cleanly
+def revoke_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> None:
+    """Stop ROLES reading release NAME, now and after every refresh (no rebuild)."""
+    with c.db() as db:
+        data = db.revoke(name, roles, wait=wait)
+    c.emit(data, lambda: click.echo(
+        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+
+
+@main.command("show")
+@click.argument("name")
+@click.pass_obj
+@fails_cleanly
+def show_command(c: Ctx, name: str) -> None:
+    """Release NAME's stored spec: the `publish` command that makes it, then its JSON."""
+    with c.db() as db:
+        data = db.show(name)
+
+    def human() -> None:
+        click.echo(data["command"])
+        click.echo(json.dumps(data["spec"], indent=2, ensure_ascii=False))
+
+    c.emit(data, human)
 
 
 # --- demo and benchmarks ------------------------------------------------------------------------

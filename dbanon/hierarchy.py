@@ -9,9 +9,11 @@ Numeric attributes need no hierarchy: they generalise to [min, max] ranges.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,6 +42,14 @@ class Hierarchy:
     @property
     def root(self) -> int:
         return self.parents.index(-1)
+
+    @cached_property
+    def version(self) -> str:
+        """A hash of the content (its leaf-to-root rows, by leaf): what a release records as
+        the hierarchy it was verified with. Migration 0009 computes the same in SQL (labels
+        joined by U+001F, rows by U+001E in code point order of the leaf, SHA-256 hex)."""
+        text = "\x1e".join("\x1f".join(row) for row in sorted(self.rows()))
+        return hashlib.sha256(text.encode()).hexdigest()
 
     @classmethod
     def from_rows(cls, name: str, rows: Sequence[Sequence[str]]) -> Hierarchy:

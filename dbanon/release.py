@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, identifying, methods, runs
+from dbanon import composition, hierarchy_pins, identifying, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -512,10 +512,22 @@ def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
         if missing:
             raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
         built = [Built(o, o) for o in objects]
+        r.method.rechecking(conn, r, built)  # what else the checks read (a view's snapshot)
         kept = identifying.recheck(conn, r, built)  # --keep columns, measured as they are now
-        return [c.run(conn) for c in r.method.checks(r, built)] + ([kept] if kept else [])
+        return [_run_check(conn, c) for c in r.method.checks(r, built)] + ([kept] if kept else [])
     finally:
         conn.rollback()
+
+
+def _run_check(conn: psycopg.Connection, check: Any) -> Any:
+    """A check's result; one that refuses by raising (Anatomy's QIT/ST) is a failed result."""
+    from dbanon.errors import ModelViolation
+    from dbanon.models.base import CheckResult
+
+    try:
+        return check.run(conn)
+    except ModelViolation as e:
+        return CheckResult(check.name, False, {}, first_line(e))
 
 
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
@@ -550,6 +562,9 @@ def publish(
     catalog.require_catalog(conn)
     if not replace:
         _refuse_existing(conn, spec.name)  # before any run is logged against that release
+    method = methods.get(spec.method)  # options and models out of range: refused before too
+    _resolve_options(spec, method)
+    _resolve_models(spec, method)
     conn.rollback()
     runs.lock_release(conn, spec.name, wait)
     try:
@@ -633,8 +648,12 @@ def _publish(
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
+        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
+        if pinned:
+            metrics["hierarchies"] = pinned
         say("recording the run")
         release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
+        hierarchy_pins.pin(conn, release_id, pinned)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
         conn.commit()

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from dbanon import release, runs
+from dbanon import hierarchy_pins, release, runs
 from dbanon.db import catalog
 from dbanon.errors import DbanonError, first_line
 
@@ -115,8 +115,8 @@ def _unchanged(conn: psycopg.Connection, name: str) -> str | None:
         [name],
     ).fetchone()
     source = catalog.find_relation(conn, spec.source)
-    if last is None or source is None:
-        return None
+    if last is None or source is None or hierarchy_pins.stale(conn, name):
+        return None  # (a hierarchy replaced with --force is taken by the next refresh)
     now = release.fingerprint(conn, source)
     return now if now == last[0] else None
 

@@ -30,6 +30,26 @@ INSERT INTO src.ward SELECT i, 20 + i % 50, (ARRAY['north','south','east','west'
 FROM generate_series(1, 400) i"""
 
 
+def store_v1(conn: psycopg.Connection, h: Hierarchy) -> None:
+    """A hierarchy written as the version-1 code wrote it (revision 0001's tables)."""
+    hid = conn.execute(
+        "INSERT INTO dbanon.hierarchy (name, height) VALUES (%s, %s) RETURNING id",
+        [h.name, h.height],
+    ).fetchone()[0]
+    for node in sorted(range(len(h.labels)), key=lambda i: -h.levels[i]):
+        parent = h.parents[node]
+        conn.execute(
+            "INSERT INTO dbanon.hierarchy_node VALUES (%s, %s, %s, %s, %s)",
+            [hid, node, h.labels[node], h.levels[node], None if parent < 0 else parent],
+        )
+    for value, leaf in h.leaves.items():
+        for anc in h.ancestors(leaf):
+            conn.execute(
+                "INSERT INTO dbanon.hierarchy_map VALUES (%s, %s, %s, %s)",
+                [hid, value, h.levels[anc], h.labels[anc]],
+            )
+
+
 @pytest.fixture
 def v1_dsn(server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """A database whose catalog is at revision 0001 and holds the four version-1 releases, each
@@ -42,9 +62,7 @@ def v1_dsn(server_dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(WARD)
         rows = [[r, r[0].upper(), "*"] for r in ("north", "south", "east", "west")]
-        with monkeypatch.context() as m:  # the version-1 code wrote hierarchies as now
-            m.setattr(catalog, "REVISION", "0001")
-            catalog.store_hierarchy(conn, Hierarchy.from_rows("region", rows))
+        store_v1(conn, Hierarchy.from_rows("region", rows))
         for rel in V1:
             spec, schema = rel["spec"], rel["target_schema"]
             conn.execute(

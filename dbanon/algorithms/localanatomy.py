@@ -21,6 +21,7 @@ for `s <= median` and gives none.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +54,10 @@ def parse_principles(text: str | None, default_l: int) -> dict[str, Principle]:
             x = float(value)
         except ValueError:
             raise ValueError(f"--principle {part.strip()!r}: {value!r} is not a number") from None
+        if not math.isfinite(x):
+            raise ValueError(f"--principle {part.strip()!r}: {value.strip()!r} is not finite")
+        if attr.strip() in out:
+            raise ValueError(f"--principle names {attr.strip()!r} twice: give one principle each")
         if kind.strip() == "l" and (x != int(x) or x < 2):
             raise ValueError(f"--principle {part.strip()!r}: l must be a whole number >= 2")
         if kind.strip() == "t" and not 0 < x < 1:

@@ -226,7 +226,7 @@ def init(dsn: str) -> str:
 
 
 # The catalog revision this code reads and writes (Alembic's head; a test keeps them equal).
-REVISION = "0007"
+REVISION = "0009"
 
 
 def installed(conn: psycopg.Connection) -> bool:
@@ -245,18 +245,51 @@ def require_catalog(conn: psycopg.Connection) -> None:
         )
 
 
-def store_hierarchy(conn: psycopg.Connection, h: Hierarchy, *, replace: bool = False) -> None:
+def store_hierarchy(
+    conn: psycopg.Connection, h: Hierarchy, *, replace: bool = False, force: bool = False
+) -> dict[str, object]:
     """Write a hierarchy into the catalog (nodes and the leaf-to-label map), in the caller's
-    transaction."""
+    transaction. Replacing one that releases use is refused unless `force`; then the version
+    they were verified with is retired, not deleted: a live view keeps reading it until its
+    release's next refresh takes the new one (dbanon.hierarchy_pins)."""
     require_catalog(conn)
-    existing = conn.execute("SELECT id FROM dbanon.hierarchy WHERE name = %s", [h.name]).fetchone()
-    if existing and not replace:
+    current = conn.execute(
+        "SELECT id, version FROM dbanon.hierarchy WHERE name = %s AND retired_at IS NULL "
+        "FOR UPDATE",
+        [h.name],
+    ).fetchone()
+    if current and not replace:
         raise DbanonError(f"hierarchy {h.name!r} already exists (use --replace)")
-    if existing:
-        conn.execute("DELETE FROM dbanon.hierarchy WHERE id = %s", existing)
+    users = hierarchy_users(conn, h.name) if current else []
+    result: dict[str, object] = {"name": h.name, "version": h.version, "releases": users}
+    if current and current[1] == h.version:
+        return {**result, "changed": False}  # the same content: nothing to replace
+    if users and not force:
+        raise DbanonError(
+            f"hierarchy {h.name!r} is used by release(s) {', '.join(map(repr, users))}; "
+            "--force replaces it: each keeps the version it was verified with until its next "
+            "refresh, which takes the new one"
+        )
+    if current:
+        conn.execute(
+            "UPDATE dbanon.hierarchy SET retired_at = clock_timestamp() WHERE id = %s",
+            [current[0]],
+        )
+    kept = conn.execute(  # a retired version of the same content, still pinned: current again
+        "UPDATE dbanon.hierarchy SET retired_at = NULL WHERE name = %s AND version = %s "
+        "RETURNING id",
+        [h.name, h.version],
+    ).fetchone()
+    if kept is None:
+        _insert_hierarchy(conn, h)
+    collect_hierarchies(conn)
+    return {**result, "changed": True}
+
+
+def _insert_hierarchy(conn: psycopg.Connection, h: Hierarchy) -> None:
     hid = conn.execute(
-        "INSERT INTO dbanon.hierarchy (name, height) VALUES (%s, %s) RETURNING id",
-        [h.name, h.height],
+        "INSERT INTO dbanon.hierarchy (name, height, version) VALUES (%s, %s, %s) RETURNING id",
+        [h.name, h.height, h.version],
     ).fetchone()[0]
     with conn.cursor() as cur:
         # Parents first (the root has the highest id), so the self-reference holds row by row.
@@ -276,13 +309,35 @@ def store_hierarchy(conn: psycopg.Connection, h: Hierarchy, *, replace: bool = F
                     copy.write_row((hid, value, h.levels[anc], h.labels[anc]))
 
 
-def load_hierarchy(conn: psycopg.Connection, name: str) -> Hierarchy:
+def collect_hierarchies(conn: psycopg.Connection) -> int:
+    """Delete retired hierarchy versions no release pins any more; returns how many."""
+    return conn.execute(
+        """DELETE FROM dbanon.hierarchy h WHERE h.retired_at IS NOT NULL
+             AND NOT EXISTS (SELECT FROM dbanon.release r
+                             WHERE r.hierarchy_versions ->> h.name = h.version)"""
+    ).rowcount
+
+
+def hierarchy_version(conn: psycopg.Connection, name: str) -> str | None:
+    """The current version of a stored hierarchy, or None."""
+    row = conn.execute(
+        "SELECT version FROM dbanon.hierarchy WHERE name = %s AND retired_at IS NULL", [name]
+    ).fetchone()
+    return row[0] if row else None
+
+
+def load_hierarchy(conn: psycopg.Connection, name: str, version: str | None = None) -> Hierarchy:
+    """The current version of a stored hierarchy, or the given `version` (a release's pin, kept
+    while it is pinned) when it is still stored."""
     require_catalog(conn)
     rows = conn.execute(
         """SELECT array_agg(m.label ORDER BY m.level) FROM dbanon.hierarchy_map m
            JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-           WHERE h.name = %s GROUP BY m.value ORDER BY m.value""",
-        [name],
+           WHERE h.name = %s AND h.id = (
+               SELECT id FROM dbanon.hierarchy WHERE name = %s
+               ORDER BY version IS NOT DISTINCT FROM %s DESC, retired_at IS NULL DESC LIMIT 1)
+           GROUP BY m.value ORDER BY m.value""",
+        [name, name, version],
     ).fetchall()
     if not rows:
         raise DbanonError(f"hierarchy {name!r} does not exist (see `dbanon hierarchy list`)")
@@ -292,9 +347,10 @@ def load_hierarchy(conn: psycopg.Connection, name: str) -> Hierarchy:
 def list_hierarchies(conn: psycopg.Connection) -> list[dict[str, object]]:
     require_catalog(conn)
     rows = conn.execute(
-        """SELECT h.name, h.height, count(*) FILTER (WHERE n.level = 0), count(*), h.created_at
+        """SELECT h.name, h.height, count(*) FILTER (WHERE n.level = 0), count(*), h.created_at,
+                  h.version
            FROM dbanon.hierarchy h JOIN dbanon.hierarchy_node n ON n.hierarchy_id = h.id
-           GROUP BY h.id ORDER BY h.name"""
+           WHERE h.retired_at IS NULL GROUP BY h.id ORDER BY h.name"""
     ).fetchall()
     return [
         {
@@ -303,6 +359,7 @@ def list_hierarchies(conn: psycopg.Connection) -> list[dict[str, object]]:
             "leaves": r[2],
             "nodes": r[3],
             "created_at": r[4].isoformat(),
+            "version": r[5],
         }
         for r in rows
     ]

@@ -17,11 +17,14 @@ A method declares:
   default checks every promised model on the first object, the released table itself; a
   method that promises no model (noise) names checks of its own;
 - `recorded(conn, r, release_id)`: keep private state once the run is recorded (same
-  transaction; e.g. a noise secret), by default nothing.
+  transaction; e.g. a noise secret), by default nothing;
+- `rechecking(conn, r, built)`: remake what its checks read besides the published relations
+  (a view's snapshot, a run's staging table) for `dbanon check NAME --release`.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -50,10 +53,35 @@ class Option:
     default: Any
     help: str
     choices: tuple[str, ...] = ()
+    # The range of a number, checked in `coerce` before anything runs: bounds, each inclusive
+    # unless open. Every float must be finite whatever its range (nan passes any comparison).
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
 
     @property
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
+
+    def range_text(self) -> str:
+        """The range in words: 'at least 2', 'above 0', 'in [0, 1)', 'at most 10000'."""
+        lo, hi = (None if b is None else str(b) if isinstance(b, int) else f"{b:g}"
+                  for b in (self.low, self.high))  # fmt: skip
+        if lo is not None and hi is not None:
+            return f"in {'(' if self.low_open else '['}{lo}, {hi}{')' if self.high_open else ']'}"
+        if lo is not None:
+            return f"{'above' if self.low_open else 'at least'} {lo}"
+        if hi is not None:
+            return f"{'below' if self.high_open else 'at most'} {hi}"
+        return "any number"
+
+    def _in_range(self, x: float) -> bool:
+        if not math.isfinite(x):
+            return False
+        if self.low is not None and (x <= self.low if self.low_open else x < self.low):
+            return False
+        return self.high is None or not (x >= self.high if self.high_open else x > self.high)
 
     def coerce(self, value: Any) -> Any:
         """A value from the CLI or a stored spec, checked; a one-line error naming the flag."""
@@ -72,10 +100,14 @@ class Option:
         try:
             if self.type is int and (isinstance(value, bool) or float(value) != int(float(value))):
                 raise ValueError
-            return self.type(value)
-        except (TypeError, ValueError):
+            out = self.type(value)
+        except (TypeError, ValueError, OverflowError):  # int(inf) overflows
             kind = {int: "a whole number", float: "a number", str: "text"}[self.type]
             raise DbanonError(f"{self.flag} must be {kind}, got {value!r}") from None
+        if self.type in (int, float) and not self._in_range(float(out)):
+            finite = "a finite number " if not math.isfinite(float(out)) else ""
+            raise DbanonError(f"{self.flag} must be {finite}{self.range_text()}, got {value!r}")
+        return out
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -84,12 +116,14 @@ class Option:
             "type": self.type.__name__,
             "default": self.default,
             "choices": list(self.choices),
+            "range": self.range_text() if self.type in (int, float) else None,
             "help": self.help,
         }
 
 
 SEED = Option(
-    "seed", int, None, "Random seed (default: a fresh secret one per run, recorded in the run)."
+    "seed", int, None, "Random seed (default: a fresh secret one per run, recorded in the run).",
+    low=0, high=2**63 - 1,
 )
 
 
@@ -235,6 +269,13 @@ class Method(ABC):
         self, conn: psycopg.Connection, r: Resolved, release_id: int
     ) -> None:
         """Keep what the method's next run needs, in the run's transaction (release_id known)."""
+
+    def rechecking(  # noqa: B027
+        self, conn: psycopg.Connection, r: Resolved, built: list[Built]
+    ) -> None:
+        """Before `checks` run on a published release (`built` names its relations as they
+        are): remake, in the caller's transaction (rolled back after), whatever else the checks
+        read, as the publish had it in its own transaction. By default nothing."""
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]

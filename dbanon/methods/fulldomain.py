@@ -53,7 +53,8 @@ class FullDomain(Method):
             "as", str, "table", "A materialised table, or a live view over the source.",
             ("table", "view"),
         ),
-        Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1)."),
+        Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1).",
+               low=0, high=1, high_open=True),
         RANGES,
     )  # fmt: skip
 
@@ -91,19 +92,27 @@ class FullDomain(Method):
             if as_view:
                 # Evaluated once, in the publish's (repeatable read) snapshot: the checks and
                 # the figures read this copy, exactly the rows a reader of the view sees now.
-                conn.execute(
-                    sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(
-                        SNAPSHOT, r.ident(built.build)
-                    )
-                )
-                conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
+                _snapshot(conn, r.ident(built.build))
         ctx.lap("materialise")
         return {"gcp": found.loss, **found.summary()}
+
+    def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
+        """A published view is checked as its publish checked it: on a snapshot of its rows."""
+        if r.options["as"] == "view":
+            _snapshot(conn, r.ident(built[0].build))
 
     def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
         if r.options["as"] == "view":
             return SNAPSHOT
         return super().checked_relation(r, built)
+
+
+def _snapshot(conn: psycopg.Connection, view: sql.Composable) -> None:
+    """SNAPSHOT: the view's rows now, for the checks and figures (dropped at commit)."""
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(SNAPSHOT, view)
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
 
 
 register(FullDomain())

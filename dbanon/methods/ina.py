@@ -39,8 +39,9 @@ class Ina(PerturbingMethod):
         "records data security SEC per column and mSec"
     )
     options: ClassVar[tuple[Option, ...]] = (
-        Option("sample", int, 200, "Rows drawn for the reference points."),
-        Option("beta", float, 5.0, "Leader radius = sample diagonal / beta (more points)."),
+        Option("sample", int, 200, "Rows drawn for the reference points.", low=2),
+        Option("beta", float, 5.0, "Leader radius = sample diagonal / beta (more points).",
+               low=0, low_open=True),
         NORMALISE,
         Option(
             "bound", str, "strict",
@@ -111,6 +112,16 @@ class Ina(PerturbingMethod):
             )  # fmt: skip
 
         return [Check("nearest reference point kept", kept)]
+
+    def recount(
+        self, conn: psycopg.Connection, r: Resolved, state: NoiseState | None, released: Any
+    ) -> dict[str, int]:
+        """Tuples whose released values lie nearer another kept reference point than their
+        source values do (every one of them, without the kept state)."""
+        x, out = released
+        if state is None or "refs" not in state.extra:
+            return {"region_changes": len(x)}
+        return {"region_changes": moved(x, out, np.array(state.extra["refs"]), state.alpha)}
 
 
 register(Ina())

@@ -48,7 +48,7 @@ class KMember(GroupingMethod):
         Option(
             "block_size", int, None,
             "Cluster in blocks of at most this many rows, cut along the QIs (default: "
-            "16000-row blocks above 100,000 rows).",
+            "16000-row blocks above 100,000 rows).", low=2,
         ),
         Option("exact", bool, False, "Always run the exact greedy rule on the whole table."),
     )  # fmt: skip

@@ -89,6 +89,27 @@ def stream_type(col: Column) -> tuple[sql.Composable, str]:
     return sql.SQL("{}::text").format(col.ident), "text"
 
 
+def _no_null_sensitive(conn: psycopg.Connection, r: Resolved) -> None:
+    """Every value of a sensitive column is bucketised and l-eligibility counts values: a NULL
+    is none of them (and the buckets' order cannot place it), so it is refused up front."""
+    if not r.sensitive:
+        return
+    nulls = conn.execute(
+        sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(
+                sql.SQL("count(*) - count({})").format(c.ident) for c in r.sensitive
+            ),
+            r.source.ident,
+        )
+    ).fetchone()
+    for c, n in zip(r.sensitive, nulls, strict=True):
+        if n:
+            raise DbanonError(
+                f"sensitive column {c.name!r} of {r.source} is NULL in {n:,} of {r.rows:,} rows; "
+                "fill or filter them first"
+            )
+
+
 class LocalAnatomy(Method):
     name = "localanatomy"
     summary = (
@@ -157,6 +178,7 @@ class LocalAnatomy(Method):
         if r.options.get("flags"):
             rel = relation_of(conn, r.options["flags"], r.key)
             validate_flags(conn, rel, r.source, r.key, r.qi)
+        _no_null_sensitive(conn, r)
         attrs = {a.column for a in self.attributes(r)}
         stray = sorted(set(principles) - attrs)
         if stray:

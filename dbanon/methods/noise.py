@@ -32,7 +32,8 @@ class UniformNoise(PerturbingMethod):
         "moves by up to --size times its column's range or standard deviation; records SEC"
     )
     options: ClassVar[tuple[Option, ...]] = (
-        Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale."),
+        Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale.",
+               low=0, low_open=True),
         NORMALISE,
         DROP,
         POLICY,

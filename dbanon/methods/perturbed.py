@@ -136,6 +136,13 @@ class PerturbingMethod(Method):
         """Checks of what the stream counted (ina: every tuple kept its region)."""
         return []
 
+    def recount(
+        self, conn: psycopg.Connection, r: Resolved, state: NoiseState | None, released: Any
+    ) -> dict[str, int]:
+        """The stream's counters, counted again on a published release (`stream_checks` then
+        checks them): `released` is (source values, released values) of the paired rows."""
+        return {}
+
     # --- the lifecycle's calls ------------------------------------------------------------------
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
@@ -257,6 +264,39 @@ class PerturbingMethod(Method):
             Check("release rows", paired),
             *self.stream_checks(r, counters),
         ]
+
+    def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
+        """The run's staging table (row id -> key) from the kept row map, and the stream's
+        counters counted again from the source and the released values."""
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {} ON COMMIT DROP AS "
+                "SELECT row_id, key FROM dbanon.noise_map WHERE release_id = %s"
+            ).format(STAGE),
+            [r.release_id],
+        )
+        row = conn.execute(
+            "SELECT secret, state FROM dbanon.noise_state WHERE release_id = %s", [r.release_id]
+        ).fetchone()
+        state = (
+            None if row is None else
+            NoiseState(bytes(row[0]), np.array(row[1]["alpha"]), row[1]["extra"],
+                       row[1].get("signature", ""))
+        )  # fmt: skip
+        pairs = conn.execute(
+            sql.SQL(
+                "SELECT {src}, {out} FROM {rel} b JOIN {stage} st ON st.row_id = b.{row} "
+                "JOIN {source} s ON s.{key}::text = st.key"
+            ).format(
+                src=sql.SQL(", ").join(sql.SQL("s.{}::float8").format(c.ident) for c in r.qi),
+                out=sql.SQL(", ").join(sql.SQL("b.{}::float8").format(c.ident) for c in r.qi),
+                rel=r.ident(built[0].build), stage=STAGE, row=sql.Identifier(ROW),
+                source=r.source.ident, key=r.key.ident,
+            )  # fmt: skip
+        ).fetchall()
+        m = len(r.qi)
+        values = np.array(pairs, dtype=np.float64).reshape(len(pairs), 2 * m)
+        self._counters[r.spec.name] = self.recount(conn, r, state, (values[:, :m], values[:, m:]))
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]

@@ -58,7 +58,11 @@ MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
 AS = Option(
     "as", str, "view", "A materialised table, or a live view over the source.", ("table", "view")
 )
-BINS = Option("bins", int, 5, "Equal-width bins of a numeric QI when features are one-hot.")
+BINS = Option(
+    "bins", int, 5,
+    "Equal-width bins of a numeric QI when features are one-hot (at most its distinct values).",
+    low=2,
+)  # fmt: skip
 
 
 def _number(col: Column) -> sql.Composable:
@@ -110,6 +114,26 @@ def onehot_features(
                 )
                 out.append(Feature(name, test, col.name))
     return out
+
+
+def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
+    """More bins than a numeric QI has distinct values only makes empty bins, and their edges
+    are built in memory: `--bins` is at most the largest count of distinct values."""
+    numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
+    if not numeric:
+        return
+    counts = conn.execute(
+        sql.SQL("SELECT {} FROM {}").format(
+            sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(c.ident) for c in numeric),
+            r.source.ident,
+        )
+    ).fetchone()
+    most, col = max(zip(counts, (c.name for c in numeric), strict=True))
+    if bins > most:
+        raise DbanonError(
+            f"--bins {bins} is more than the distinct values of any numeric QI of {r.source} "
+            f"(at most {most}, of {col!r})"
+        )
 
 
 def plain_features(r: Resolved) -> list[Feature]:
@@ -224,6 +248,8 @@ class ProjectionMethod(Method):
             )
         if r.options.get("bins", 2) < 2:
             raise DbanonError(f"--bins must be at least 2, got {r.options['bins']}")
+        if r.options.get("features", "onehot") == "onehot" and r.options.get("bins") is not None:
+            _check_bins(conn, r, r.options["bins"])
         label = r.sensitive[0]
         values = conn.execute(
             sql.SQL("SELECT DISTINCT {}::text FROM {} LIMIT 2").format(label.ident, r.source.ident)

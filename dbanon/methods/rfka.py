@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from dbanon.release import Resolved
 
 TREES = 1000  # the paper's n_estimators
+MAX_TREES = 10_000  # ten times the paper's: a forest is held in memory whole
 
 
 class RFKA(ProjectionMethod):
@@ -48,8 +49,9 @@ class RFKA(ProjectionMethod):
     score_name = "importance"
     options: ClassVar[tuple[Option, ...]] = (
         AS,
-        Option("trees", int, TREES, "Trees of the random forest (the paper: 1000)."),
-        Option("sample", int, 0, "Rows drawn to fit the forest (0: all of them)."),
+        Option("trees", int, TREES, "Trees of the random forest (the paper: 1000).",
+               low=1, high=MAX_TREES),
+        Option("sample", int, 0, "Rows drawn to fit the forest (0: all of them).", low=0),
         Option(
             "features", str, "plain",
             "The QI columns themselves (plain) or one-hot indicators of their values and "

@@ -35,7 +35,12 @@ def evaluate(conn: psycopg.Connection, name: str, n: int = 1000, seed: int = 0) 
     source = catalog.relation(conn, spec.source)
     cols = catalog.columns(conn, source)
     qi = catalog.require_columns(cols, source, spec.qi)
-    hierarchies = {c: catalog.load_hierarchy(conn, h) for c, h in spec.hierarchies.items()}
+    pinned = conn.execute(  # the versions the release was verified with (a replace may be newer)
+        "SELECT hierarchy_versions FROM dbanon.release WHERE name = %s", [name]
+    ).fetchone()[0]
+    hierarchies = {
+        c: catalog.load_hierarchy(conn, h, pinned.get(h)) for c, h in spec.hierarchies.items()
+    }
     cats = [c.kind == CATEGORICAL or c.name in hierarchies for c in qi]
     attrs = metric_attributes(conn, source.ident, qi, cats, hierarchies)
     if attrs is None:

@@ -85,7 +85,9 @@ class Categories:
         level: sql.Composable = (
             sql.Literal(self.level)
             if self.level is not None
-            else sql.SQL("(SELECT height - 1 FROM dbanon.hierarchy WHERE name = {})").format(
+            else sql.SQL(
+                "(SELECT height - 1 FROM dbanon.hierarchy WHERE name = {} AND retired_at IS NULL)"
+            ).format(
                 sql.Literal(self.hierarchy)
             )
         )
@@ -93,7 +95,8 @@ class Categories:
             """(SELECT src.*, src.s::text AS v, hm.label AS cat FROM {src} LEFT JOIN (
                    SELECT m.value, m.label FROM dbanon.hierarchy_map m
                    JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-                   WHERE h.name = {name} AND m.level = {level}) hm ON hm.value = src.s::text) c"""
+                   WHERE h.name = {name} AND h.retired_at IS NULL AND m.level = {level}) hm
+               ON hm.value = src.s::text) c"""
         ).format(src=target.source(), name=sql.Literal(self.hierarchy), level=level)
 
     def bind(self, conn: psycopg.Connection) -> BoundCategories:
@@ -145,11 +148,13 @@ class BoundCategories:
             """(SELECT src.*, {v} AS v, hm.label AS cat FROM {src} LEFT JOIN (
                    SELECT m.value, m.label FROM dbanon.hierarchy_map m
                    JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-                   WHERE h.name = {name} AND m.level = {level}) hm ON hm.value = {v}) c"""
+                   WHERE h.name = {name} AND h.version = {version} AND m.level = {level}) hm
+               ON hm.value = {v}) c"""
         ).format(
             v=v,
             src=target.source(),
             name=sql.Literal(self.hierarchy.name),
+            version=sql.Literal(self.hierarchy.version),
             level=sql.Literal(self.level),
         )
 

@@ -443,12 +443,14 @@ def _calendar_ncp(
 
 
 def _stored_map(h: Hierarchy, level: int) -> sql.Composable:
-    """(value, label) of a stored hierarchy at one level, from the catalog."""
+    """(value, label) of a stored hierarchy at one level, from the catalog: this version of it
+    (its content hash), which a replace never changes (dbanon.hierarchy_pins), so a live view
+    generalises as it did when it was verified."""
     return sql.SQL(
         "(SELECT m.value, m.label FROM dbanon.hierarchy_map m "
         "JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id "
-        "WHERE h.name = {name} AND m.level = {level})"
-    ).format(name=sql.Literal(h.name), level=sql.Literal(level))
+        "WHERE h.name = {name} AND h.version = {version} AND m.level = {level})"
+    ).format(name=sql.Literal(h.name), version=sql.Literal(h.version), level=sql.Literal(level))
 
 
 def _effective(
@@ -696,8 +698,10 @@ def _k_of(models: Sequence[PrivacyModel]) -> int:
 def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
     """Search and release read the catalog's copy of a hierarchy: it must be the one given."""
     row = conn.execute(
-        """SELECT h.height, count(*) FILTER (WHERE m.level = 0) FROM dbanon.hierarchy h
-           LEFT JOIN dbanon.hierarchy_map m ON m.hierarchy_id = h.id WHERE h.name = %s
+        """SELECT h.height, count(*) FILTER (WHERE m.level = 0), h.version
+           FROM dbanon.hierarchy h
+           LEFT JOIN dbanon.hierarchy_map m ON m.hierarchy_id = h.id
+           WHERE h.name = %s AND h.retired_at IS NULL
            GROUP BY h.id""",
         [h.name],
     ).fetchone()
@@ -706,7 +710,7 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
             f"hierarchy {h.name!r} of column {col.name!r} is not stored in the catalog "
             "(import it with `dbanon hierarchy import`)"
         )
-    if (row[0], row[1]) != (h.height, len(h.leaves)):
+    if (row[0], row[1], row[2]) != (h.height, len(h.leaves), h.version):
         raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
 
 
@@ -1259,13 +1263,15 @@ class _Lattice:
                                   AS ncp
                        FROM dbanon.hierarchy_map m
                        JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-                       WHERE h.name = {name} AND m.level < {top}) x
+                       WHERE h.name = {name} AND h.version = {version}
+                         AND m.level < {top}) x
                    GROUP BY value"""
             ).format(
                 t=self._temp(f"m{i}"),
                 cols=sql.SQL(", ").join(cols),
                 d=sql.Literal(max(len(h.leaves) - 1, 1)),
                 name=sql.Literal(h.name),
+                version=sql.Literal(h.version),
                 top=sql.Literal(h.height),
             )
         )
