@@ -295,6 +295,7 @@ class Database:
         finally:
             self.conn.rollback()
 
-    def drop(self, name: str) -> list[str]:
-        """Drop a release's relations and its catalog entry; returns the relations dropped."""
-        return drop(self.conn, name)
+    def drop(self, name: str, wait: float = 0.0) -> list[str]:
+        """Drop a release's relations and its catalog entry; returns the relations dropped
+        (runs.Busy while a run of it is in progress, after waiting up to `wait` seconds)."""
+        return drop(self.conn, name, wait)

@@ -1051,16 +1051,17 @@ def releases_command(c: Ctx) -> None:
 @main.command("drop")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask.")
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
 @click.pass_obj
 @fails_cleanly
-def drop_command(c: Ctx, name: str, yes: bool) -> None:
+def drop_command(c: Ctx, name: str, yes: bool, wait: float) -> None:
     """Drop release NAME: its released relations and its catalog entry (runs included)."""
     if not yes:
         if c.json or not sys.stdin.isatty():
             raise DbanonError(f"dropping release {name!r} needs --yes when nobody can be asked")
         click.confirm(f"drop release {name!r} and its released relations?", abort=True)
     with c.db() as db:
-        dropped = db.drop(name)
+        dropped = db.drop(name, wait)
     c.emit(
         {"release": name, "dropped": dropped},
         lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),

@@ -63,16 +63,14 @@ def _locked(conn: psycopg.Connection, name: str, wait: float, change: Any) -> di
     catalog.require_catalog(conn)
     load_spec(conn, name)  # exists, or a one-line error before any lock
     conn.rollback()
-    runs.lock_release(conn, name, wait)
     try:
+        runs.lock_release(conn, name, wait)  # the transaction `change` runs in holds it
         out = change()
         conn.commit()
         return out
     except BaseException:
         conn.rollback()
         raise
-    finally:
-        runs.unlock_release(conn, name)
 
 
 def grant(

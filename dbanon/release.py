@@ -566,12 +566,19 @@ def publish(
     _resolve_options(spec, method)
     _resolve_models(spec, method)
     conn.rollback()
-    runs.lock_release(conn, spec.name, wait)
+    run_id = runs.start(conn, spec.name)
+    isolation = conn.isolation_level
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
-        run_id = runs.start(conn, spec.name)
+        # The lock is the transaction's first statement: its snapshot follows the previous run.
+        try:
+            runs.lock_release(conn, spec.name, wait)
+        except runs.Busy:
+            runs.discard(conn, run_id)
+            raise
         try:
             return _publish(
-                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition
+                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait
             )
         except BaseException as e:
             conn.rollback()
@@ -579,7 +586,8 @@ def publish(
                       first_line(e))  # fmt: skip
             raise
     finally:
-        runs.unlock_release(conn, spec.name)
+        conn.rollback()
+        conn.isolation_level = isolation
 
 
 def _publish(
@@ -591,9 +599,12 @@ def _publish(
     run_id: int | None,
     regroup: bool,
     allow_composition: bool,
+    wait: float = 0.0,
 ) -> PublishResult:
-    """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
-    and the source fingerprint all come from one snapshot of the source."""
+    """The run itself: one REPEATABLE READ transaction (opened by the caller's lock), so the
+    released rows, the row counts and the source fingerprint all come from one snapshot of the
+    source. Everything that can be done before the swap is: readers of the previous release
+    wait only for the swap's drops and renames, the run's record and its commit."""
     say = progress or (lambda _msg: None)
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -604,11 +615,12 @@ def _publish(
         timings[name] = round(now - mark[0], 4)
         mark[0] = now
 
-    isolation = conn.isolation_level
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        release_id = r.release_id
+        if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
+            release_id = runs.claim(conn, spec.name, lambda: _store_spec(conn, r), wait)
         if r.new_source and r.release_id is not None:
             composition.forget(conn, r.release_id)
         lap("validate")
@@ -637,6 +649,12 @@ def _publish(
             lap("exposure")
         grouped = new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
+        say("keeping the group map")
+        source_fingerprint = fingerprint(conn, r.source)
+        keep_map(conn, grouped, release_id)
+        r.method.recorded(conn, r, release_id)
+        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
+        lap("keep")
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
@@ -648,20 +666,15 @@ def _publish(
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
-        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         if pinned:
             metrics["hierarchies"] = pinned
         say("recording the run")
-        release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
-        hierarchy_pins.pin(conn, release_id, pinned)
-        keep_map(conn, grouped, release_id)
-        r.method.recorded(conn, r, release_id)
+        record(conn, r, metrics, timings, source_fingerprint, run_id)
+        hierarchy_pins.pin(conn, release_id, pinned)  # last: it may delete shared rows
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
-    finally:
-        conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
         table=catalog.qualified(r.target_schema, r.objects[0]),
@@ -833,11 +846,21 @@ def record(
     run_id: int | None = None,
 ) -> int:
     """The spec as run (options and grants resolved, column types as found) and the run."""
+    release_id = _store_spec(conn, r)
+    runs.finish(
+        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
+        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
+    )  # fmt: skip
+    return release_id
+
+
+def _store_spec(conn: psycopg.Connection, r: Resolved) -> int:
+    """Insert or update the release's catalog row with the spec as run."""
     types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
     spec = ReleaseSpec(
         **{**asdict(r.spec), "options": r.options, "grants": r.grants, "columns": types}
     )
-    release_id = conn.execute(
+    return conn.execute(
         """INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects)
            VALUES (%s, %s::jsonb, %s, %s, %s)
            ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now(),
@@ -846,11 +869,6 @@ def record(
            RETURNING id""",
         [r.spec.name, spec.to_json(), r.target_schema, r.target_name, r.objects],
     ).fetchone()[0]
-    runs.finish(
-        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
-        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
-    )  # fmt: skip
-    return release_id
 
 
 def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
@@ -961,15 +979,18 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
     ]
 
 
-def drop(conn: psycopg.Connection, name: str) -> list[str]:
-    """Drop a release's relations (those that are still its own) and its catalog entry."""
+def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
+    """Drop a release's relations (those that are still its own) and its catalog entry, under
+    the release's run lock (a run in progress: runs.Busy, or wait up to `wait` seconds)."""
     catalog.require_catalog(conn)
-    row = _release_row(conn, name)
-    if row is None:
-        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
-    release_id, _, schema, objects = row
-    dropped = []
+    conn.rollback()
     try:
+        if runs.lock_release(conn, name, wait) is None:
+            raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+        row = _release_row(conn, name)
+        assert row is not None  # locked above
+        release_id, _, schema, objects = row
+        dropped = []
         for obj in objects:
             mine = owned(conn, name, schema, obj)
             if mine is False:

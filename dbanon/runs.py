@@ -1,17 +1,26 @@
 """One run at a time per release, and a run trail that tells the truth.
 
-Locks are PostgreSQL advisory locks, so they hold across processes and machines and vanish with
-the session that took them (a killed run never leaves one behind):
-- per release, a session-level lock taken before the run's transaction starts, so the run's
-  REPEATABLE READ snapshot is taken after the previous run committed (a lock taken inside the
-  transaction would be granted to a snapshot that predates the previous run's swap);
-- per target schema, a transaction-level lock around creating the schema and granting on it
-  (two first publishes into a new schema, or two GRANTs on one schema, otherwise collide).
+The run lock is a row lock on the release's catalog row (FOR NO KEY UPDATE), taken NOWAIT as
+the first statement of the run's transaction and held until it commits or rolls back:
+- a consumer cannot take it: row locks need UPDATE on dbanon.release, which only dbanon's own
+  roles have (an advisory lock, which any role that can connect may take, let a consumer block
+  every refresh indefinitely);
+- the run's REPEATABLE READ snapshot is taken by that statement, so a lock granted after the
+  previous run committed sees that run's work; one that raced it fails to serialise and retries;
+- a first publish has no row to lock: it claims the name by inserting the row in its own
+  transaction (`claim`), which a second first publish of that name waits for, then finds taken;
+- the lock vanishes with the session (a killed run never leaves one behind);
+- NO KEY UPDATE, not UPDATE, so other sessions' rows that refer to the release (the trail's
+  foreign keys) can still be written while the run holds it.
+Per target schema, a transaction-level advisory lock serialises creating the schema and granting
+on it (two first publishes into a new schema, or two GRANTs on one schema, otherwise collide);
+a consumer taking that one only delays a run's swap, which gives up after SWAP_PATIENCE.
 
 The trail: a run of an existing release is recorded `running` in a row of its own, committed
-before the work starts, and then set to `succeeded`, `failed` (with the error), `skipped` or
-`refused`. A `running` row whose backend is gone belonged to a killed process: the next run of
-the release marks it `abandoned`. A first publish that fails leaves no trace, as bad input must.
+before the run's transaction (and its lock) starts, and then set to `succeeded`, `failed`
+(with the error), `skipped` or `refused`; a run that finds the release busy deletes its row. A
+`running` row whose backend is gone belonged to a killed process: the next run of the release
+marks it `abandoned`. A first publish that fails leaves no trace, as bad input must.
 """
 
 from __future__ import annotations
@@ -24,7 +33,6 @@ import psycopg
 
 from dbanon.errors import DbanonError
 
-_RELEASE_LOCK = 0x64626E01  # the lock space of releases ("dbn" 1); the key is hashtext(name)
 _SCHEMA_LOCK = 0x64626E02
 
 
@@ -35,43 +43,68 @@ class Busy(DbanonError):
 
 
 def holder(conn: psycopg.Connection, name: str) -> int | None:
+    """The backend of the run of `name` in progress, if the trail knows it."""
     row = conn.execute(
-        """SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-             AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid AND l.objsubid = 2""",
-        [_RELEASE_LOCK, name],
+        """SELECT u.pid FROM dbanon.run u JOIN dbanon.release r ON r.id = u.release_id
+           WHERE r.name = %s AND u.status = 'running' AND u.pid <> pg_backend_pid()
+             AND u.pid IN (SELECT pid FROM pg_stat_activity)
+           ORDER BY u.started_at DESC LIMIT 1""",
+        [name],
     ).fetchone()
     return row[0] if row else None
 
 
-def lock_release(conn: psycopg.Connection, name: str, wait: float = 0.0) -> None:
-    """Take the release's session lock, waiting up to `wait` seconds; Busy if another run has
-    it. Leaves no transaction open (the caller starts its own after)."""
+def _busy(name: str, pid: int | None) -> Busy:
+    return Busy(
+        f"release {name!r} is being published, refreshed or changed by another run"
+        f"{f' (backend {pid})' if pid else ''}; try again, or pass --wait SECONDS"
+    )
+
+
+def lock_release(conn: psycopg.Connection, name: str, wait: float = 0.0) -> int | None:
+    """Lock the release's catalog row, waiting up to `wait` seconds; Busy if another run has
+    it. Returns the release's id (None: no such release, nothing locked). The lock opens the
+    caller's transaction (at the connection's isolation level) and ends with it."""
     deadline = time.monotonic() + wait
     delay = 0.05
     while True:
-        got = conn.execute(
-            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", [_RELEASE_LOCK, name]
-        ).fetchone()[0]
-        if got:
-            conn.commit()
-            return
+        conn.rollback()
+        try:
+            row = conn.execute(
+                "SELECT id FROM dbanon.release WHERE name = %s FOR NO KEY UPDATE NOWAIT", [name]
+            ).fetchone()
+            return row[0] if row else None
+        except psycopg.errors.LockNotAvailable:
+            conn.rollback()
+        except psycopg.errors.SerializationFailure:
+            conn.rollback()  # the holder committed after this snapshot: try again at once
+            continue
         pid = holder(conn, name)
         conn.rollback()
         if time.monotonic() >= deadline:
-            raise Busy(
-                f"release {name!r} is being published or refreshed by another run"
-                f"{f' (backend {pid})' if pid else ''}; try again, or pass --wait SECONDS"
-            )
+            raise _busy(name, pid)
         time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
         delay = min(delay * 2, 1.0)
 
 
-def unlock_release(conn: psycopg.Connection, name: str) -> None:
-    if conn.closed:
-        return
-    conn.rollback()
-    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [_RELEASE_LOCK, name])
-    conn.commit()
+def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -> int:
+    """A first publish's lock: run `insert` (which inserts the release's row and returns its
+    id) under a lock_timeout of `wait`; another first publish of the name in progress is Busy,
+    one that committed meanwhile is an error. Rolled back with the run, it leaves no trace."""
+    old = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(wait, 0.01):.3f}s"])
+    try:
+        with conn.transaction():
+            rid = insert()
+    except psycopg.errors.LockNotAvailable:
+        raise _busy(name, None) from None
+    except (psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation):
+        raise DbanonError(
+            f"release {name!r} was published by another run meanwhile: `dbanon refresh {name}` "
+            "rebuilds it, `publish --replace` redefines it"
+        ) from None
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
+    return rid
 
 
 def lock_schema(conn: psycopg.Connection, schema: str) -> None:
@@ -81,7 +114,9 @@ def lock_schema(conn: psycopg.Connection, schema: str) -> None:
 
 def start(conn: psycopg.Connection, release: str) -> int | None:
     """Commit a `running` row for a run of an existing release (None for a first publish), and
-    mark runs of it left `running` by a backend that is gone as `abandoned`."""
+    mark runs of it left `running` by a backend that is gone as `abandoned`. Committed before
+    the run's transaction takes the lock, so that transaction's snapshot sees (and closes) it;
+    a run that then finds the release busy discards it."""
     row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [release]).fetchone()
     if row is None:
         conn.rollback()
@@ -100,6 +135,15 @@ def start(conn: psycopg.Connection, release: str) -> int | None:
     ).fetchone()[0]
     conn.commit()
     return run_id
+
+
+def discard(conn: psycopg.Connection, run_id: int | None) -> None:
+    """Delete the `running` row of a run that never got the lock (it did nothing)."""
+    if run_id is None:
+        return
+    conn.rollback()
+    conn.execute("DELETE FROM dbanon.run WHERE id = %s", [run_id])
+    conn.commit()
 
 
 def finish(
