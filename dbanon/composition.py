@@ -4,8 +4,9 @@ A consumer may keep every release. For a person whose row persists, the class th
 each release narrows them down: in the newest release, only the rows of their class whose
 sensitive value appears in every earlier class of theirs are still plausible, and only the
 sensitive values common to all those classes are plausible values. dbanon keeps, per source
-row, its group in the latest release and that running intersection of values (catalog table
-dbanon.group_map, never granted), and at every run of a grouping release measures for each
+row, its group in the latest release and that running intersection of values (a catalog table
+per release, dbanon.group_map_<id>, never granted: no lock on it is shared by two releases'
+runs, revision 0010), and at every run of a grouping release measures for each
 persisting row:
 - plausible rows: rows of its new class whose value is among its plausible values so far;
 - plausible values: its plausible values so far that its new class also holds.
@@ -30,7 +31,14 @@ if TYPE_CHECKING:
 
     from dbanon.db.stream import Keys
 
-MAP = sql.Identifier("dbanon", "group_map")
+COLUMNS = sql.SQL(
+    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[])"
+)
+PRIVATE = (
+    "Private: each source row of a grouping release, its group in the latest release and the "
+    "sensitive values every release so far left plausible for it (tagged v:<value>, n for "
+    "NULL). Never granted: it links released groups back to source keys."
+)
 
 
 @dataclass(frozen=True)
@@ -75,8 +83,7 @@ def new_rows(
 def has_map(conn: psycopg.Connection, release_id: int | None) -> bool:
     """Whether the release has a map (an earlier grouping run of it was recorded)."""
     return release_id is not None and bool(conn.execute(
-        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE release_id = %s)").format(MAP),
-        [release_id],
+        "SELECT to_regclass(%s) IS NOT NULL", [f"dbanon.{table_name(release_id)}"]
     ).fetchone()[0])  # fmt: skip
 
 
@@ -92,7 +99,7 @@ def measure(
                cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
                sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
                kept AS (SELECT n.gid, m.vals AS old FROM new n
-                        JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key),
+                        JOIN {map} m ON m.key = n.key),
                pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
                matched AS (  -- per pair, the new class's rows and values among the old values
                    SELECT p.gid, p.old, sum(c.n) AS plausible_rows, count(c.n) AS values_left
@@ -111,8 +118,8 @@ def measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=rows, map=MAP),
-        {"rid": release_id, "k": k, "l": values_needed},
+        ).format(rows=rows, map=table(release_id)),
+        {"k": k, "l": values_needed},
     ).fetchone()
     return Composition(
         int(row[0]),
@@ -123,23 +130,25 @@ def measure(
     )
 
 
-def partition_name(release_id: int) -> str:
-    """The release's partition of the map, in schema dbanon (one per release: revision 0007)."""
+def table_name(release_id: int) -> str:
+    """The release's map: a table of its own in schema dbanon (revision 0010)."""
     return f"group_map_{release_id}"
 
 
-def partition(release_id: int) -> sql.Identifier:
-    return sql.Identifier("dbanon", partition_name(release_id))
+def table(release_id: int) -> sql.Identifier:
+    return sql.Identifier("dbanon", table_name(release_id))
 
 
 def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> None:
     """Replace the release's map by this run's groups and running value intersections.
 
-    The new map is written into a fresh table, its key indexed once by a sort, and swapped in
-    for the old partition: far cheaper than deleting and inserting rows of an indexed table
-    (about 3 s rather than 15 s per million rows)."""
-    fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
-    conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
+    The new map is written into a fresh table, its key indexed once by a sort, and renamed in
+    for the old one: far cheaper than deleting and inserting rows of an indexed table (about
+    3 s rather than 15 s per million rows). Only the release's own tables are locked."""
+    name = table_name(release_id)
+    fresh = sql.Identifier("dbanon", name + "_next")
+    old = has_map(conn, release_id)
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
     conn.execute(
         sql.SQL(
             """INSERT INTO {fresh}
@@ -151,12 +160,15 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
                            ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
                       END
                FROM new n JOIN cls c USING (gid)
-               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
-        ).format(fresh=fresh, rows=rows, map=MAP),
+               LEFT JOIN {map} m ON m.key = n.key"""
+        ).format(
+            fresh=fresh, rows=rows,
+            map=table(release_id) if old else sql.SQL("(SELECT NULL::text AS key, "
+                                                       "NULL::text[] AS vals LIMIT 0)"),
+        ),
         {"rid": release_id},
-    )
+    )  # fmt: skip
     forget(conn, release_id)  # after the read of the old map above; frees its names
-    name = partition_name(release_id)
     conn.execute(
         sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
             fresh, sql.Identifier(f"{name}_pkey")
@@ -164,9 +176,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
     )
     conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
     conn.execute(
-        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-            MAP, partition(release_id), sql.Literal(release_id)
-        )
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(table(release_id), sql.Literal(PRIVATE))
     )
 
 
@@ -192,9 +202,8 @@ def previous_groups(
     at, old = copy_columns(
         conn,
         sql.SQL(
-            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m "
-            "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(rows=rows, map=MAP, rid=sql.Literal(release_id)),
+            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m ON m.key = t.key"
+        ).format(rows=rows, map=table(release_id)),
         ["float8", "float8"],
     )
     conn.execute(sql.SQL("DROP TABLE {}").format(rows))
@@ -204,8 +213,8 @@ def previous_groups(
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:
-    """Drop the release's map (its partition), if it has one."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(partition(release_id)))
+    """Drop the release's map, if it has one."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table(release_id)))
 
 
 def values_needed(models: list) -> int:
