@@ -93,14 +93,8 @@ def grant(
                         sql.Identifier(schema, obj), sql.Identifier(role)
                     )
                 )
-        if added:
-            runs.lock_schema(conn, schema)  # concurrent GRANTs on one schema collide
         for role in added:
-            conn.execute(
-                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                    sql.Identifier(schema), sql.Identifier(role)
-                )
-            )
+            runs.schema_usage(conn, schema, role)
         grants = [*spec.grants, *added]
         _store_grants(conn, rid, grants)
         return {"release": name, "added": added, "grants": grants}
@@ -129,19 +123,17 @@ def revoke(
                         sql.Identifier(schema, obj), sql.Identifier(role)
                     )
                 )
-        runs.lock_schema(conn, schema)
         for role in gone:
+            # Holds the schema's privileges (its catalog row) before counting other releases:
+            # a concurrent grant of one of them to the role is counted, or comes after.
+            runs.schema_usage(conn, schema, role)
             others = conn.execute(
                 """SELECT count(*) FROM dbanon.release WHERE target_schema = %s AND id <> %s
                      AND spec -> 'grants' ? %s""",
                 [schema, rid, role],
             ).fetchone()[0]
             if not others:
-                conn.execute(
-                    sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(
-                        sql.Identifier(schema), sql.Identifier(role)
-                    )
-                )
+                runs.schema_usage(conn, schema, role, grant=False)
         grants = [g for g in spec.grants if g not in gone]
         _store_grants(conn, rid, grants)
         return {"release": name, "revoked": gone, "grants": grants}

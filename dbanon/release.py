@@ -744,8 +744,7 @@ def keep_map(conn: psycopg.Connection, rows: sql.Identifier | None, release_id: 
 
 def _create_schema(conn: psycopg.Connection, schema: str) -> None:
     """CREATE SCHEMA, where another run may be creating it too: the second waits for the first
-    (a schema lock), and a schema that appeared meanwhile is taken as it is (a savepoint)."""
-    runs.lock_schema(conn, schema)
+    (on the name's unique index), and a schema that appeared meanwhile is taken as it is."""
     try:
         with conn.transaction():
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
@@ -827,14 +826,8 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(r.ident(b.name), sql.Identifier(role))
             )
-    if r.grants:
-        runs.lock_schema(conn, r.target_schema)  # concurrent GRANTs on one schema collide
     for role in r.grants:
-        conn.execute(
-            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                sql.Identifier(r.target_schema), sql.Identifier(role)
-            )
-        )
+        runs.schema_usage(conn, r.target_schema, role)
 
 
 def record(

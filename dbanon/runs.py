@@ -12,9 +12,9 @@ the first statement of the run's transaction and held until it commits or rolls 
 - the lock vanishes with the session (a killed run never leaves one behind);
 - NO KEY UPDATE, not UPDATE, so other sessions' rows that refer to the release (the trail's
   foreign keys) can still be written while the run holds it.
-Per target schema, a transaction-level advisory lock serialises creating the schema and granting
-on it (two first publishes into a new schema, or two GRANTs on one schema, otherwise collide);
-a consumer taking that one only delays a run's swap, which gives up after SWAP_PATIENCE.
+Per target schema, GRANT and REVOKE of USAGE serialise on the schema's own catalog row
+(`schema_usage`), and two runs creating one schema on its unique name (the second takes the
+schema the first made): no advisory lock is left for a consumer to hold.
 
 The trail: a run of an existing release is recorded `running` in a row of its own, committed
 before the run's transaction (and its lock) starts, and then set to `succeeded`, `failed`
@@ -30,10 +30,9 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from dbanon.errors import DbanonError
-
-_SCHEMA_LOCK = 0x64626E02
 
 
 class Busy(DbanonError):
@@ -107,9 +106,27 @@ def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -
     return rid
 
 
-def lock_schema(conn: psycopg.Connection, schema: str) -> None:
-    """Serialise schema creation and grants on `schema` until the caller's transaction ends."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_SCHEMA_LOCK, schema])
+def schema_usage(conn: psycopg.Connection, schema: str, role: str, grant: bool = True) -> None:
+    """GRANT (or REVOKE) USAGE on `schema` to `role`, in the caller's transaction.
+
+    Either one rewrites the schema's catalog row and holds it until the transaction ends: a
+    second run's GRANT or REVOKE on the schema waits for the first to end and then fails with
+    'tuple concurrently updated'; it is retried here (in a savepoint), so it is applied after.
+    That row is the lock on the schema's privileges: nobody but the schema's owner and the
+    roles it let grant can take it (an advisory lock, any role could)."""
+    statement = (
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}") if grant
+        else sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}")
+    ).format(sql.Identifier(schema), sql.Identifier(role))  # fmt: skip
+    for attempt in range(50):
+        try:
+            with conn.transaction():
+                conn.execute(statement)
+            return
+        except psycopg.errors.InternalError_ as e:
+            if "concurrently updated" not in str(e) or attempt == 49:
+                raise
+            time.sleep(0.01)
 
 
 def start(conn: psycopg.Connection, release: str) -> int | None:
