@@ -553,8 +553,10 @@ def publish(
     wait: float = 0.0,
     regroup: bool = False,
     allow_composition: bool = False,
+    existing: bool = False,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
+    `existing`: a refresh, which must not publish anew a release dropped meanwhile.
 
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
     the roles it was granted to keep reading it unless named in `revoke`. One run at a time per
@@ -572,10 +574,12 @@ def publish(
     try:
         # The lock is the transaction's first statement: its snapshot follows the previous run.
         try:
-            runs.lock_release(conn, spec.name, wait)
+            locked = runs.lock_release(conn, spec.name, wait)
         except runs.Busy:
             runs.discard(conn, run_id)
             raise
+        if locked is None and existing:
+            raise DbanonError(f"release {spec.name!r} does not exist (it was dropped)")
         try:
             return _publish(
                 conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait
@@ -886,7 +890,7 @@ def refresh(
     conn.rollback()
     return publish(
         conn, spec, progress, replace=True, wait=wait, regroup=regroup,
-        allow_composition=allow_composition,
+        allow_composition=allow_composition, existing=True,
     )  # fmt: skip
 
 
