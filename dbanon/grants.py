@@ -123,17 +123,21 @@ def revoke(
                         sql.Identifier(schema, obj), sql.Identifier(role)
                     )
                 )
-        for role in gone:
-            # Holds the schema's privileges (its catalog row) before counting other releases:
-            # a concurrent grant of one of them to the role is counted, or comes after.
-            runs.schema_usage(conn, schema, role)
-            others = conn.execute(
+
+        def others(role: str) -> int:
+            return conn.execute(
                 """SELECT count(*) FROM dbanon.release WHERE target_schema = %s AND id <> %s
                      AND spec -> 'grants' ? %s""",
                 [schema, rid, role],
             ).fetchone()[0]
-            if not others:
+
+        for role in gone:
+            if not others(role):
                 runs.schema_usage(conn, schema, role, grant=False)
+                # A grant of another release there that committed before this REVOKE got the
+                # schema's row is counted now (one that comes later waits, then grants again).
+                if others(role):
+                    runs.schema_usage(conn, schema, role)
         grants = [g for g in spec.grants if g not in gone]
         _store_grants(conn, rid, grants)
         return {"release": name, "revoked": gone, "grants": grants}

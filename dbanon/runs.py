@@ -106,27 +106,57 @@ def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -
     return rid
 
 
-def schema_usage(conn: psycopg.Connection, schema: str, role: str, grant: bool = True) -> None:
-    """GRANT (or REVOKE) USAGE on `schema` to `role`, in the caller's transaction.
+USAGE_PATIENCE = 30.0  # seconds a GRANT or REVOKE on a schema waits for another session's
 
-    Either one rewrites the schema's catalog row and holds it until the transaction ends: a
-    second run's GRANT or REVOKE on the schema waits for the first to end and then fails with
-    'tuple concurrently updated'; it is retried here (in a savepoint), so it is applied after.
-    That row is the lock on the schema's privileges: nobody but the schema's owner and the
-    roles it let grant can take it (an advisory lock, any role could)."""
+
+def has_usage(conn: psycopg.Connection, schema: str, role: str) -> bool:
+    """Whether `role` was granted USAGE on `schema` itself (not through PUBLIC or a group)."""
+    return bool(conn.execute(
+        """SELECT EXISTS (SELECT FROM pg_namespace n, aclexplode(n.nspacl) a
+                          WHERE n.nspname = %s AND a.grantee = %s::regrole
+                            AND a.privilege_type = 'USAGE')""",
+        [schema, role],
+    ).fetchone()[0])  # fmt: skip
+
+
+def schema_usage(conn: psycopg.Connection, schema: str, role: str, grant: bool = True) -> None:
+    """GRANT (or REVOKE) USAGE on `schema` to `role` in the caller's transaction; a GRANT the
+    role already has is not repeated.
+
+    Either statement rewrites the schema's catalog row and holds it until its transaction
+    ends, and any session may hold it so (even a GRANT that grants nothing does): a second
+    GRANT or REVOKE waits for that transaction, then fails with 'tuple concurrently updated'.
+    It is retried here (in a savepoint) for up to USAGE_PATIENCE seconds, then refused with one
+    line. Refreshes of a granted release grant nothing new, so no other session can hold them
+    up here; only a new grant (or a revoke) can be kept waiting, and never indefinitely."""
+    if grant and has_usage(conn, schema, role):
+        return
     statement = (
         sql.SQL("GRANT USAGE ON SCHEMA {} TO {}") if grant
         else sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}")
     ).format(sql.Identifier(schema), sql.Identifier(role))  # fmt: skip
-    for attempt in range(50):
+    deadline = time.monotonic() + USAGE_PATIENCE
+    while True:
+        left = deadline - time.monotonic()
         try:
             with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{max(left, 0.01):.3f}s"]
+                )
                 conn.execute(statement)
             return
+        except psycopg.errors.LockNotAvailable:
+            left = 0.0
         except psycopg.errors.InternalError_ as e:
-            if "concurrently updated" not in str(e) or attempt == 49:
+            if "concurrently updated" not in str(e):
                 raise
-            time.sleep(0.01)
+        if deadline - time.monotonic() <= 0 or left <= 0:
+            raise DbanonError(
+                f"another session holds the privileges of schema {schema!r} (a transaction "
+                f"that ran GRANT or REVOKE on it) for over {USAGE_PATIENCE:.0f} s; nothing "
+                "was changed: end that transaction and try again"
+            )
+        time.sleep(0.01)
 
 
 def start(conn: psycopg.Connection, release: str) -> int | None:
