@@ -1225,6 +1225,35 @@ def bench_thetak(c: Ctx, rows: int, k: int, theta: int, seed: int) -> None:
     c.emit(data, human)
 
 
+@bench.command("swap")
+@click.option("--rows", type=click.IntRange(1000, 100_000_000), default=200_000, show_default=True)
+@click.option("--refreshes", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="Write the JSON here too.")
+@click.pass_obj
+@fails_cleanly
+def bench_swap(c: Ctx, rows: int, refreshes: int, out_path: str | None) -> None:
+    """Longest wait of a reader of a release while it is refreshed (a grouping release of a
+    generated table of ROWS rows, in schema dbanon_bench_swap): see docs/locking.md."""
+    from dbanon.bench_swap import bench_swap as run
+
+    with c.db() as db:
+        dsn = db.dsn
+    data = run(dsn, rows, refreshes)
+    if out_path:
+        from pathlib import Path
+
+        Path(out_path).write_text(json.dumps(data, indent=2) + "\n")
+    c.emit(
+        data,
+        lambda: click.echo(
+            f"swap: {rows} rows, {refreshes} refreshes (median "
+            f"{data['median_refresh_seconds']:.2f} s): longest reader wait "
+            f"{data['longest_reader_wait_seconds'] * 1000:.0f} ms, lock held at most "
+            f"{data['longest_lock_held_seconds'] * 1000:.0f} ms"
+        ),
+    )
+
+
 @bench.command("mondrian")
 @click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
 @click.option("--k", type=click.IntRange(2), default=10, show_default=True)
