@@ -185,12 +185,14 @@ class Database:
         revoke: Sequence[str] = (),
         wait: float = 0.0,
         allow_composition: bool = False,
+        grant_live: bool = False,
     ) -> PublishResult:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
-        named in `revoke`); another run of it is waited for up to `wait` seconds."""
+        named in `revoke`); another run of it is waited for up to `wait` seconds; a live
+        view is granted to a new role only with `grant_live`."""
         return publish(
             self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
-            allow_composition=allow_composition,
+            allow_composition=allow_composition, grant_live=grant_live,
         )  # fmt: skip
 
     def refresh(
@@ -274,11 +276,14 @@ class Database:
         finally:
             self.conn.rollback()
 
-    def grant(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
-        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild."""
+    def grant(
+        self, name: str, roles: Sequence[str], *, wait: float = 0.0, grant_live: bool = False
+    ) -> dict[str, Any]:
+        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild (a
+        live view only with `grant_live`: see dbanon.grants.refuse_live)."""
         from dbanon.grants import grant
 
-        return grant(self.conn, name, roles, wait)
+        return grant(self.conn, name, roles, wait, grant_live=grant_live)
 
     def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
         """Revoke release `name` from `roles`: its spec and its relations at once."""

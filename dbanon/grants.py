@@ -58,6 +58,23 @@ def _store_grants(conn: psycopg.Connection, rid: int, grants: list[str]) -> None
     )
 
 
+LIVE_HINT = (
+    "a role granted a live view sees the counts of the rows it hides in EXPLAIN ANALYZE, and "
+    "the source's row and change counts in pg_stat_user_tables (docs/live-views.md)"
+)
+
+
+def refuse_live(name: str, views: Sequence[str], roles: Sequence[str], allowed: bool) -> None:
+    """Granting a live view to a new role is opt-in: PostgreSQL shows anyone who may read a
+    view the plan of its query, row counts of the source included, and every table's
+    statistics; only a materialised release (or a role set up as the docs say) hides them."""
+    if views and roles and not allowed:
+        raise DbanonError(
+            f"release {name!r} is a live view ({views[0]}): {LIVE_HINT}; publish it --as table "
+            f"for {roles[0]!r}, or pass --grant-live to grant it anyway"
+        )
+
+
 def _locked(conn: psycopg.Connection, name: str, wait: float, change: Any) -> dict[str, Any]:
     """Run `change` in one transaction under the release's run lock."""
     catalog.require_catalog(conn)
@@ -74,7 +91,12 @@ def _locked(conn: psycopg.Connection, name: str, wait: float, change: Any) -> di
 
 
 def grant(
-    conn: psycopg.Connection, name: str, roles: Sequence[str], wait: float = 0.0
+    conn: psycopg.Connection,
+    name: str,
+    roles: Sequence[str],
+    wait: float = 0.0,
+    *,
+    grant_live: bool = False,
 ) -> dict[str, Any]:
     """Let `roles` read release `name` from now on (and after every refresh)."""
     if not roles:
@@ -86,6 +108,11 @@ def grant(
             if not catalog.role_exists(conn, role):
                 raise DbanonError(f"role {role!r} does not exist")
         added = [r for r in dict.fromkeys(roles) if r not in spec.grants]
+        views = [
+            f"{schema}.{o}" for o in _objects(conn, name, schema, objects)
+            if catalog.find_relation(conn, f"{schema}.{o}").kind == "v"
+        ]  # fmt: skip
+        refuse_live(name, views, added, grant_live)
         for obj in _objects(conn, name, schema, objects):
             for role in added:
                 conn.execute(

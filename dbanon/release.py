@@ -554,6 +554,7 @@ def publish(
     regroup: bool = False,
     allow_composition: bool = False,
     existing: bool = False,
+    grant_live: bool = False,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
     `existing`: a refresh, which must not publish anew a release dropped meanwhile.
@@ -582,8 +583,9 @@ def publish(
             raise DbanonError(f"release {spec.name!r} does not exist (it was dropped)")
         try:
             return _publish(
-                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait
-            )
+                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait,
+                grant_live,
+            )  # fmt: skip
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
@@ -604,6 +606,7 @@ def _publish(
     regroup: bool,
     allow_composition: bool,
     wait: float = 0.0,
+    grant_live: bool = False,
 ) -> PublishResult:
     """The run itself: one REPEATABLE READ transaction (opened by the caller's lock), so the
     released rows, the row counts and the source fingerprint all come from one snapshot of the
@@ -631,8 +634,11 @@ def _publish(
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
         ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
+        as_view = r.options.get("as") == "view"  # known before the build, for most methods
+        _refuse_live(r, r.objects if as_view else [], grant_live)
         metrics = r.method.build(conn, r, ctx)
         built = ctx.built
+        _refuse_live(r, [b.name for b in built if b.kind == "view"], grant_live)
         if sorted(b.name for b in built) != sorted(r.objects):
             raise DbanonError(f"method {r.method.name} built {built}, not {r.objects}")
         for b in built:  # statistics before the checks' GROUP BYs: sorts stay in memory
@@ -692,6 +698,14 @@ def _publish(
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
     )
+
+
+def _refuse_live(r: Resolved, views: list[str], allowed: bool) -> None:
+    """A live view goes to a role it was not granted to before only if allowed."""
+    from dbanon.grants import refuse_live
+
+    names = [catalog.qualified(r.target_schema, v) for v in views]
+    refuse_live(r.spec.name, names, r.grant_changes["added"], allowed)
 
 
 class Refused(DbanonError):
