@@ -25,6 +25,7 @@ from dbanon.api import Database
 
 DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina"]
 NAMES = ("a", "b", "c", "d")
+ROUNDS = 2  # of two overlapping `refresh --due`
 
 
 def _person(rng: random.Random, i: int) -> tuple:
@@ -71,10 +72,10 @@ def _refresh_loop(dsn: str, name: str, times: int, barrier: mp.synchronize.Barri
             db.refresh(name)  # no --wait: nothing but its own release may hold it up
 
 
+@pytest.mark.parametrize("times", [pytest.param(20, marks=pytest.mark.slow), 5])  # 5: for CI
 def test_20_concurrent_pairs_of_refreshes_of_different_releases(
-    wards: psycopg.Connection, dsn: str
+    wards: psycopg.Connection, dsn: str, times: int
 ) -> None:
-    times = 20
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(2)
     procs = [ctx.Process(target=_refresh_loop, args=(dsn, n, times, barrier)) for n in "ab"]
@@ -104,7 +105,7 @@ def test_two_overlapping_refresh_due_on_changed_sources(
     rng = random.Random(5)
     next_id = 81
     when = datetime.now(timezone.utc)
-    for _ in range(3):
+    for _ in range(ROUNDS):
         rows = [_person(rng, i) for i in range(next_id, next_id + 8)]  # joiners: a change
         next_id += 8
         with wards.transaction():
@@ -124,7 +125,7 @@ def test_two_overlapping_refresh_due_on_changed_sources(
     trail = runs_of(wards)
     for name in NAMES:
         assert set(trail[name]) <= {"succeeded", "skipped"}, trail
-        assert trail[name].count("succeeded") == 1 + 3, trail
+        assert trail[name].count("succeeded") == 1 + ROUNDS, trail
 
 
 PAUSED_REFRESH = """
