@@ -113,7 +113,8 @@ def has_usage(conn: psycopg.Connection, schema: str, role: str) -> bool:
     """Whether `role` was granted USAGE on `schema` itself (not through PUBLIC or a group)."""
     return bool(conn.execute(
         """SELECT EXISTS (SELECT FROM pg_namespace n, aclexplode(n.nspacl) a
-                          WHERE n.nspname = %s AND a.grantee = %s::regrole
+                          JOIN pg_roles r ON r.oid = a.grantee
+                          WHERE n.nspname = %s AND r.rolname = %s
                             AND a.privilege_type = 'USAGE')""",
         [schema, role],
     ).fetchone()[0])  # fmt: skip
