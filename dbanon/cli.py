@@ -1026,6 +1026,20 @@ def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
     c.emit(data, human)
 
 
+@main.command("docs")
+@click.option("--check", is_flag=True, help="Exit 1 naming the files whose blocks are stale.")
+@click.pass_obj
+def docs_command(c: Ctx, check: bool) -> None:
+    """Regenerate the generated blocks of README.md and docs/ (tables, figures, CLI reference)."""
+    from dbanon import docgen
+
+    files = docgen.stale() if check else docgen.write()
+    key = "stale" if check else "changed"
+    c.emit({key: files}, lambda: click.echo("\n".join(files) or "up to date"))
+    if check and files:
+        raise SystemExit(1)
+
+
 @main.command("releases")
 @click.pass_obj
 @fails_cleanly
