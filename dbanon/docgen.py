@@ -124,7 +124,7 @@ def _timings() -> str:
     """The README's two commands, timed on a fresh clone (docs/timings/readme.json)."""
     data = json.loads((ROOT / "docs" / "timings" / "readme.json").read_text())
     rows = [
-        [f"`{t['what']}`", f"{t['seconds'] / 60:.1f} min" if t["seconds"] >= 90
+        [t["what"], f"{t['seconds'] / 60:.1f} min" if t["seconds"] >= 90
          else f"{t['seconds']:.0f} s", t["machine"]]
         for t in data["timings"]
     ]
