@@ -95,6 +95,31 @@ def _releases() -> str:
     return methods.releases_table()
 
 
+@block("method-guides")
+def _method_guides() -> str:
+    """A guide per method: what it does and releases, what it promises, the attacker its
+    guarantee holds against, and each option with its default and range."""
+    from dbanon import methods
+    from dbanon.models.specs import MODEL_KINDS
+
+    out = []
+    for m in methods.methods().values():
+        d = m.describe()
+        promises = ", ".join(f"{p} (`{MODEL_KINDS[p].option}`)" for p in d["promises"])
+        lines = [f"### `{m.name}`", "", d["summary"], "",
+                 f"- **Promises:** {promises or 'no class model; checks of its own'}",
+                 f"- **Releases:** {d['releases']}", f"- **Holds against:** {d['attacker']}",
+                 "- **Options:**" if d["options"] else "- **Options:** none"]  # fmt: skip
+        for o in d["options"]:
+            extra = [f"one of {', '.join(o['choices'])}" if o["choices"] else "",
+                     f"range {o['range']}" if o["range"] else "",
+                     f"default {o['default']}" if o["default"] is not None else ""]  # fmt: skip
+            more = "; ".join(x for x in extra if x)
+            lines.append(f"  - `{o['flag']}`: {o['help']}" + (f" ({more})" if more else ""))
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
 @block("cli")
 def _cli() -> str:
     """Every command's --help, at a fixed width so the text does not depend on the terminal."""
