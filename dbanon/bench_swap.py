@@ -60,7 +60,7 @@ def _source(conn: psycopg.Connection, rows: int) -> str:
     return f"{SCHEMA}.{name}"
 
 
-def _reader(dsn: str, stop: Any, out: Any) -> None:
+def _reader(dsn: str, ready: Any, stop: Any, out: Any) -> None:
     """Query the release in a loop; report (started, seconds) of every query."""
     samples = []
     with psycopg.connect(dsn, autocommit=True) as c:
@@ -71,6 +71,7 @@ def _reader(dsn: str, stop: Any, out: Any) -> None:
             started = time.time()
             c.execute(query).fetchone()
             samples.append((started, time.time() - started))
+            ready.set()
             time.sleep(0.002)
     out.put(samples)
 
@@ -88,9 +89,11 @@ def bench_swap(dsn: str, rows: int = 200_000, refreshes: int = 10) -> dict[str, 
         )  # fmt: skip
         db.publish(spec, replace=True)
         ctx = mp.get_context("spawn")
-        stop, out = ctx.Event(), ctx.Queue()
-        reader = ctx.Process(target=_reader, args=(dsn, stop, out))
+        ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+        reader = ctx.Process(target=_reader, args=(dsn, ready, stop, out))
         reader.start()
+        if not ready.wait(timeout=120):
+            raise RuntimeError("the reader process did not start")
         time.sleep(2.0)  # the reader's baseline, nothing refreshing
         runs = []
         for _ in range(refreshes):

@@ -163,3 +163,16 @@ def test_a_first_publish_holds_its_name_until_it_ends(
     ).fetchall()
     assert rows == [("released", 1)]
     assert conn.execute("SELECT to_regnamespace('other')").fetchone()[0] is None
+
+
+def test_bench_swap_measures_every_refresh(dsn: str) -> None:
+    """`dbanon bench swap`, small: one figure per refresh, the lock held within the refresh."""
+    code, out = cli_json(dsn, "bench", "swap", "--rows", "2000", "--refreshes", "2")
+    assert code == 0, out
+    assert len(out["runs"]) == 2 and out["rows"] == 2000
+    for run in out["runs"]:
+        assert 0 < run["lock_held_seconds"] <= run["refresh_seconds"]
+        assert run["reader_queries"] > 0
+    assert out["longest_reader_wait_seconds"] == max(
+        r["longest_reader_wait_seconds"] for r in out["runs"]
+    )
