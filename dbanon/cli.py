@@ -781,15 +781,18 @@ def refresh(
         with c.db() as db, c.progress() as say:
             results = db.refresh_due(now=when, force=force, progress=say)
 
+        from dbanon.schedule import exit_code
+
         def human() -> None:
             for r in results:
                 extra = r.get("error") or r.get("next_due_at") or ""
+                if r["outcome"] == "refreshed":
+                    extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
 
-        c.emit({"results": results}, human)
-        if any(r["outcome"] == "failed" for r in results):
-            sys.exit(2)
-        return
+        code = exit_code(results)
+        c.emit({"results": results, "exit": code}, human)
+        sys.exit(code)
     with c.db() as db, c.progress() as say:
         result = db.refresh(
             name,  # type: ignore[arg-type]
@@ -963,10 +966,7 @@ def report(c: Ctx, name: str) -> None:
         for label, value in rows:
             table.add_row(label, value)
         out.print(table)
-        if data["last_failure"]:
-            f = data["last_failure"]
-            out.print(f"latest run failed at {f['at']}: {f['error']}", markup=False)
-        for w in data["warnings"]:
+        for w in data["warnings"]:  # a newer refused or failed run among them
             out.print(f"warning: {w}", markup=False)
 
     c.emit(data, human)
@@ -1044,6 +1044,15 @@ def releases_command(c: Ctx) -> None:
                 r["last_run_at"] or "-", _figure(r["rows"]),
             )  # fmt: skip
         out.print(table)
+        for r in rows:  # a run newer than the release in place did not replace it
+            if r["last_failure"]:
+                f = r["last_failure"]
+                out.print(
+                    f"{r['name']}: latest run {f['status']} at {f['at']}: {f['error']}; "
+                    f"{_figure(r['rows'])} rows published at {_figure(r['published_at'])} "
+                    "still in place",
+                    markup=False,
+                )
 
     c.emit({"releases": rows}, human)
 

@@ -889,30 +889,64 @@ def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> l
     ]  # fmt: skip
 
 
+# Runs that ended without replacing the release; the one in place is the latest success's.
+UNSUCCESSFUL = ("refused", "failed", "abandoned")
+
+
+def _latest_success(conn: psycopg.Connection, release_id: int) -> tuple[Any, ...] | None:
+    """(metrics, timings, finished_at, source_rows, fingerprint, released_rows) of the run whose
+    release is in place: the latest that succeeded."""
+    return conn.execute(
+        """SELECT metrics, timings, finished_at, source_rows, source_fingerprint, released_rows
+           FROM dbanon.run WHERE release_id = %s AND status = 'succeeded'
+           ORDER BY finished_at DESC, id DESC LIMIT 1""",
+        [release_id],
+    ).fetchone()
+
+
+def _latest_unsuccessful(
+    conn: psycopg.Connection, release_id: int, since: Any
+) -> dict[str, Any] | None:
+    """The latest refused, failed or abandoned run when it ended after `since` (the latest
+    success; None: any), as {status, at, error}: what `report` and `releases` must not hide."""
+    row = conn.execute(
+        """SELECT status, finished_at, error FROM dbanon.run
+           WHERE release_id = %s AND status = ANY(%s) AND finished_at IS NOT NULL
+             AND (%s::timestamptz IS NULL OR finished_at > %s::timestamptz)
+           ORDER BY finished_at DESC, id DESC LIMIT 1""",
+        [release_id, list(UNSUCCESSFUL), since, since],
+    ).fetchone()
+    if row is None:
+        return None
+    return {"status": row[0], "at": row[1].isoformat(), "error": row[2]}
+
+
+def _not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
+    """The warning for a run newer than the release in place."""
+    kept = (
+        f"the release published at {published.isoformat()} ({rows if rows is not None else '?'} "
+        "rows) is still in place"
+        if published is not None
+        else "no run of it has succeeded"
+    )
+    return f"latest run {failure['status']} at {failure['at']}: {failure['error']}; {kept}"
+
+
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
-    """One shape for every method: the common figures of the latest successful run at the top,
-    the method's own under `method_metrics`; the latest failure when newer; missing objects."""
+    """One shape for every method: the common figures of the run whose release is in place (the
+    latest success) at the top, the method's own under `method_metrics`; the latest refused,
+    failed or abandoned run when newer (`last_failure`, and a warning); missing objects."""
     spec = load_spec(conn, name)
-    schema, objects = conn.execute(
-        "SELECT target_schema, objects FROM dbanon.release WHERE name = %s", [name]
+    release_id, schema, objects = conn.execute(
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s", [name]
     ).fetchone()
-    ok = conn.execute(
-        """SELECT u.metrics, u.timings, u.finished_at, u.source_rows, u.source_fingerprint
-           FROM dbanon.release r JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'succeeded'
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name],
-    ).fetchone()
-    metrics, timings, finished, source_rows, fp = ok or ({}, {}, None, None, None)
-    failure = conn.execute(
-        """SELECT u.finished_at, u.error FROM dbanon.release r
-           JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'failed' AND (%s::timestamptz IS NULL
-                 OR u.finished_at > %s::timestamptz)
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name, finished, finished],
-    ).fetchone()
+    ok = _latest_success(conn, release_id)
+    metrics, timings, finished, source_rows, fp, _ = ok or ({}, {}, None, None, None, None)
+    failure = _latest_unsuccessful(conn, release_id, finished)
     missing = _missing(conn, schema, objects)
+    warnings = [f"released relation {m} is missing" for m in missing]
+    if failure:
+        warnings.append(_not_replaced(failure, finished, metrics.get("rows")))
     return {
         "release": name,
         "method": spec.method,
@@ -929,21 +963,26 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "timings": timings,
         "method_metrics": {k: v for k, v in metrics.items()
                            if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
-        "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
-        "warnings": [f"released relation {m} is missing" for m in missing]
-        + list(metrics.get("warnings", [])),
+        "last_failure": failure,
+        "warnings": warnings + list(metrics.get("warnings", [])),
     }
 
 
 def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every release with its method, models, objects and latest run."""
+    """Every release with its method, models, objects, latest run, the rows of the release in
+    place (its latest success) and, as in `report`, a newer refused or failed run."""
     catalog.require_catalog(conn)
     rows = conn.execute(
-        """SELECT r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
-                  u.released_rows
-           FROM dbanon.release r LEFT JOIN LATERAL (
-               SELECT status, finished_at, released_rows FROM dbanon.run
+        """SELECT r.id, r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
+                  ok.finished_at, ok.released_rows
+           FROM dbanon.release r
+           LEFT JOIN LATERAL (
+               SELECT status, finished_at FROM dbanon.run
                WHERE release_id = r.id ORDER BY started_at DESC, id DESC LIMIT 1) u ON true
+           LEFT JOIN LATERAL (
+               SELECT finished_at, released_rows FROM dbanon.run
+               WHERE release_id = r.id AND status = 'succeeded'
+               ORDER BY finished_at DESC, id DESC LIMIT 1) ok ON true
            ORDER BY r.name"""
     ).fetchall()
     return [
@@ -955,9 +994,11 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
+            "published_at": published.isoformat() if published else None,
+            "last_failure": _latest_unsuccessful(conn, release_id, published),
             "missing": _missing(conn, schema, objects),
         }
-        for name, spec, schema, objects, status, at, released in rows
+        for release_id, name, spec, schema, objects, status, at, published, released in rows
     ]
 
 
