@@ -937,12 +937,27 @@ def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
     c.emit(data, human)
 
 
+def _sizes(sizes: dict[str, Any] | None, what: str) -> str:
+    """A count with its size statistics, saying what it counts."""
+    if sizes is None:
+        return "-"
+    avg = sizes["avg_size"]
+    spread = ", ".join(
+        f"{label} {value}" for label, value in (
+            ("smallest", _figure(sizes["min_size"])), ("largest", _figure(sizes["max_size"])),
+            ("average", "-" if avg is None else f"{avg:,.1f}"),
+        ) if value != "-"
+    )  # fmt: skip
+    return f"{_figure(sizes['count'])} ({what}{'; ' + spread if spread else ''})"
+
+
 @main.command()
 @click.argument("name")
 @click.pass_obj
 @fails_cleanly
 def report(c: Ctx, name: str) -> None:
-    """Information loss and class figures of release NAME's latest run."""
+    """Information loss and class figures of the run whose release is in place: its released
+    classes (rows with equal released QIs) and the method's own groups, apart."""
     with c.db() as db:
         data = db.report(name)
 
@@ -954,13 +969,15 @@ def report(c: Ctx, name: str) -> None:
             ("promises", "; ".join(data["models"]) or "no class model (checks of its own)"),
             ("objects", ", ".join(data["objects"])),
             ("rows", _figure(data["rows"])),
-            ("classes", _figure(data["classes"])),
-            ("min class size", _figure(data["min_class_size"])),
+            ("released classes", _sizes(data["released_classes"], "rows with equal released QIs")),
             ("NCP (GCP)", "-" if gcp is None else f"{gcp:.2%}"),
             ("run time", "-" if data["seconds"] is None else f"{data['seconds']:.2f} s"),
             ("source rows", _figure(data["source_rows"])),
             ("published at", _figure(data["published_at"])),
         ]
+        groups = data["internal_groups"]
+        if groups:  # a method that forms groups of its own
+            rows.insert(5, ("internal groups", _sizes(groups, "the method's own groups")))
         rows += risk_lines(data.get("risk"))
         rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:

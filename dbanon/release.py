@@ -230,6 +230,52 @@ class PublishResult:
         }
 
 
+# --- what a release counts -----------------------------------------------------------------------
+
+# The groups a method formed inside (its build's figures, dbanon.metrics.loss): two groups can be
+# released with equal QIs, so they are not the release's classes, and are never named as such.
+GROUP_FIGURES = ("groups", "min_group_size", "max_group_size", "avg_group_size")
+# What runs recorded before the two were told apart: the groups' largest and average size.
+_OLD_GROUP_FIGURES = ("max_class_size", "avg_class_size")
+
+
+def released_classes(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The release's classes, rows with equal released QIs (a GROUP BY over the released
+    relation, Method.figures): count, min, max, avg size; None for a release without classes."""
+    count, rows = figures.get("classes"), figures.get("rows")
+    if count is None:
+        return None
+    return {
+        "count": count,
+        "min_size": figures.get("min_class_size"),
+        "max_size": figures.get("max_class_size"),
+        "avg_size": round(rows / count, 4) if count and rows is not None else None,
+    }
+
+
+def internal_groups(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The method's own groups (count, min, max, avg size) from a run's metrics; None for a
+    method that forms none beyond its classes. A run recorded before the two were told apart
+    has only the groups' largest and average size."""
+    if any(f in metrics for f in GROUP_FIGURES):
+        names = GROUP_FIGURES
+    elif "released_classes" not in metrics and any(f in metrics for f in _OLD_GROUP_FIGURES):
+        names = (None, None, *_OLD_GROUP_FIGURES)
+    else:
+        return None
+    return {k: metrics.get(f) if f else None
+            for k, f in zip(("count", "min_size", "max_size", "avg_size"), names, strict=True)}
+
+
+def _counted(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`report`'s two named figures, from a run's metrics of any age."""
+    if "released_classes" in metrics:
+        released = metrics["released_classes"]
+    else:  # an older run: its max_class_size, if any, was the largest group's
+        released = released_classes({**metrics, "max_class_size": None})
+    return {"released_classes": released, "internal_groups": internal_groups(metrics)}
+
+
 # --- 1. resolve and validate --------------------------------------------------------------------
 
 
@@ -642,7 +688,9 @@ def _publish(
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, **measured,
-                   **identifying.recorded(checked), "seconds": seconds}  # fmt: skip
+                   **identifying.recorded(checked), "seconds": seconds,
+                   "released_classes": released_classes(figures)}  # fmt: skip
+        metrics.pop("max_class_size", None)  # kept under released_classes only
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
@@ -932,6 +980,11 @@ def _not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> 
     return f"latest run {failure['status']} at {failure['at']}: {failure['error']}; {kept}"
 
 
+# Run metrics `report` shows at its top level, not among the method's own.
+SHOWN_APART = (*COMMON_FIGURES, "warnings", "released_classes", "max_class_size",
+               "avg_class_size", *GROUP_FIGURES)  # fmt: skip
+
+
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     """One shape for every method: the common figures of the run whose release is in place (the
     latest success) at the top, the method's own under `method_metrics`; the latest refused,
@@ -961,8 +1014,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items()
-                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
+        **_counted(metrics),
+        "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
         "last_failure": failure,
         "warnings": warnings + list(metrics.get("warnings", [])),
     }

@@ -109,7 +109,9 @@ class LossReport:
 
     def as_dict(self) -> dict[str, float | int]:
         """The run's figures. `gcp` is the release's common loss figure (release.py): for
-        grouping methods it is ncp_height, as it always was."""
+        grouping methods it is ncp_height, as it always was. The sizes are those of the groups
+        the algorithm formed, named as groups: two groups can be released with equal QIs, and
+        the release's classes (equal released QIs) are counted on the release itself."""
         return {
             "total_il_height": self.total_il_height,
             "ncp_height": self.ncp_height,
@@ -117,10 +119,10 @@ class LossReport:
             "ncp_leaf": self.ncp_leaf,
             "gcp": self.ncp_height,
             "discernibility": self.discernibility,
-            "classes": self.classes,
-            "min_class_size": self.min_class_size,
-            "max_class_size": self.max_class_size,
-            "avg_class_size": self.avg_class_size,
+            "groups": self.classes,
+            "min_group_size": self.min_class_size,
+            "max_group_size": self.max_class_size,
+            "avg_group_size": self.avg_class_size,
         }
 
 
