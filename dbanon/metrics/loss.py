@@ -126,6 +126,16 @@ class LossReport:
         }
 
 
+def group_sizes(gid: np.ndarray) -> dict[str, float | int]:
+    """The run figures of a method's own groups (any labels): how many, smallest, largest,
+    average size; named as groups, never as the release's classes (see LossReport.as_dict)."""
+    sizes = np.bincount(np.unique(np.asarray(gid), return_inverse=True)[1].reshape(-1))
+    if not len(sizes):
+        return {"groups": 0, "min_group_size": 0, "max_group_size": 0, "avg_group_size": 0.0}
+    return {"groups": int(len(sizes)), "min_group_size": int(sizes.min()),
+            "max_group_size": int(sizes.max()), "avg_group_size": float(sizes.mean())}  # fmt: skip
+
+
 def loss_report(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> LossReport:
     """Both losses and the class-size statistics of a grouping of the rows of `qi` (`sets`:
     which categorical columns are released as value sets, see group_loss)."""
