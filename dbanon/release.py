@@ -800,13 +800,21 @@ def _latest_unsuccessful(
     conn: psycopg.Connection, release_id: int, since: Any
 ) -> dict[str, Any] | None:
     """The latest refused, failed or abandoned run when it ended after `since` (the latest
-    success; None: any), as {status, at, error}: what `report` and `releases` must not hide."""
+    success; None: any), as {status, at, error}: what `report` and `releases` must not hide.
+    A run still `running` whose backend is gone was killed: abandoned, though only the next run
+    of the release writes it down so."""
     row = conn.execute(
-        """SELECT status, finished_at, error FROM dbanon.run
-           WHERE release_id = %s AND status = ANY(%s) AND finished_at IS NOT NULL
-             AND (%s::timestamptz IS NULL OR finished_at > %s::timestamptz)
-           ORDER BY finished_at DESC, id DESC LIMIT 1""",
-        [release_id, list(UNSUCCESSFUL), since, since],
+        """SELECT CASE WHEN status = 'running' THEN 'abandoned' ELSE status END,
+                  coalesce(finished_at, started_at) AS at,
+                  CASE WHEN status = 'running' THEN %s ELSE error END
+           FROM dbanon.run
+           WHERE release_id = %s
+             AND (status = ANY(%s) AND finished_at IS NOT NULL
+                  OR status = 'running'
+                     AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity)))
+             AND (%s::timestamptz IS NULL OR coalesce(finished_at, started_at) > %s::timestamptz)
+           ORDER BY at DESC, id DESC LIMIT 1""",
+        [runs.KILLED, release_id, list(UNSUCCESSFUL), since, since],
     ).fetchone()
     if row is None:
         return None

@@ -122,3 +122,45 @@ def test_a_refused_and_a_failed_refresh_show_and_set_the_exit_code(
         assert rep["last_failure"] is None and rep["rows"] == released_rows(conn, name), rep
     code, listed = cli_json(dsn, "releases")
     assert all(r["last_failure"] is None for r in listed["releases"])
+
+
+def test_a_killed_run_shows_before_the_next_run_writes_it_down(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """A run whose process was killed stays `running` in the trail until the next run marks it
+    abandoned; `report` and `releases` show it as abandoned already (its backend is gone)."""
+    rng = random.Random(7)
+    cols = [("id", "int PRIMARY KEY"), ("age", "int"), ("region", "text"), ("dx", "text")]
+    make_table(conn, "h", "ward", cols, [person(rng, i) for i in range(1, 101)])
+    code, out = cli_json(dsn, "publish", "ward", "--source", "h.ward", "--key", "id", "--qi",
+                         "age,region", "--k", str(K), "--algorithm", "mondrian")  # fmt: skip
+    assert code == 0, out
+    # What a killed refresh leaves: its `running` row, naming a backend that has ended.
+    with psycopg.connect(dsn) as gone:
+        pid = gone.execute("SELECT pg_backend_pid()").fetchone()[0]
+    conn.execute(
+        "INSERT INTO dbanon.run (release_id, status, pid) SELECT id, 'running', %s "
+        "FROM dbanon.release WHERE name = 'ward'",
+        [pid],
+    )
+    for _ in range(50):  # the ended backend leaves pg_stat_activity within moments
+        if not conn.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid]).fetchone():
+            break
+        conn.execute("SELECT pg_sleep(0.1)")
+    code, rep = cli_json(dsn, "report", "ward")
+    assert rep["last_failure"]["status"] == "abandoned", rep
+    assert "killed" in rep["last_failure"]["error"] and rep["rows"] == released_rows(conn, "ward")
+    code, listed = cli_json(dsn, "releases")
+    assert listed["releases"][0]["last_failure"]["status"] == "abandoned"
+    assert listed["releases"][0]["rows"] == 100
+    # A run in progress (its backend alive) is not a failure.
+    conn.execute("UPDATE dbanon.run SET pid = pg_backend_pid() WHERE status = 'running'")
+    assert cli_json(dsn, "report", "ward")[1]["last_failure"] is None
+    conn.execute("UPDATE dbanon.run SET pid = %s WHERE status = 'running'", [pid])
+    # The next run writes it down and, succeeding, leaves nothing newer than itself.
+    conn.execute("UPDATE h.ward SET age = age + 1 WHERE id < 10")
+    assert cli_json(dsn, "refresh", "ward")[0] == 0
+    assert conn.execute(
+        "SELECT count(*) FROM dbanon.run WHERE status = 'abandoned'"
+    ).fetchone()[0] == 1
+    assert cli_json(dsn, "report", "ward")[1]["last_failure"] is None
