@@ -982,7 +982,9 @@ def report(c: Ctx, name: str) -> None:
         for label, value in rows:
             table.add_row(label, value)
         out.print(table)
-        for w in data["warnings"]:  # a newer refused or failed run among them
+        if data["last_failure"]:  # a newer run did not replace the release in place
+            out.print(f"warning: {data['last_failure']['message']}", markup=False)
+        for w in data["warnings"]:
             out.print(f"warning: {w}", markup=False)
 
     c.emit(data, human)
@@ -1076,13 +1078,7 @@ def releases_command(c: Ctx) -> None:
         out.print(table)
         for r in rows:  # a run newer than the release in place did not replace it
             if r["last_failure"]:
-                f = r["last_failure"]
-                out.print(
-                    f"{r['name']}: latest run {f['status']} at {f['at']}: {f['error']}; "
-                    f"{_figure(r['rows'])} rows published at {_figure(r['published_at'])} "
-                    "still in place",
-                    markup=False,
-                )
+                out.print(f"{r['name']}: {r['last_failure']['message']}", markup=False)
 
     c.emit({"releases": rows}, human)
 

@@ -821,8 +821,8 @@ def _latest_unsuccessful(
     return {"status": row[0], "at": row[1].isoformat(), "error": row[2]}
 
 
-def _not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
-    """The warning for a run newer than the release in place."""
+def not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
+    """A run newer than the release in place, and that release, in one line."""
     kept = (
         f"the release published at {published.isoformat()} ({rows if rows is not None else '?'} "
         "rows) is still in place"
@@ -849,9 +849,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
     metrics, timings, finished, source_rows, fp, _ = ok or ({}, {}, None, None, None, None)
     failure = _latest_unsuccessful(conn, release_id, finished)
     missing = _missing(conn, schema, objects)
-    warnings = [f"released relation {m} is missing" for m in missing]
-    if failure:
-        warnings.append(_not_replaced(failure, finished, metrics.get("rows")))
+    if failure:  # what did not replace the release in place, in words
+        failure["message"] = not_replaced(failure, finished, metrics.get("rows"))
     return {
         "release": name,
         "method": spec.method,
@@ -869,7 +868,8 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         **_counted(metrics),
         "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
         "last_failure": failure,
-        "warnings": warnings + list(metrics.get("warnings", [])),
+        "warnings": [f"released relation {m} is missing" for m in missing]
+        + list(metrics.get("warnings", [])),
     }
 
 
@@ -890,8 +890,12 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
                ORDER BY finished_at DESC, id DESC LIMIT 1) ok ON true
            ORDER BY r.name"""
     ).fetchall()
-    return [
-        {
+    out = []
+    for release_id, name, spec, schema, objects, status, at, published, released in rows:
+        failure = _latest_unsuccessful(conn, release_id, published)
+        if failure:
+            failure["message"] = not_replaced(failure, published, released)
+        out.append({
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
@@ -900,11 +904,10 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
             "published_at": published.isoformat() if published else None,
-            "last_failure": _latest_unsuccessful(conn, release_id, published),
+            "last_failure": failure,
             "missing": _missing(conn, schema, objects),
-        }
-        for release_id, name, spec, schema, objects, status, at, published, released in rows
-    ]
+        })  # fmt: skip
+    return out
 
 
 def drop(conn: psycopg.Connection, name: str) -> list[str]:
