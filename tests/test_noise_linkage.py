@@ -1,0 +1,116 @@
+"""Issue 24 item 4: the noise floor and the linkage figure, on a 10,000-row table of its own.
+
+An attacker holding the originals links each released row to its nearest original (normalised
+by the columns' ranges). The test measures that itself over every row, with numpy and plain SQL
+through the private row map (nothing from dbanon), and checks the figure each run records.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import psycopg
+import pytest
+from helpers import cli_json, make_table
+from scipy.spatial import cKDTree
+
+ROWS = 10_000
+
+
+@pytest.fixture
+def shop(conn: psycopg.Connection) -> psycopg.Connection:
+    """Spend and visits: a broad population and three dense customer segments."""
+    rng = np.random.default_rng(24)
+    centres = np.array([[20.0, 30.0], [70.0, 20.0], [50.0, 80.0]])
+    x = np.where(
+        (np.arange(ROWS) % 2 == 0)[:, None],
+        rng.uniform(0, 100, size=(ROWS, 2)),
+        centres[np.arange(ROWS) % 3] + rng.normal(0, 6, size=(ROWS, 2)),
+    )
+    rows = [(i + 1, round(float(a), 3), round(float(b), 3), f"s{i % 4}")
+            for i, (a, b) in enumerate(x)]  # fmt: skip
+    make_table(conn, "sales", "shop",
+               [("id", "int PRIMARY KEY"), ("spend", "float8"), ("visits", "numeric"),
+                ("segment", "text")], rows)  # fmt: skip
+    return conn
+
+
+def pairs(conn: psycopg.Connection, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(originals, released) of every row of release NAME, paired by the private map."""
+    data = np.array(conn.execute(
+        """SELECT s.spend, s.visits::float8, r.spend, r.visits::float8
+           FROM released.{} r JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row
+           JOIN dbanon.release l ON l.id = m.release_id AND l.name = %s
+           JOIN sales.shop s ON s.id::text = m.key""".replace("{}", name), [name],
+    ).fetchall(), dtype=np.float64)  # fmt: skip
+    return data[:, :2], data[:, 2:]
+
+
+def full_linkage(x: np.ndarray, out: np.ndarray) -> float:
+    """Share of all released rows whose nearest original (range-normalised) is their own: a
+    k-d tree of the originals, the two nearest of each released row (a tie counts as linked)."""
+    scale = x.max(0) - x.min(0)
+    z, w = x / scale, out / scale
+    near, at = cKDTree(z).query(w, k=2)
+    own = np.sqrt(((z - w) ** 2).sum(1))
+    rows = np.arange(len(x))
+    other = np.where(at[:, 0] == rows, near[:, 1], near[:, 0])
+    return float((own <= other * (1 + 1e-12)).mean())
+
+
+def publish(dsn: str, name: str, *args: str) -> dict:
+    code, out = cli_json(dsn, "publish", name, "--source", "sales.shop", "--key", "id",
+                         "--columns", "spend,visits", "--seed", "11", *args)  # fmt: skip
+    assert code == 0, out
+    return cli_json(dsn, "report", name)[1]["method_metrics"]
+
+
+def test_ina_with_the_floor_links_no_more_than_uniform_noise_at_equal_msec(
+    shop: psycopg.Connection, dsn: str
+) -> None:
+    ina = publish(dsn, "ina", "--algorithm", "ina")
+    bare = publish(dsn, "ina0", "--algorithm", "ina", "--noise-floor", "0")
+    # uniform noise of the same mSec: SEC_j = (s * range_j)^2 / 3 / var_j
+    ratio = min(
+        (hi - lo) ** 2 / 3 / var
+        for lo, hi, var in shop.execute(
+            "SELECT min(spend), max(spend), var_pop(spend) FROM sales.shop UNION ALL "
+            "SELECT min(visits)::float8, max(visits)::float8, var_pop(visits)::float8 "
+            "FROM sales.shop"
+        ).fetchall()
+    )
+    size = math.sqrt(ina["msec"] / ratio)
+    uniform = publish(dsn, "uni", "--algorithm", "noise", "--size", f"{size:.6f}",
+                      "--noise-floor", "0")  # fmt: skip
+    assert uniform["msec"] == pytest.approx(ina["msec"], rel=0.05)
+
+    print(f"\nmSec ina {ina['msec']:.4f} ina0 {bare['msec']:.4f} uniform {uniform['msec']:.4f} "
+          f"(size {size:.4f}); linkage ina {ina['linkage']:.4f} ina0 {bare['linkage']:.4f} "
+          f"uniform {uniform['linkage']:.4f}; floor_raised {ina['floor_raised']}")  # fmt: skip
+    # every run records its figure, on a sample of 2,000 rows
+    for m in (ina, bare, uniform):
+        assert m["linkage_sample"] == 2000 and 0 <= m["linkage"] <= 1
+    # the floor: default n^(-1/m) of the range, and every value moved at least that far
+    assert ina["noise_floor"] == pytest.approx({"spend": 0.01, "visits": 0.01})
+    x, out = pairs(shop, "ina")
+    moved = np.abs(out - x) / (x.max(0) - x.min(0))
+    assert moved.min() >= 0.01 * (1 - 1e-9)
+    assert ina["floor_raised"] > 0 and ina["region_changes"] == 0
+    # the acceptance: with the floor INA links at most as many rows as uniform noise
+    assert ina["linkage"] <= uniform["linkage"], (ina["linkage"], uniform["linkage"])
+    assert bare["linkage"] > 2 * uniform["linkage"]  # without it, many more: the floor's point
+
+    # the recorded figures agree with the attacker's own count over every row
+    for name, m in (("ina", ina), ("ina0", bare), ("uni", uniform)):
+        full = full_linkage(*pairs(shop, name))
+        tolerance = 4 * math.sqrt(max(full, 0.002) * (1 - full) / 2000)
+        assert abs(m["linkage"] - full) <= tolerance, (name, m["linkage"], full)
+        if name == "ina":
+            assert full <= full_linkage(*pairs(shop, "uni"))
+
+    code, cmp = cli_json(dsn, "compare", "sales.shop", "ina", "--columns", "spend,visits",
+                         "--clusters", "3")  # fmt: skip
+    assert code == 0 and cmp["linkage"]["recorded"] == ina["linkage"]
+    full = full_linkage(*pairs(shop, "ina"))
+    assert abs(cmp["linkage"]["measured"] - full) <= 4 * math.sqrt(max(full, 0.002) / 2000)
