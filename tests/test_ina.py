@@ -136,6 +136,10 @@ def test_uniform_noise_has_the_security_of_its_size_and_drops_columns(
         (("--columns", "x", "--beta", "0"), "--beta must be above 0"),
         (("--columns", "x,z"), "'z' in 3 rows"),
         (("--columns", "x", "--k", "5"), "cannot promise --k"),
+        (("--columns", "x", "--noise-floor", "nan"), "--noise-floor must be a finite number"),
+        (("--columns", "x", "--noise-floor", "0.6"), "--noise-floor must be in [0, 0.5]"),
+        (("--columns", "x", "--algorithm", "noise", "--size", "0.1", "--noise-floor", "0.06"),
+         "--noise-floor 0.06 is more than half of --size 0.1"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import psycopg
 import pytest
-from helpers import cli_json, make_table
+from helpers import cli, cli_json, make_table
 from scipy.spatial import cKDTree
 
 ROWS = 10_000
@@ -109,6 +109,8 @@ def test_ina_with_the_floor_links_no_more_than_uniform_noise_at_equal_msec(
         if name == "ina":
             assert full <= full_linkage(*pairs(shop, "uni"))
 
+    shown = cli(dsn, "report", "ina").stdout
+    assert "linkage" in shown and "noise floor" in shown
     code, cmp = cli_json(dsn, "compare", "sales.shop", "ina", "--columns", "spend,visits",
                          "--clusters", "3")  # fmt: skip
     assert code == 0 and cmp["linkage"]["recorded"] == ina["linkage"]
