@@ -35,7 +35,7 @@ from dbanon.methods.perturbed import (
 from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class Ina(PerturbingMethod):

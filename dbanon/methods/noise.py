@@ -28,7 +28,7 @@ from dbanon.methods.perturbed import (
 )
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class UniformNoise(PerturbingMethod):
