@@ -48,8 +48,8 @@ class Ina(PerturbingMethod):
     summary = (
         "INA, independent noise (Wang, Zheng & Liao 2008): reference points by leader "
         "clustering of a sample, then uniform noise per tuple of half the gap between its "
-        "distances to its two nearest ones, so clusters survive; streamed in batches, "
-        "records data security SEC per column and mSec"
+        "distances to its two nearest ones, so clusters survive, but never less than the noise "
+        "floor; streamed in batches, records data security SEC per column, mSec and linkage"
     )
     options: ClassVar[tuple[Option, ...]] = (
         Option("sample", int, 200, "Rows drawn for the reference points.", low=2),

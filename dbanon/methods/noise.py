@@ -39,7 +39,8 @@ class UniformNoise(PerturbingMethod):
     )
     summary = (
         "uniform noise of one size for every tuple (the INA paper's baseline): each value "
-        "moves by up to --size times its column's range or standard deviation; records SEC"
+        "moves by up to --size times its column's range or standard deviation, never less than "
+        "the noise floor; records SEC, mSec and linkage"
     )
     options: ClassVar[tuple[Option, ...]] = (
         Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale.",
