@@ -140,13 +140,16 @@ def prf_uniform(
     if len(keys) != n:
         raise ValueError(f"{len(keys)} keys for {n} rows")
     out = bytearray()
+    keyed_state = hashlib.blake2b(key=secret, digest_size=8).copy  # keying done once
+    tags = [j.to_bytes(4, "little") for j in range(m)]
     for key, row in zip(keys, x, strict=True):
         raw = key.encode() + b"\x00"
         if keyed == "value":
+            values = row.tobytes()
             for j in range(m):
-                out += hashlib.blake2b(
-                    raw + j.to_bytes(4, "little") + row[j].tobytes(), key=secret, digest_size=8
-                ).digest()
+                h = keyed_state()
+                h.update(raw + tags[j] + values[8 * j : 8 * j + 8])
+                out += h.digest()
             continue
         msg = raw + row.tobytes()
         need, got, block = 8 * m, b"", 0
