@@ -116,3 +116,27 @@ def test_ina_with_the_floor_links_no_more_than_uniform_noise_at_equal_msec(
     assert code == 0 and cmp["linkage"]["recorded"] == ina["linkage"]
     full = full_linkage(*pairs(shop, "ina"))
     assert abs(cmp["linkage"]["measured"] - full) <= 4 * math.sqrt(max(full, 0.002) / 2000)
+
+
+def test_linkage_streamed_in_uneven_batches_equals_the_count_over_all_pairs() -> None:
+    """The stream's figure (any batch sizes, even one row; duplicate originals tie and count as
+    linked) is the brute-force count over the sample."""
+    from dbanon.metrics.linkage import Linkage
+
+    rng = np.random.default_rng(9)
+    x = rng.uniform(0, 50, size=(3000, 3))
+    x[10:20] = x[0]  # ten duplicates of row 0
+    out = x + rng.uniform(-0.3, 0.3, size=x.shape)
+    out[0] = x[0]  # released exactly: ties with its duplicates
+    alpha = np.array([50.0, 25.0, 10.0])
+    keys = [f"k{i}" for i in range(len(x))]
+    sample = rng.permutation(len(x))[:700].tolist() + [0]
+    measure = Linkage([keys[i] for i in sample], out[sample], alpha)
+    cuts = [0, 1, 2, 500, 501, 1700, 3000]
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        measure.add(keys[a:b], x[a:b])
+    z, w = x / alpha, out[sample] / alpha
+    d = ((w[:, None, :] - z[None, :, :]) ** 2).sum(2)
+    own = d[np.arange(len(sample)), sample]
+    expected = float((own <= d.min(1)).mean())
+    assert measure.figures() == {"linkage": expected, "linkage_sample": len(sample)}
