@@ -114,6 +114,9 @@ def test_ina_with_the_floor_links_no_more_than_uniform_noise_at_equal_msec(
     code, cmp = cli_json(dsn, "compare", "sales.shop", "ina", "--columns", "spend,visits",
                          "--clusters", "3")  # fmt: skip
     assert code == 0 and cmp["linkage"]["recorded"] == ina["linkage"]
+    line = cli(dsn, "compare", "sales.shop", "ina", "--columns", "spend,visits", "--clusters",
+               "3").stdout  # fmt: skip
+    assert f"(recorded at publish {ina['linkage']:.2%})" in line and "linkage " in line
     full = full_linkage(*pairs(shop, "ina"))
     assert abs(cmp["linkage"]["measured"] - full) <= 4 * math.sqrt(max(full, 0.002) / 2000)
 
