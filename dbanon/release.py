@@ -683,7 +683,7 @@ class Refused(DbanonError):
     exit_code = 4
 
 
-def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
+def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     """This run's rows with their groups, for methods whose groups persist (else None)."""
     stage = r.method.group_map(r)
     if stage is None:
@@ -693,7 +693,7 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
 
 
 def compose(
-    conn: psycopg.Connection, r: Resolved, rows: sql.Identifier | None, allow: bool
+    conn: psycopg.Connection, r: Resolved, rows: composition.Rows | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
     refuse the run when that breaks the promised k or l (p), unless allowed."""
@@ -721,11 +721,11 @@ def compose(
     )
 
 
-def keep_map(conn: psycopg.Connection, rows: sql.Identifier | None, release_id: int) -> None:
-    """Store this run's private row-to-group map (or drop a stale one)."""
-    if rows is None:
-        composition.forget(conn, release_id)
-    else:
+def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id: int) -> None:
+    """Store this run's private row-to-group map. A run without groups (another method since
+    a --replace) leaves the map as it is: consumers still hold the grouped releases, and a
+    later grouping run is measured against them."""
+    if rows is not None:
         composition.store(conn, release_id, rows)
 
 
