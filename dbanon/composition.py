@@ -265,19 +265,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
             ).format(fresh=fresh, rows=rows.ident, map=MAP),
             {"rid": release_id},
         )
-    forget(conn, release_id)  # after the read of the old map above; frees its names
-    name = partition_name(release_id)
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
-            fresh, sql.Identifier(f"{name}_pkey")
-        )
-    )
-    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-            MAP, partition(release_id), sql.Literal(release_id)
-        )
-    )
+    _swap_in(conn, release_id, fresh)  # after the read of the old map above
 
 
 def previous_groups(
@@ -356,6 +344,106 @@ def previous_state(
     vidx = np.full(len(keys), -1, dtype=np.int64)
     vidx[at] = np.asarray(idx, dtype=np.int64)
     return groups, vidx, sets
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    """How a redefined release's map found its people in the new source."""
+
+    by: str  # "key" (the old key column's values) or "content" (the shared columns' values)
+    kept: int  # map entries carried to the new key
+    dropped: int  # entries of people the new source no longer holds (or could not be told)
+
+    def as_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+
+def _unique_in(conn: psycopg.Connection, rel: Relation, col: sql.Composable) -> bool:
+    """Whether an expression over a relation's rows is never NULL and never repeated."""
+    total, distinct = conn.execute(
+        sql.SQL("SELECT count(*), count(DISTINCT {c}) FROM {r}").format(c=col, r=rel.ident)
+    ).fetchone()
+    return bool(total == distinct)
+
+
+def translation(
+    conn: psycopg.Connection,
+    old_source: Relation | None,
+    old_key: str,
+    source: Relation,
+    key: Column,
+    columns: dict[str, Column],
+    old_columns: dict[str, Column] | None,
+) -> tuple[str, sql.Composable] | None:
+    """How to tell, in `source`, the people a map keyed by `old_key` of `old_source` names:
+    ("key", query of (old, new) key texts) when the new source still has the old key column
+    with unique values; else ("content", ...) matching the rows of the old and new source on
+    every column they share by name (rows alike in all of them are interchangeable: paired in
+    key order); None when neither can be done."""
+    if old_key in columns:
+        old = sql.Identifier(old_key)
+        if _unique_in(conn, source, old):
+            return "key", sql.SQL("SELECT {o}::text AS old, {n}::text AS new FROM {s}").format(
+                o=old, n=key.ident, s=source.ident
+            )
+    if old_source is None or old_columns is None or old_key not in old_columns:
+        return None
+    shared = sorted(set(columns) & set(old_columns))
+    if not shared:
+        return None
+    row = sql.SQL("md5(ROW({})::text)").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in shared)
+    )
+    return "content", sql.SQL(
+        """SELECT o.old, n.new FROM
+           (SELECT {row} AS f, row_number() OVER (PARTITION BY {row} ORDER BY {ok}::text) AS i,
+                   {ok}::text AS old FROM {os}) o
+           JOIN (SELECT {row} AS f,
+                        row_number() OVER (PARTITION BY {row} ORDER BY {nk}::text) AS i,
+                        {nk}::text AS new FROM {ns}) n USING (f, i)"""
+    ).format(
+        row=row, ok=sql.Identifier(old_key), os=old_source.ident, nk=key.ident, ns=source.ident
+    )
+
+
+def rekey(
+    conn: psycopg.Connection, release_id: int, how: tuple[str, sql.Composable]
+) -> Rekeyed | None:
+    """Carry the release's map to the new key through `how` (see `translation`); None
+    without a map. Entries nobody in the new source matches are dropped (people gone)."""
+    if not has_map(conn, release_id):
+        return None
+    by, pairs = how
+    before = conn.execute(
+        sql.SQL("SELECT count(*) FROM {}").format(partition(release_id))
+    ).fetchone()[0]
+    fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
+    conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
+    kept = conn.execute(
+        sql.SQL(
+            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals "
+            "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
+        ).format(fresh=fresh, part=partition(release_id), pairs=pairs)
+    ).rowcount
+    _swap_in(conn, release_id, fresh)
+    return Rekeyed(by, int(kept), int(before) - int(kept))
+
+
+def _swap_in(conn: psycopg.Connection, release_id: int, fresh: sql.Identifier) -> None:
+    """The fresh table becomes the release's partition of the map (the old one dropped)."""
+    forget(conn, release_id)
+    name = partition_name(release_id)
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
+            fresh, sql.Identifier(f"{name}_pkey")
+        )
+    )
+    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            MAP, partition(release_id), sql.Literal(release_id)
+        )
+    )
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:

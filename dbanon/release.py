@@ -609,8 +609,7 @@ def _publish(
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
-        if r.new_source and r.release_id is not None:
-            composition.forget(conn, r.release_id)
+        rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
@@ -648,6 +647,10 @@ def _publish(
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
+        if rekeyed is not None:
+            metrics["map_rekeyed"] = rekeyed
+        if allow_composition:
+            metrics["allow_composition"] = True  # the override is on the record
         pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         if pinned:
             metrics["hierarchies"] = pinned
@@ -719,6 +722,38 @@ def compose(
         f"{' and '.join(problems)}; the previous release is kept (refresh with the "
         "persist policy, or --allow-composition to publish anyway)"
     )
+
+
+def carry_map(
+    conn: psycopg.Connection, r: Resolved, allow: bool
+) -> dict[str, int | str] | None:
+    """A release redefined on another source or key keeps its map: its entries go to the new
+    key, people found by the old key column's values or by their rows' content (docs/
+    composition.md). When neither tells them, the run is refused unless allowed (the map then
+    starts over, and the run says so)."""
+    if r.release_id is None or not composition.has_map(conn, r.release_id):
+        return None
+    row = _release_row(conn, r.spec.name)
+    assert row is not None  # the release exists: it has a map
+    old_source_name, old_key = row[1]["source"], row[1]["key"]
+    old_source = catalog.find_relation(conn, old_source_name)
+    how = composition.translation(
+        conn, old_source, old_key, r.source, r.key, catalog.columns(conn, r.source),
+        catalog.columns(conn, old_source) if old_source is not None else None,
+    )  # fmt: skip
+    if how is not None:
+        done = composition.rekey(conn, r.release_id, how)
+        return done.as_dict() if done else None
+    if not allow:
+        raise Refused(
+            f"release {r.spec.name!r}: cannot tell which rows of {r.source} are the people its "
+            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is not "
+            "unique in the new source, and the two sources share no row content to match); "
+            "consumers who keep them could narrow people unmeasured; the previous release is "
+            "kept (--allow-composition to start the measure over)"
+        )
+    composition.forget(conn, r.release_id)
+    return {"by": "none", "kept": 0}
 
 
 def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id: int) -> None:
