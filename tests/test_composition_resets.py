@@ -140,3 +140,31 @@ def test_people_nobody_can_tell_apart_are_refused_unless_allowed(
     status, metrics = last_run(conn)
     assert status == "succeeded" and metrics["allow_composition"] is True
     assert metrics["map_rekeyed"] == {"by": "none", "kept": 0}
+
+
+def test_cbg_away_to_mondrian_and_back_is_measured_against_its_units(
+    conn: psycopg.Connection, dsn: str, ward: random.Random
+) -> None:
+    """cbg's map (each row's unit) read by mondrian as groups and back: every step measured;
+    cbg regrouping from scratch on return is refused. (The same l as the fixture's: a replace
+    that raises l is refused where consumers already hold fewer values, which is right.)"""
+    cbg = ("--sensitive", "dx", "--k", "3", "--l", "2")
+    base = ("--source", "h.ward", "--key", "id", "--replace")
+    code, out = publish(dsn, *base, "--algorithm", "cbg", models=cbg)
+    assert code == 0, out
+    churn(conn, ward, 10_000)
+    code, out = publish(dsn, *base, "--algorithm", "mondrian", models=cbg)
+    assert code == 0, out
+    status, metrics = last_run(conn)
+    assert metrics["composition"]["persisting"] == 600, metrics
+    assert metrics["composition"]["rows_below_k"] == 0, metrics
+    churn(conn, ward, 20_000)
+    code, out = publish(dsn, *base, "--algorithm", "cbg", "--refresh-policy", "regroup",
+                        models=cbg)  # fmt: skip
+    assert code == 4 and "could narrow" in out["error"], out
+    code, out = publish(dsn, *base, "--algorithm", "cbg", models=cbg)
+    assert code == 0, out
+    status, metrics = last_run(conn)
+    composed = metrics["composition"]
+    assert status == "succeeded" and composed["persisting"] == 660, composed
+    assert composed["rows_below_k"] == 0 and composed["rows_below_l"] == 0, composed
