@@ -13,7 +13,9 @@ people below both when the releases regroup from scratch (the test can fail).
 from __future__ import annotations
 
 import random
+from collections import Counter
 
+import numpy as np
 import psycopg
 import pytest
 from helpers import cli_json, make_table
@@ -141,3 +143,56 @@ def test_regrouping_cbg_from_scratch_is_caught_by_the_same_attacker(
     (below_k, below_l, _, _, _), measured, _ = rounds(conn, dsn, "w", "regroup")
     assert below_k > 0 and below_l > 0
     assert measured[-1]["rows_below_k"] > 0 and measured[-1]["rows_below_l"] > 0
+
+
+# --- the refresh's layout, in memory (dbanon.algorithms.cbg_persist) ---------------------------
+
+
+def odds_by_hand(gid: list[int], bid: list[int], sa: list[int]) -> float:
+    """The largest p(C, s) of (3.22): sum over buckets of Num(C,b) Num(s,b) / (|C| |b|)."""
+    worst = 0.0
+    for c in set(gid) - {-1}:
+        rows = [i for i, g in enumerate(gid) if g == c]
+        for s in set(sa):
+            p = 0.0
+            for b in {bid[i] for i in rows}:
+                in_b = [i for i, x in enumerate(bid) if x == b]
+                p += (sum(1 for i in rows if bid[i] == b) * sum(1 for i in in_b if sa[i] == s)
+                      / (len(rows) * len(in_b)))  # fmt: skip
+            worst = max(worst, p)
+    return worst
+
+
+def test_units_persist_and_each_release_keeps_k_and_l() -> None:
+    from dbanon.algorithms.cbg_persist import persist_units
+
+    rng = np.random.default_rng(4)
+    n, k, ell = 240, 3, 4
+    x = rng.random((n, 2))
+    sa = rng.integers(0, 10, n)
+    previous = np.where(np.arange(n) < 200, np.arange(n) // 8, -1)  # 25 old units, 40 new rows
+    previous[rng.choice(200, 20, replace=False)] = -2  # left out before: new again
+    previous = np.where(previous == -2, -1, previous)
+    laid = persist_units(x, sa, previous, np.full(n, -1), [], k, ell, ell)
+    for u in range(25):  # rows that shared a unit still do
+        assert len(set(laid.unit[previous == u].tolist())) == 1
+    sizes = Counter(laid.gid[laid.gid > 0].tolist())
+    assert min(sizes.values()) >= k
+    assert odds_by_hand(laid.gid.tolist(), laid.bid.tolist(), sa.tolist()) <= 1 / ell + 1e-9
+
+
+def test_a_unit_that_would_narrow_its_rows_merges() -> None:
+    """Unit 0 keeps (3,5) on its own (6 distinct values) but its rows' earlier releases left
+    them {a..f}, of which it holds 4: it merges with the unit that holds e and f, however far;
+    with e and f gone from the table there is nothing to gain and it stays."""
+    from dbanon.algorithms.cbg_persist import persist_units
+
+    a, b, c, d, e, f, g, h, i, j, m, o = range(12)
+    x = np.array([[0.0, 0.01 * r] for r in range(6)] + [[1.0, 0.01 * r] for r in range(6)])
+    sa = np.array([a, b, c, d, g, h, e, f, i, j, m, o])
+    previous = np.array([0] * 6 + [1] * 6)
+    plausible = np.array([0] * 6 + [-1] * 6)
+    merged = persist_units(x, sa, previous, plausible, [np.array([a, b, c, d, e, f])], 3, 5, 5)
+    assert len(set(merged.unit.tolist())) == 1 and merged.merged == 1
+    alone = persist_units(x, sa, previous, plausible, [np.array([a, b, c, d])], 3, 5, 5)
+    assert len(set(alone.unit.tolist())) == 2 and alone.merged == 0
