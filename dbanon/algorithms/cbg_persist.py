@@ -26,6 +26,7 @@ Arrays in, ids out (x: QIs as ordinals scaled to [0, 1], sa: sensitive codes).
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,25 +110,41 @@ def persist_units(
     # what the table can still give: the values of a set it holds (sets hold present codes)
     need = np.array([min(values_needed, len(s)) for s in sets], dtype=np.int64)
     members = _members(unit, units)
-    failing = {u for u, rows in members.items() if not _holds(x, sa, rows, plausible, sets, need,
-                                                              k, l)}  # fmt: skip
-    centres = np.array([x[members[u]].mean(axis=0) if u in members else np.zeros(x.shape[1])
-                        for u in range(units)])  # fmt: skip
+    dealt: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each unit's groups and buckets
+
+    def holds(u: int) -> bool:
+        dealt[u] = deal(x, members[u], k)
+        return _holds(sa, members[u], dealt[u], plausible, sets, need, k, l)
+
+    failing = {u for u in members if not holds(u)}
+    alive = np.zeros(units, dtype=bool)
+    alive[list(members)] = True
+    centres = np.zeros((units, x.shape[1]))
+    for u, rows in members.items():
+        centres[u] = x[rows].mean(axis=0)
+    queue = [(len(members[u]), u) for u in failing]  # smallest failing unit first
+    heapq.heapify(queue)
     merged = 0
-    while failing and len(members) > 1:
-        u = min(failing, key=lambda v: (len(members[v]), v))
-        alive = np.array(sorted(v for v in members if v != u))
-        into = int(alive[np.abs(centres[alive] - centres[u]).sum(axis=1).argmin()])
+    while queue and int(alive.sum()) > 1:
+        size, u = heapq.heappop(queue)
+        if u not in failing or len(members[u]) != size:
+            continue  # stale: merged away, or grown (queued again then)
+        alive[u] = False
+        d = np.abs(centres - centres[u]).sum(axis=1)
+        d[~alive] = np.inf
+        into = int(d.argmin())
         rows = np.sort(np.concatenate([members[into], members.pop(u)]))
         members[into] = rows
+        dealt.pop(u, None)
         failing.discard(u)
         merged += 1
         centres[into] = x[rows].mean(axis=0)
-        if _holds(x, sa, rows, plausible, sets, need, k, l):
+        if holds(into):
             failing.discard(into)
         else:
             failing.add(into)
-    return _layout(x, members, n, k, merged)
+            heapq.heappush(queue, (len(rows), into))
+    return _layout(members, dealt, n, k, merged)
 
 
 def _members(unit: np.ndarray, units: int) -> dict[int, np.ndarray]:
@@ -141,9 +158,9 @@ def _members(unit: np.ndarray, units: int) -> dict[int, np.ndarray]:
 
 
 def _holds(
-    x: np.ndarray,
     sa: np.ndarray,
     rows: np.ndarray,
+    layout: tuple[np.ndarray, np.ndarray],
     plausible: np.ndarray,
     sets: list[np.ndarray],
     need: np.ndarray,
@@ -153,7 +170,7 @@ def _holds(
     """Whether a unit, dealt into groups and buckets, keeps (k,l) and every earlier promise."""
     if len(rows) < k:
         return False
-    groups, buckets = deal(x, rows, k)
+    groups, buckets = layout
     if odds(groups, buckets, sa[rows], k) > 1 / l + TOLERANCE:
         return False
     held = np.unique(sa[rows])
@@ -174,14 +191,20 @@ def _holds(
     return True
 
 
-def _layout(x: np.ndarray, members: dict[int, np.ndarray], n: int, k: int, merged: int) -> Layout:
+def _layout(
+    members: dict[int, np.ndarray],
+    dealt: dict[int, tuple[np.ndarray, np.ndarray]],
+    n: int,
+    k: int,
+    merged: int,
+) -> Layout:
     gid = np.full(n, -1, dtype=np.int64)
     bid = np.full(n, -1, dtype=np.int64)
     unit = np.full(n, -1, dtype=np.int64)
     groups = 0
     for i, u in enumerate(sorted(members)):
         rows = members[u]
-        g, b = deal(x, rows, k)
+        g, b = dealt[u]
         gid[rows] = groups + g + 1
         groups += int(g.max()) + 1
         bid[rows] = i * k + b + 1
