@@ -53,7 +53,7 @@ from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
 from dbanon.models.specs import kind_of
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 # (key, gid: group, b: bucket, u: unit the map keeps) of this run; dropped at commit
 STAGE = sql.Identifier("dbanon_cbg_stage")
