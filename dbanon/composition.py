@@ -319,25 +319,26 @@ def previous_state(
     )  # gid: the row's position in `keys`
     copy_in_ids(conn, rows, keys, np.arange(len(keys)))
     conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    state = sql.Identifier("dbanon_refresh_state")  # (position, map gid, map values)
     conn.execute(
         sql.SQL(
-            "CREATE TEMP TABLE dbanon_refresh_state ON COMMIT DROP AS "
+            "CREATE TEMP TABLE {state} ON COMMIT DROP AS "
             "SELECT t.gid AS at, m.gid, m.vals FROM {rows} t JOIN {map} m "
             "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(rows=rows, map=MAP, rid=sql.Literal(release_id))
+        ).format(state=state, rows=rows, map=MAP, rid=sql.Literal(release_id))
     )
-    sets = [v for (v,) in conn.execute(
-        "SELECT DISTINCT vals FROM dbanon_refresh_state WHERE vals IS NOT NULL ORDER BY 1"
-    ).fetchall()]  # fmt: skip
-    at, old, idx = copy_columns(
+    sets = [v for (v,) in conn.execute(sql.SQL(
+        "SELECT DISTINCT vals FROM {} WHERE vals IS NOT NULL ORDER BY 1"
+    ).format(state)).fetchall()]  # fmt: skip
+    at, old, idx = copy_columns(  # a set's index: its rank in the order `sets` has
         conn,
         sql.SQL(
             "SELECT at::float8, gid::float8, CASE WHEN vals IS NULL THEN -1 "
-            "ELSE dense_rank() OVER (ORDER BY vals) - 1 END::float8 FROM dbanon_refresh_state"
-        ),
+            "ELSE dense_rank() OVER (ORDER BY vals) - 1 END::float8 FROM {}"
+        ).format(state),
         ["float8", "float8", "float8"],
     )
-    conn.execute(sql.SQL("DROP TABLE {}, dbanon_refresh_state").format(rows))
+    conn.execute(sql.SQL("DROP TABLE {}, {}").format(rows, state))
     at = np.asarray(at, dtype=np.int64)
     groups = np.full(len(keys), -1, dtype=np.int64)
     groups[at] = np.asarray(old, dtype=np.int64)

@@ -196,3 +196,42 @@ def test_a_unit_that_would_narrow_its_rows_merges() -> None:
     assert len(set(merged.unit.tolist())) == 1 and merged.merged == 1
     alone = persist_units(x, sa, previous, plausible, [np.array([a, b, c, d])], 3, 5, 5)
     assert len(set(alone.unit.tolist())) == 2 and alone.merged == 0
+
+
+def test_the_bucket_measure_by_hand(conn: psycopg.Connection) -> None:
+    """Six people a..f. Release 1: classes {1,2,3} and {4,5,6}, buckets {1,4} {2,5} {3,6}:
+    every class holds a..f. Release 2: classes {1,2} and {3,4,5}, buckets {1,3} {2,4} {5},
+    person 6 left out: class {1,2} holds a..d (2 plausible rows, 4 values), {3,4,5} a..e
+    (3 rows, 5 values). Person 6 keeps release 1's values in the map (group -1) and is
+    measured again when release 3 brings her back."""
+    from dbanon import composition
+    from dbanon.db import catalog
+
+    make_table(conn, "h", "six", [("id", "int"), ("dx", "text")],
+               list(zip(range(1, 7), "abcdef", strict=True)))  # fmt: skip
+    rid = 999
+    source = catalog.relation(conn, "h.six")
+    cols = catalog.columns(conn, source)
+
+    def run(stage: list[tuple[int, int, int]]) -> composition.Composition | None:
+        conn.execute("DROP TABLE IF EXISTS pg_temp.st, pg_temp.dbanon_new_rows")
+        conn.execute("CREATE TEMP TABLE st (key text, gid int4, b int4, u int4)")
+        for key, g, b in stage:
+            conn.execute("INSERT INTO st VALUES (%s, %s, %s, %s)", [str(key), g, b, g])
+        rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
+                                    psycopg.sql.Identifier("st"))  # fmt: skip
+        found = composition.measure(conn, rid, rows, 3, 5)
+        composition.store(conn, rid, rows)
+        return found
+
+    with conn.transaction():
+        assert run([(1, 1, 1), (2, 1, 2), (3, 1, 3), (4, 2, 1), (5, 2, 2), (6, 2, 3)]) is None
+        second = run([(1, 1, 1), (2, 1, 2), (3, 2, 1), (4, 2, 2), (5, 2, 3)])
+        assert second == composition.Composition(5, 2, 4, 2, 2)
+        kept = dict(conn.execute(
+            "SELECT key, gid FROM dbanon.group_map WHERE release_id = %s", [rid]
+        ).fetchall())  # fmt: skip
+        assert kept["6"] == -1 and len(kept) == 6
+        third = run([(k, 1, 1 + k % 3) for k in range(1, 7)])
+        assert third is not None and third.persisting == 6
+        conn.execute("DROP TABLE dbanon.group_map_999")
