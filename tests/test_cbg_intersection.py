@@ -173,9 +173,14 @@ def test_units_persist_and_each_release_keeps_k_and_l() -> None:
     previous = np.where(np.arange(n) < 200, np.arange(n) // 8, -1)  # 25 old units, 40 new rows
     previous[rng.choice(200, 20, replace=False)] = -2  # left out before: new again
     previous = np.where(previous == -2, -1, previous)
-    laid = persist_units(x, sa, previous, np.full(n, -1), [], k, ell, ell)
+    laid = persist_units(
+        x, sa, previous, np.full(n, -1), [], k, ell, ell, np.random.default_rng(0)
+    )
     for u in range(25):  # rows that shared a unit still do
         assert len(set(laid.unit[previous == u].tolist())) == 1
+    # units of new rows only are not numbered last (their buckets would show who joined)
+    joined = {int(u) for u in laid.unit[200:]} - {int(u) for u in laid.unit[:200]}
+    assert joined and max(laid.unit.tolist()) - len(joined) >= min(joined)
     sizes = Counter(laid.gid[laid.gid > 0].tolist())
     assert min(sizes.values()) >= k
     assert odds_by_hand(laid.gid.tolist(), laid.bid.tolist(), sa.tolist()) <= 1 / ell + 1e-9

@@ -78,11 +78,14 @@ def persist_units(
     k: int,
     l: int,  # noqa: E741 - the thesis's name
     values_needed: int,
+    rng: np.random.Generator | None = None,
 ) -> Layout:
     """The refresh's layout. `previous` holds each row's unit in the last release (-1: new or
     left out then), `plausible` the index into `sets` of the sensitive codes earlier releases
     left plausible for the row (-1: none; codes of values the table no longer holds left out),
-    `values_needed` the l (or p) the release promises."""
+    `values_needed` the l (or p) the release promises. Units are numbered (and so their
+    buckets, which the release shows) in an order drawn from `rng` (a secret draw when
+    None): numbered as they came, new rows' units would come last and show who joined."""
     n = len(sa)
     previous = np.asarray(previous, dtype=np.int64)
     unit = np.full(n, -1, dtype=np.int64)
@@ -144,7 +147,8 @@ def persist_units(
         else:
             failing.add(into)
             heapq.heappush(queue, (len(rows), into))
-    return _layout(members, dealt, n, k, merged)
+    order = (rng or np.random.default_rng()).permutation(np.array(sorted(members)))
+    return _layout(members, dealt, order, n, k, merged)
 
 
 def _members(unit: np.ndarray, units: int) -> dict[int, np.ndarray]:
@@ -194,6 +198,7 @@ def _holds(
 def _layout(
     members: dict[int, np.ndarray],
     dealt: dict[int, tuple[np.ndarray, np.ndarray]],
+    order: np.ndarray,
     n: int,
     k: int,
     merged: int,
@@ -202,7 +207,7 @@ def _layout(
     bid = np.full(n, -1, dtype=np.int64)
     unit = np.full(n, -1, dtype=np.int64)
     groups = 0
-    for i, u in enumerate(sorted(members)):
+    for i, u in enumerate(order.tolist()):
         rows = members[u]
         g, b = dealt[u]
         gid[rows] = groups + g + 1

@@ -33,6 +33,7 @@ cbg_persist) and the run measures what intersecting the releases leaves each per
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -152,8 +153,10 @@ class CrossBucket(Method):
                         for s in sets]  # fmt: skip
             try:
                 laid = persist_units(
-                    x, sa, groups, plausible, as_codes, k, ell, composition.values_needed(r.models)
-                )
+                    x, sa, groups, plausible, as_codes, k, ell,
+                    composition.values_needed(r.models),
+                    np.random.default_rng(secrets.randbits(64)),  # bucket ids: a secret order
+                )  # fmt: skip
             except ValueError as e:
                 raise DbanonError(f"cbg cannot publish {r.source}: {e}") from None
             gid, bid, unit = laid.gid, laid.bid, laid.unit
