@@ -6,7 +6,8 @@ Publishes two relations, joinable on `bucket_id`:
   column's hierarchy, or the value when the group agrees and '*' otherwise), and its bucket;
 - NAME_st: per bucket, each sensitive value (under the column's own name) and its `count`.
 Neither holds the row key or a group id; QIT rows are ordered by (bucket_id, QI values) and ST
-rows by (bucket_id, value): functions of the published content, not of the source's order.
+rows by (bucket_id, value): functions of the published content, not of the source's order (on a
+persist refresh the units, and so the bucket ids, are numbered in a secret random order).
 
 The thesis's Table 3.2 (k=2, l=4) publishes as its Table 3.6: groups {101,103}, {102,104},
 {106,107}, {105,108}; buckets {101,102}, {103,104}, {105,106}, {107,108}. Its QIT:
