@@ -54,6 +54,47 @@ def released(conn: psycopg.Connection) -> list[tuple]:
     return sorted(conn.execute("SELECT * FROM rel.w").fetchall())
 
 
+def release_rows(conn: psycopg.Connection) -> list[dict]:
+    cur = conn.execute("SELECT * FROM rel.w")
+    names = [d.name for d in cur.description or []]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def covers(released: str, value: object) -> bool:
+    if released == "*" or released == value:
+        return True
+    if isinstance(value, int):
+        low, _, high = str(released).partition("-")
+        return low.isdigit() and int(low) <= value <= int(high or low)
+    return value in str(released).strip("{}").split(",")  # a set of values
+
+
+def people(conn: psycopg.Connection) -> dict[int, dict]:
+    """The first 600 people as they are now (what the attacker knows of each)."""
+    cur = conn.execute("SELECT id, age, region, dx FROM h.ward WHERE id <= 600")
+    return {i: {"age": a, "region": g, "dx": d} for i, a, g, d in cur.fetchall()}
+
+
+def fewest(releases: list[list[dict]], states: list[dict[int, dict]]) -> tuple[int, int]:
+    """The attacker's own intersection (plain Python, released tables only): for each person,
+    the values every release's classes covering her QIs (as they were then) hold, and the rows
+    of the newest release's covering classes with such a value; the fewest of each."""
+    rows_min = values_min = 10**9
+    for i in states[-1]:
+        values = None
+        cands: list[dict] = []
+        for rel, state in zip(releases, states, strict=True):
+            p = state[i]
+            cands = [r for r in rel
+                     if all(covers(r[c], p[c]) for c in ("age", "region") if c in r)]  # fmt: skip
+            held = {r["dx"] for r in cands}
+            values = held if values is None else values & held
+        assert values is not None and states[-1][i]["dx"] in values
+        rows_min = min(rows_min, sum(1 for r in cands if r["dx"] in values))
+        values_min = min(values_min, len(values))
+    return rows_min, values_min
+
+
 @pytest.fixture
 def ward(conn: psycopg.Connection, dsn: str) -> random.Random:
     rng = random.Random(7)
@@ -89,6 +130,7 @@ def test_a_replace_is_refused_or_measured(
                             "--replace", models=("--sensitive", "dx", "--l", "2"))  # fmt: skip
         assert code == 0, out
         assert last_run(conn)[1].get("composition") is None  # anatomy: no groups to measure
+    then = people(conn)
     churn(conn, ward, 10_000)
     away = path == "a method without groups and back"  # rel.w is then anatomy's, named apart
     before = None if away else released(conn)
@@ -103,8 +145,12 @@ def test_a_replace_is_refused_or_measured(
     if not away:
         assert released(conn) == before
 
+    first = None if away else release_rows(conn)
     code, out = publish(dsn, *PATHS[path], "--replace", qi=qi)
     assert code == 0, out
+    if first is not None:  # the attacker holds both releases: nobody below k=5 rows, l=2 values
+        rows_min, values_min = fewest([first, release_rows(conn)], [then, people(conn)])
+        assert rows_min >= 5 and values_min >= 2, (rows_min, values_min)
     status, metrics = last_run(conn)
     composed = metrics["composition"]
     assert status == "succeeded" and composed["persisting"] == 600, composed
