@@ -591,8 +591,8 @@ def carry_map(
     if not allow:
         raise Refused(
             f"release {r.spec.name!r}: cannot tell which rows of {r.source} are the people its "
-            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is not "
-            "unique in the new source, and the two sources share no row content to match); "
+            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is no "
+            "unique column of it, and the old source is gone or shares no column with it); "
             "consumers who keep them could narrow people unmeasured; the previous release is "
             "kept (--allow-composition to start the measure over)"
         )
