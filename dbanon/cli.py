@@ -999,6 +999,9 @@ def compare(
             f"{algorithm}, {clusters} clusters on {', '.join(columns)}: "
             f"misclassification {data['misclassification']:.2%} of {data['rows']} rows; SEC "
             + ", ".join(f"{k} {v:.2%}" for k, v in data["sec"].items())
+            + f"; linkage {data['linkage']['measured']:.2%} of {data['linkage']['sample']} rows"
+            + ("" if data["linkage"]["recorded"] is None
+               else f" (recorded at publish {data['linkage']['recorded']:.2%})")
         ),
     )
 
