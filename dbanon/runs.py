@@ -34,6 +34,9 @@ from psycopg import sql
 
 from dbanon.errors import DbanonError
 
+# The error of a run whose backend ended without finishing it (a killed process).
+KILLED = "the run was killed: its backend ended without finishing it"
+
 
 class Busy(DbanonError):
     """Another run holds the release: exit code 3, so a scheduler can tell it from an error."""
@@ -171,10 +174,10 @@ def start(conn: psycopg.Connection, release: str) -> int | None:
         return None
     conn.execute(
         """UPDATE dbanon.run SET status = 'abandoned', finished_at = clock_timestamp(),
-               error = 'the run was killed: its backend ended without finishing it'
+               error = %s
            WHERE release_id = %s AND status = 'running'
              AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity))""",
-        [row[0]],
+        [KILLED, row[0]],
     )
     try:
         run_id = conn.execute(
