@@ -636,15 +636,16 @@ def _greedy_thetak(
                 wc = vcat[wv]
                 d = need[wc] - have[wc]
                 if not (eligible[wc] and in_cluster[wv] != c and 0 < d <= dth):
-                    # A row that does not shrink the deficit: not while the slots are tight,
-                    # and not if its value is scarce (no more rows left than classes still to
-                    # build), unless nothing else is left: later classes need those rows.
+                    # A row that does not shrink the deficit: not while the slots are tight;
+                    # and when every class needs every eligible category (exactly θ), not if
+                    # its value is scarce (no more rows left than classes still to build)
+                    # unless nothing else is left: later classes need those rows.
                     if restricted:
                         side_b[nside] = b
                         side_i[nside] = i
                         nside += 1
                         continue
-                    if not spend and vleft[wv] <= remaining // k:
+                    if not spend and ne == theta and vleft[wv] <= remaining // k:
                         scarce_b[nscarce] = b
                         scarce_i[nscarce] = i
                         nscarce += 1
