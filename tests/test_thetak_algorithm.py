@@ -304,14 +304,17 @@ def test_errors_name_the_problem() -> None:
 def independent_theta_k(gid: np.ndarray, category: np.ndarray, value: np.ndarray, k: int,
                         theta: int) -> list[int]:  # fmt: skip
     """Classes failing (θ,k) by the definition in plain Python (nothing from dbanon):
-    need_c = max(1, min(k // θ, Σ_v min(f_v, N) // N)), N = max(1, n // k)."""
+    need_c = max(1, min(k // θ, Σ_v min(f_v, N_c) // N_c)), N = max(1, n // k),
+    N_c = min(N, ⌈θ N r_c / n⌉)."""
     n = len(gid)
     big_n = max(1, n // k)
     f = Counter(zip(category.tolist(), value.tolist(), strict=True))
+    per_cat = Counter(category.tolist())
+    share = {c: min(big_n, -(-theta * big_n * r // n)) for c, r in per_cat.items()}
     supply: Counter = Counter()
     for (c, _), rows in f.items():
-        supply[c] += min(rows, big_n)
-    need = {c: max(1, min(k // theta, s // big_n)) for c, s in supply.items()}
+        supply[c] += min(rows, share[c])
+    need = {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
     members: dict[int, set] = {}
     for g, c, v in zip(gid.tolist(), category.tolist(), value.tolist(), strict=True):
         members.setdefault(g, set()).add((c, v))

@@ -5,8 +5,9 @@ sensitive values, the groups mutually dissimilar), not a property. dbanon checks
 
     Let the categories be those of dbanon.models.categories (a hierarchy level, or numeric
     intervals), n the rows of the relation, N = max(1, ⌊n/k⌋) the most classes of k rows it
-    can hold, f_v the rows of sensitive value v, and for category c
-        need_c = max(1, min(⌊k/θ⌋, ⌊Σ_{v in c} min(f_v, N) / N⌋)).
+    can hold, r_c the rows of category c, f_v the rows of sensitive value v, and
+        N_c = min(N, ⌈θ N r_c / n⌉)    (c's proportional share of the θ N class-category slots)
+        need_c = max(1, min(⌊k/θ⌋, ⌊Σ_{v in c} min(f_v, N_c) / N_c⌋)).
     A class e is (θ,k)-anonymous when |e| >= k and at least θ categories c each hold at least
     need_c distinct values in e.
 
@@ -14,13 +15,12 @@ So an attacker who learns a row's class sees at least θ categories, each well r
 (similarity attack), and one who also knows the row's category among those θ still faces at
 least need_c values (background-knowledge attack). The paper asks for ⌊k/θ⌋ distinct values of
 each category (its groups of ⌊k/θ⌋ rows with different values); the cap says "as diverse as the
-relation allows when cut into classes of k rows": a value of f_v rows can sit in at most
-min(f_v, N) of N classes, so no grouping into N classes gives every class more than
-Σ min(f_v, N) / N values of c on average. It is tight for the data a release is cut from: a
-9-row value (Adult's Armed-Forces) counts for 9 classes, not for all, so no class is forced to
-hold it. With N = 1 (n < 2k) it is min(⌊k/θ⌋, V_c), V_c the distinct values of c, and it never
-exceeds that: any grouping satisfying the paper's rule (capped by V_c) satisfies this one. A
-category with fewer than N rows needs one value, i.e. only to be present. The property only
+relation allows when cut into classes of k rows": if c serves its share N_c of the classes, a
+value of f_v rows can sit in at most min(f_v, N_c) of them, so those classes cannot all show
+more than Σ min(f_v, N_c) / N_c values of c. A 9-row value (Adult's Armed-Forces) thus counts
+for 9 classes, not for all, and no class is forced to hold it. With N = 1 (n < 2k) it is
+min(⌊k/θ⌋, V_c), V_c the distinct values of c, and it never exceeds that: any grouping
+satisfying the paper's rule (capped by V_c) satisfies this one. A category with fewer than N rows needs one value, i.e. only to be present. The property only
 gets easier as rows join a class, so the algorithm's leftover step cannot break it; the proof
 that dbanon.algorithms.thetak's output satisfies it is in that module. θ must be in [2, k]:
 θ = 1 adds nothing to k-anonymity and θ > k leaves no room for θ groups in a class of k.
@@ -83,14 +83,19 @@ class ThetaKAnonymity(PrivacyModel):
         cells = sql.SQL(
             "(SELECT {q}, cat, count(DISTINCT v) AS d, {rows} AS n FROM {src} GROUP BY {q}, cat)"
         ).format(q=q, rows=target.rows, src=src)
-        # N = max(1, ⌊n/k⌋) over the whole relation; per category the capped diversity.
-        classes = sql.SQL("greatest(1, floor((SELECT {rows} FROM {src}) / {k}))").format(
-            rows=target.rows, src=src, k=sql.Literal(self.k)
-        )
+        # N and N_c over the whole relation (docstring); per category the capped diversity.
         need = sql.SQL(
-            "(SELECT cat, greatest(1, least({g}, floor(sum(least(f, {N})) / {N}))) AS need "
-            "FROM (SELECT cat, v, {rows} AS f FROM {src} GROUP BY cat, v) f GROUP BY cat)"
-        ).format(g=sql.Literal(self.group), N=classes, rows=target.rows, src=src)
+            """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / nc))) AS need
+               FROM (SELECT f.*, least(t.big_n, ceil({theta} * t.big_n * f.rc / t.n)) AS nc
+                     FROM (SELECT cat, v, {rows} AS f, sum({rows}) OVER (PARTITION BY cat) AS rc
+                           FROM {src} GROUP BY cat, v) f,
+                          (SELECT {rows} AS n, greatest(1, floor({rows} / {k})) AS big_n
+                           FROM {src}) t) x
+               GROUP BY cat)"""
+        ).format(
+            g=sql.Literal(self.group), theta=sql.Literal(self.theta), k=sql.Literal(self.k),
+            rows=target.rows, src=src,
+        )
         return ClassTest(
             source=sql.SQL(
                 "(SELECT cells.*, need.need FROM {} cells JOIN {} need USING (cat)) x"
@@ -152,11 +157,16 @@ class ThetaKAnonymity(PrivacyModel):
 
 
 def theta_k_needs(overall: Counts, k: int, theta: int) -> dict:
-    """need_c = max(1, min(⌊k/θ⌋, ⌊Σ_v min(f_v, N) / N⌋)), N = max(1, ⌊n/k⌋) (docstring)."""
+    """need_c per category from rows per (category, value) (ThetaKAnonymity's docstring)."""
     n = sum(int(f) for f in overall.values() if f > 0)
-    classes = max(1, n // k)
+    big_n = max(1, n // k)
+    rows: dict = defaultdict(int)
+    for (cat, _), f in overall.items():
+        if f > 0:
+            rows[cat] += int(f)
+    share = {c: min(big_n, -(-theta * big_n * r // n)) for c, r in rows.items()}
     supply: dict = defaultdict(int)
     for (cat, _), f in overall.items():
         if f > 0:
-            supply[cat] += min(int(f), classes)
-    return {cat: max(1, min(k // theta, s // classes)) for cat, s in supply.items()}
+            supply[cat] += min(int(f), share[cat])
+    return {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
