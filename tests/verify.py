@@ -18,7 +18,8 @@ exact fractions where it does arithmetic (entropy, a logarithm, within 1e-9):
 - (theta,k)-anonymity: k-anonymous and at least theta categories c each showing need_c
   distinct values in the class, need_c = max(1, min(floor(k/theta), floor(sum over the values
   v of c of min(f_v, N_c) / N_c))), f_v the rows of v, N = max(1, floor(n/k)) and
-  N_c = min(N, ceil(theta N r_c / n)), r_c the rows of category c, in the whole relation; a value's category is floor(value / width) (`width`), or what the
+  N_c = min(N, ceil(theta N r_c / n)), r_c the rows of category c, in the whole relation;
+  a value's category is floor(value / width) (`width`), or what the
   model's `categories` mapping (value -> category, from the hierarchy file) says.
 
 Models are named as a release spec stores them (`{"name": "k-anonymity", "k": 5}`), so a test

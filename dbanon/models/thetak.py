@@ -20,7 +20,8 @@ value of f_v rows can sit in at most min(f_v, N_c) of them, so those classes can
 more than Σ min(f_v, N_c) / N_c values of c. A 9-row value (Adult's Armed-Forces) thus counts
 for 9 classes, not for all, and no class is forced to hold it. With N = 1 (n < 2k) it is
 min(⌊k/θ⌋, V_c), V_c the distinct values of c, and it never exceeds that: any grouping
-satisfying the paper's rule (capped by V_c) satisfies this one. A category with fewer than N rows needs one value, i.e. only to be present. The property only
+satisfying the paper's rule (capped by V_c) satisfies this one. A category too small for
+its share needs one value, i.e. only to be present. The property only
 gets easier as rows join a class, so the algorithm's leftover step cannot break it; the proof
 that dbanon.algorithms.thetak's output satisfies it is in that module. θ must be in [2, k]:
 θ = 1 adds nothing to k-anonymity and θ > k leaves no room for θ groups in a class of k.
@@ -85,7 +86,7 @@ class ThetaKAnonymity(PrivacyModel):
         ).format(q=q, rows=target.rows, src=src)
         # N and N_c over the whole relation (docstring); per category the capped diversity.
         need = sql.SQL(
-            """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / nc))) AS need
+            """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / max(nc)))) AS need
                FROM (SELECT f.*, least(t.big_n, ceil({theta} * t.big_n * f.rc / t.n)) AS nc
                      FROM (SELECT cat, v, {rows} AS f, sum({rows}) OVER (PARTITION BY cat) AS rc
                            FROM {src} GROUP BY cat, v) f,
