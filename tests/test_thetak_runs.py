@@ -93,7 +93,7 @@ def test_experiment_writes_both_rules_and_both_measures(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    rules = ("thetak", "thetak_nearest")
+    rules = ("thetak", "thetak_nearest", "thetak_paper")
     assert {(r["dataset"], r["algorithm"], int(r["k"])) for r in rows} == {
         (d, a, k) for d in ("hospital", "adult") for a in (*rules, "kmember", "pk")
         for k in (6, 9)
