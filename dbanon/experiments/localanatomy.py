@@ -171,13 +171,22 @@ def la_release(
     principles: dict[str, Principle] | None = None, rows: np.ndarray | None = None,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[str, Principle]]:  # fmt: skip
     """Local anatomy's buckets per flagged attribute (column -> ids), the salary's, and the
-    principle each attribute got (l capped where its flagged values allow less)."""
+    principle each attribute got. l is never capped: an attribute whose flagged values are
+    not l-eligible is infeasible at this l, absent from the principles returned, and its
+    flagged cells are released as one bucket of all of them (results report no exposure for
+    it: a gap, with `feasible_<column>` false)."""
     keep = np.ones(data.n, dtype=bool) if rows is None else rows
     cols = {name: (data.codes[keep, data.column(name)], flags[name][keep]) for name in flags}
     cols[SALARY] = (data.salary[keep], np.ones(int(keep.sum()), dtype=bool))
-    rule = {name: (principles or {}).get(name, Principle("l", min(ell, eligible_l(*cols[name]))))
-            for name in cols}  # fmt: skip
-    got = local_anatomy(cols, rule, heuristic, seed)
+    given = principles or {}
+    rule = {name: given.get(name, Principle("l", ell)) for name in cols
+            if name in given or eligible_l(*cols[name]) >= ell}  # fmt: skip
+    if SALARY not in rule:
+        raise ValueError(f"the salary is not {ell}-eligible")
+    got = local_anatomy({n: c for n, c in cols.items() if n in rule}, rule, heuristic, seed)
+    for name in cols:
+        if name not in rule:
+            got[name] = cols[name][1].astype(np.int64)  # one bucket: every flagged cell
     out = {}
     for name in flags:
         ids = np.zeros(data.n, dtype=np.int64)
@@ -189,8 +198,8 @@ def la_release(
 
 
 def eligible_l(values: np.ndarray, flagged: np.ndarray) -> int:
-    """The largest l the flagged values are l-eligible for: an attribute whose flagged values
-    cannot take the run's l takes this one instead (recorded as `capped` in the results)."""
+    """The largest l the flagged values are l-eligible for: above it the attribute is
+    infeasible (reported as such, never capped)."""
     counts = np.unique(values[flagged], return_counts=True)[1]
     return int(counts.sum() // counts.max()) if len(counts) else 0
 
@@ -300,8 +309,11 @@ def run(
     def qerr(b: Bucketed) -> float:
         return round(queries.query_error(b, data.attrs, work, SALARY)["query_error"], 5)
 
-    def semi_mean(exp: dict[object, float]) -> float:
-        return round(float(np.mean([exp[j] for j in semi if j in exp])), 5)
+    def semi_mean(exp: dict[object, float], used: dict[str, Principle] | None = None) -> float:
+        """Mean over the semi-sensitive attributes (with `used`, the feasible ones)."""
+        got = [exp[j] for c, j in zip(SEMI, semi, strict=True)
+               if j in exp and (used is None or c in used)]  # fmt: skip
+        return round(float(np.mean(got)), 5) if got else float("nan")
 
     for density in densities:
         flags = draw(data.n, SEMI, density, seed)
@@ -315,9 +327,9 @@ def run(
             for attacker in ("a", "b") if density == 0.2 else ("a",):
                 e = exposure(v, attacker)
                 exposure_rows.append({"series": f"LocalAnatomy_{attacker}", "density": density,
-                                      "l": ell, "semi_sensitive": semi_mean(e),
+                                      "l": ell, "semi_sensitive": semi_mean(e, used),
                                       "sensitive": round(e[SALARY], 5),
-                                      **per_attribute(data, e, used)})  # fmt: skip
+                                      **per_attribute(data, e, used, True)})  # fmt: skip
             error_rows.append({"series": "HeuristicLocalAnatomy", "density": density, "l": ell,
                                "query_error": qerr(bucketed(data, data.codes, data.codes,
                                                             buckets, sal))})  # fmt: skip
@@ -381,13 +393,17 @@ def run(
             "findings": findings(exposure_rows, error_rows, ls)}  # fmt: skip
 
 
-def per_attribute(data: Data, e: dict[object, float], used: dict[str, Principle]
-                  ) -> dict[str, Any]:  # fmt: skip
-    """Exposure of each semi-sensitive attribute and the l its buckets were built for."""
+def per_attribute(data: Data, e: dict[object, float], used: dict[str, Principle],
+                  local: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Exposure of each semi-sensitive attribute and the l its buckets were built for; for a
+    local-anatomy release, an attribute infeasible at the run's l has no exposure (a gap)."""
     out: dict[str, Any] = {}
     for c in SEMI:
-        out[f"exposure_{c}"] = round(e.get(data.column(c), float("nan")), 5)
+        feasible = c in used or not local
+        out[f"exposure_{c}"] = round(e.get(data.column(c), float("nan")), 5) if feasible else None
         out[f"l_{c}"] = int(used[c].value) if c in used else None
+        if local:
+            out[f"feasible_{c}"] = feasible
     return out
 
 
@@ -405,14 +421,19 @@ def findings(exposure_rows: list[dict[str, Any]], error_rows: list[dict[str, Any
     below = [ell for ell in ls if err["HeuristicLocalAnatomy"].get(ell, 1e9)
              < err["Anatomy"].get(ell, -1)]  # fmt: skip
     def within(series: str, density: float | None = None) -> bool:
-        """Every attribute's exposure within 1/l of the l its buckets were built for."""
+        """Every feasible attribute's exposure within 1/l of the l asked for (infeasible ones
+        are reported, not judged)."""
         return all(
-            r[f"exposure_{c}"] <= 1 / r[f"l_{c}"] + 1e-9 and r["sensitive"] <= 1 / r["l"] + 1e-9
+            (not r[f"feasible_{c}"] or r[f"exposure_{c}"] <= 1 / r["l"] + 1e-9)
+            and r["sensitive"] <= 1 / r["l"] + 1e-9
             for r in exposure_rows for c in SEMI
             if r["series"] == series and (density is None or r["density"] == density)
         )
 
+    infeasible = {c: sorted({r["l"] for r in exposure_rows
+                             if r.get(f"feasible_{c}") is False}) for c in SEMI}  # fmt: skip
     return {
+        "infeasible_l": infeasible,  # per attribute, the l its flagged values cannot reach
         "anatomy_semi_exposure": anat,
         "la_within_1_over_l_a": within("LocalAnatomy_a", 0.2),
         "la_within_1_over_l_b": within("LocalAnatomy_b", 0.2),
