@@ -1834,9 +1834,11 @@ def experiment_localanatomy(
     t-closeness extension (the thesis's ch. 4, Figs 4.3-4.8, 4.10)."""
     from dbanon.experiments.localanatomy import DENSITIES, LS, run
 
-    with c.progress() as say:
-        data = run(out_dir, ls=[int(x) for x in ls or LS], densities=densities or DENSITIES,
-                   rows=rows, n_queries=n_queries, seed=seed, progress=say)  # fmt: skip
+    with c.db() as db, c.progress() as say:
+        db.init()
+        data = run(db.conn, out_dir, ls=[int(x) for x in ls or LS],
+                   densities=densities or DENSITIES, rows=rows, n_queries=n_queries, seed=seed,
+                   progress=say)  # fmt: skip
 
     def human() -> None:
         table = Table("series", "density", "l", "exposure semi", "exposure salary")
