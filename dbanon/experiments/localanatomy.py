@@ -11,8 +11,9 @@ shared query workload, 1,000 queries; the personalised attacker for exposure, ma
 source's people to the released rows as dbanon.metrics.personal defines it). l is never capped:
 an attribute whose flagged values are not l-eligible is infeasible at that l, left out of the
 release, and reported as such (`feasible_<column>` false, no exposure: a gap in the plots).
-The baselines (Anatomy, Mondrian) are computed in memory on the pure algorithms. Categorical QIs generalise flat
-(a value, or '*' once a group mixes values): the thesis gives no hierarchies (§6.2 item 17).
+The baselines (Anatomy, Mondrian) are computed in memory on the pure algorithms. Categorical
+QIs generalise flat (a value, or '*' once a group mixes values): the thesis gives no
+hierarchies (§6.2 item 17).
 
 Series:
 - exposure vs l (Figs 4.3/4.4), density 20 %: Anatomy with the semi-sensitive attributes as QI
