@@ -518,11 +518,13 @@ def run(
     def qerr(b: Bucketed) -> float:
         return round(queries.query_error(b, data.attrs, work, SALARY)["query_error"], 5)
 
-    def semi_mean(exp: dict[object, float], used: dict[str, Principle] | None = None) -> float:
-        """Mean over the semi-sensitive attributes (with `used`, the feasible ones)."""
+    def semi_mean(exp: dict[object, float],
+                  used: dict[str, Principle] | None = None) -> float | None:  # fmt: skip
+        """Mean over the semi-sensitive attributes (with `used`, the feasible ones; None, a
+        gap, when none is)."""
         got = [exp[j] for c, j in zip(SEMI, semi, strict=True)
                if j in exp and (used is None or c in used)]  # fmt: skip
-        return round(float(np.mean(got)), 5) if got else float("nan")
+        return round(float(np.mean(got)), 5) if got else None
 
     for density in densities:
         flags = draw(data.n, SEMI, density, seed)
