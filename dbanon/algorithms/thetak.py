@@ -1,5 +1,11 @@
 """(θ,k)-anonymity clustering (Cheng, Liu et al. 2019): arrays in, group ids out.
 
+Two constructions (thetak_detail's `construction`):
+- "greedy" (the default): k-member's loss-greedy growth under the property dbanon.models.thetak
+  checks, whose need_c is capped by what the relation's classes can hold (so a rare value is
+  never forced into every class); see _greedy_construction;
+- "paper": the paper's algorithm as written, below.
+
 The paper's algorithm (spec theta-k.md), with g = ⌊k/θ⌋, the categories' rows hashed into one
 bucket each, and need_c = min(g, V_c), V_c the distinct values of category c in the table:
 1. while at least k rows remain and at least θ buckets are eligible (below):
@@ -28,8 +34,9 @@ Decided where the paper is silent:
   without its category would be the only row of that category there, exactly the row the
   background-knowledge attack reveals. `leftovers="nearest"` is the paper's plain rule.
 
-Proof that every class satisfies dbanon.models.thetak's property (|e| >= k and at least θ
-categories c with at least need_c distinct values in e):
+Proof that every class has |e| >= k and at least θ categories c with at least need_c =
+min(g, V_c) distinct values in e (which implies dbanon.models.thetak's property, whose need_c
+is never larger):
 - A class is started only when θ buckets are eligible, i.e. bucket c's remaining rows hold
   >= need_c distinct values. For the seed's bucket, the seed holds one value and the other rows
   hold >= need_c - 1 values besides it; so step 4 always finds a row with a value new to the
