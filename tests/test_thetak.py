@@ -188,9 +188,13 @@ def test_sql_check_agrees_with_plain_python_on_random_tables(
 # --- publishing -----------------------------------------------------------------------------------
 
 
-def test_publish_thetak_passes_an_independent_check(ward: psycopg.Connection, dsn: str) -> None:
+@pytest.mark.parametrize("construction", ["greedy", "paper"])
+def test_publish_thetak_passes_an_independent_check(
+    ward: psycopg.Connection, dsn: str, construction: str
+) -> None:
     code, out = publish(dsn, "w", "--sensitive", "dx", "--k", "6", "--theta", "3",
-                        "--sensitive-hierarchy", "dx=dx", "--seed", "3")  # fmt: skip
+                        "--sensitive-hierarchy", "dx=dx", "--seed", "3",
+                        "--construction", construction)  # fmt: skip
     assert code == 0, out
     assert out["rows"] == 400 and out["min_class_size"] >= 6
     # Plain GROUP BY: every class has >= 6 rows; no key column; dx released row for row.
