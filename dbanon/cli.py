@@ -780,15 +780,18 @@ def refresh(
         with c.db() as db, c.progress() as say:
             results = db.refresh_due(now=when, force=force, progress=say)
 
+        from dbanon.schedule import exit_code
+
         def human() -> None:
             for r in results:
                 extra = r.get("error") or r.get("next_due_at") or ""
+                if r["outcome"] == "refreshed":
+                    extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
 
-        c.emit({"results": results}, human)
-        if any(r["outcome"] == "failed" for r in results):
-            sys.exit(2)
-        return
+        code = exit_code(results)
+        c.emit({"results": results, "exit": code}, human)
+        sys.exit(code)
     with c.db() as db, c.progress() as say:
         result = db.refresh(
             name,  # type: ignore[arg-type]
@@ -933,12 +936,27 @@ def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
     c.emit(data, human)
 
 
+def _sizes(sizes: dict[str, Any] | None, what: str) -> str:
+    """A count with its size statistics, saying what it counts."""
+    if sizes is None:
+        return "-"
+    avg = sizes["avg_size"]
+    spread = ", ".join(
+        f"{label} {value}" for label, value in (
+            ("smallest", _figure(sizes["min_size"])), ("largest", _figure(sizes["max_size"])),
+            ("average", "-" if avg is None else f"{avg:,.1f}"),
+        ) if value != "-"
+    )  # fmt: skip
+    return f"{_figure(sizes['count'])} ({what}{'; ' + spread if spread else ''})"
+
+
 @main.command()
 @click.argument("name")
 @click.pass_obj
 @fails_cleanly
 def report(c: Ctx, name: str) -> None:
-    """Information loss and class figures of release NAME's latest run."""
+    """Information loss and class figures of the run whose release is in place: its released
+    classes (rows with equal released QIs) and the method's own groups, apart."""
     with c.db() as db:
         data = db.report(name)
 
@@ -950,21 +968,22 @@ def report(c: Ctx, name: str) -> None:
             ("promises", "; ".join(data["models"]) or "no class model (checks of its own)"),
             ("objects", ", ".join(data["objects"])),
             ("rows", _figure(data["rows"])),
-            ("classes", _figure(data["classes"])),
-            ("min class size", _figure(data["min_class_size"])),
+            ("released classes", _sizes(data["released_classes"], "rows with equal released QIs")),
             ("NCP (GCP)", "-" if gcp is None else f"{gcp:.2%}"),
             ("run time", "-" if data["seconds"] is None else f"{data['seconds']:.2f} s"),
             ("source rows", _figure(data["source_rows"])),
             ("published at", _figure(data["published_at"])),
         ]
+        groups = data["internal_groups"]
+        if groups:  # a method that forms groups of its own
+            rows.insert(5, ("internal groups", _sizes(groups, "the method's own groups")))
         rows += risk_lines(data.get("risk"))
         rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
             table.add_row(label, value)
         out.print(table)
-        if data["last_failure"]:
-            f = data["last_failure"]
-            out.print(f"latest run failed at {f['at']}: {f['error']}", markup=False)
+        if data["last_failure"]:  # a newer run did not replace the release in place
+            out.print(f"warning: {data['last_failure']['message']}", markup=False)
         for w in data["warnings"]:
             out.print(f"warning: {w}", markup=False)
 
@@ -1060,6 +1079,9 @@ def releases_command(c: Ctx) -> None:
                 r["last_run_at"] or "-", _figure(r["rows"]),
             )  # fmt: skip
         out.print(table)
+        for r in rows:  # a run newer than the release in place did not replace it
+            if r["last_failure"]:
+                out.print(f"{r['name']}: {r['last_failure']['message']}", markup=False)
 
     c.emit({"releases": rows}, human)
 

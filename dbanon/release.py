@@ -74,6 +74,52 @@ class PublishResult:
         }
 
 
+# --- what a release counts -----------------------------------------------------------------------
+
+# The groups a method formed inside (its build's figures, dbanon.metrics.loss): two groups can be
+# released with equal QIs, so they are not the release's classes, and are never named as such.
+GROUP_FIGURES = ("groups", "min_group_size", "max_group_size", "avg_group_size")
+# What runs recorded before the two were told apart: the groups' largest and average size.
+_OLD_GROUP_FIGURES = ("max_class_size", "avg_class_size")
+
+
+def released_classes(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The release's classes, rows with equal released QIs (a GROUP BY over the released
+    relation, Method.figures): count, min, max, avg size; None for a release without classes."""
+    count, rows = figures.get("classes"), figures.get("rows")
+    if count is None:
+        return None
+    return {
+        "count": count,
+        "min_size": figures.get("min_class_size"),
+        "max_size": figures.get("max_class_size"),
+        "avg_size": round(rows / count, 4) if count and rows is not None else None,
+    }
+
+
+def internal_groups(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The method's own groups (count, min, max, avg size) from a run's metrics; None for a
+    method that forms none beyond its classes. A run recorded before the two were told apart
+    has only the groups' largest and average size."""
+    if any(f in metrics for f in GROUP_FIGURES):
+        names = GROUP_FIGURES
+    elif "released_classes" not in metrics and any(f in metrics for f in _OLD_GROUP_FIGURES):
+        names = (None, None, *_OLD_GROUP_FIGURES)
+    else:
+        return None
+    return {k: metrics.get(f) if f else None
+            for k, f in zip(("count", "min_size", "max_size", "avg_size"), names, strict=True)}
+
+
+def _counted(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`report`'s two named figures, from a run's metrics of any age."""
+    if "released_classes" in metrics:
+        released = metrics["released_classes"]
+    else:  # an older run: its max_class_size, if any, was the largest group's
+        released = released_classes({**metrics, "max_class_size": None})
+    return {"released_classes": released, "internal_groups": internal_groups(metrics)}
+
+
 # --- 1. resolve and validate --------------------------------------------------------------------
 
 
@@ -486,7 +532,9 @@ def _publish(
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, **measured,
-                   **identifying.recorded(checked), "seconds": seconds}  # fmt: skip
+                   **identifying.recorded(checked), "seconds": seconds,
+                   "released_classes": released_classes(figures)}  # fmt: skip
+        metrics.pop("max_class_size", None)  # kept under released_classes only
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
@@ -733,30 +781,76 @@ def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> l
     ]  # fmt: skip
 
 
+# Runs that ended without replacing the release; the one in place is the latest success's.
+UNSUCCESSFUL = ("refused", "failed", "abandoned")
+
+
+def _latest_success(conn: psycopg.Connection, release_id: int) -> tuple[Any, ...] | None:
+    """(metrics, timings, finished_at, source_rows, fingerprint, released_rows) of the run whose
+    release is in place: the latest that succeeded."""
+    return conn.execute(
+        """SELECT metrics, timings, finished_at, source_rows, source_fingerprint, released_rows
+           FROM dbanon.run WHERE release_id = %s AND status = 'succeeded'
+           ORDER BY finished_at DESC, id DESC LIMIT 1""",
+        [release_id],
+    ).fetchone()
+
+
+def _latest_unsuccessful(
+    conn: psycopg.Connection, release_id: int, since: Any
+) -> dict[str, Any] | None:
+    """The latest refused, failed or abandoned run when it ended after `since` (the latest
+    success; None: any), as {status, at, error}: what `report` and `releases` must not hide.
+    A run still `running` whose backend is gone was killed: abandoned, though only the next run
+    of the release writes it down so."""
+    row = conn.execute(
+        """SELECT CASE WHEN status = 'running' THEN 'abandoned' ELSE status END,
+                  coalesce(finished_at, started_at) AS at,
+                  CASE WHEN status = 'running' THEN %s ELSE error END
+           FROM dbanon.run
+           WHERE release_id = %s
+             AND (status = ANY(%s) AND finished_at IS NOT NULL
+                  OR status = 'running'
+                     AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity)))
+             AND (%s::timestamptz IS NULL OR coalesce(finished_at, started_at) > %s::timestamptz)
+           ORDER BY at DESC, id DESC LIMIT 1""",
+        [runs.KILLED, release_id, list(UNSUCCESSFUL), since, since],
+    ).fetchone()
+    if row is None:
+        return None
+    return {"status": row[0], "at": row[1].isoformat(), "error": row[2]}
+
+
+def not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
+    """A run newer than the release in place, and that release, in one line."""
+    kept = (
+        f"the release published at {published.isoformat()} ({rows if rows is not None else '?'} "
+        "rows) is still in place"
+        if published is not None
+        else "no run of it has succeeded"
+    )
+    return f"latest run {failure['status']} at {failure['at']}: {failure['error']}; {kept}"
+
+
+# Run metrics `report` shows at its top level, not among the method's own.
+SHOWN_APART = (*COMMON_FIGURES, "warnings", "released_classes", "max_class_size",
+               "avg_class_size", *GROUP_FIGURES)  # fmt: skip
+
+
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
-    """One shape for every method: the common figures of the latest successful run at the top,
-    the method's own under `method_metrics`; the latest failure when newer; missing objects."""
+    """One shape for every method: the common figures of the run whose release is in place (the
+    latest success) at the top, the method's own under `method_metrics`; the latest refused,
+    failed or abandoned run when newer (`last_failure`, and a warning); missing objects."""
     spec = load_spec(conn, name)
-    schema, objects = conn.execute(
-        "SELECT target_schema, objects FROM dbanon.release WHERE name = %s", [name]
+    release_id, schema, objects = conn.execute(
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s", [name]
     ).fetchone()
-    ok = conn.execute(
-        """SELECT u.metrics, u.timings, u.finished_at, u.source_rows, u.source_fingerprint
-           FROM dbanon.release r JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'succeeded'
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name],
-    ).fetchone()
-    metrics, timings, finished, source_rows, fp = ok or ({}, {}, None, None, None)
-    failure = conn.execute(
-        """SELECT u.finished_at, u.error FROM dbanon.release r
-           JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'failed' AND (%s::timestamptz IS NULL
-                 OR u.finished_at > %s::timestamptz)
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name, finished, finished],
-    ).fetchone()
+    ok = _latest_success(conn, release_id)
+    metrics, timings, finished, source_rows, fp, _ = ok or ({}, {}, None, None, None, None)
+    failure = _latest_unsuccessful(conn, release_id, finished)
     missing = _missing(conn, schema, objects)
+    if failure:  # what did not replace the release in place, in words
+        failure["message"] = not_replaced(failure, finished, metrics.get("rows"))
     return {
         "release": name,
         "method": spec.method,
@@ -771,27 +865,37 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items()
-                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
-        "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
+        **_counted(metrics),
+        "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
+        "last_failure": failure,
         "warnings": [f"released relation {m} is missing" for m in missing]
         + list(metrics.get("warnings", [])),
     }
 
 
 def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every release with its method, models, objects and latest run."""
+    """Every release with its method, models, objects, latest run, the rows of the release in
+    place (its latest success) and, as in `report`, a newer refused or failed run."""
     catalog.require_catalog(conn)
     rows = conn.execute(
-        """SELECT r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
-                  u.released_rows
-           FROM dbanon.release r LEFT JOIN LATERAL (
-               SELECT status, finished_at, released_rows FROM dbanon.run
+        """SELECT r.id, r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
+                  ok.finished_at, ok.released_rows
+           FROM dbanon.release r
+           LEFT JOIN LATERAL (
+               SELECT status, finished_at FROM dbanon.run
                WHERE release_id = r.id ORDER BY started_at DESC, id DESC LIMIT 1) u ON true
+           LEFT JOIN LATERAL (
+               SELECT finished_at, released_rows FROM dbanon.run
+               WHERE release_id = r.id AND status = 'succeeded'
+               ORDER BY finished_at DESC, id DESC LIMIT 1) ok ON true
            ORDER BY r.name"""
     ).fetchall()
-    return [
-        {
+    out = []
+    for release_id, name, spec, schema, objects, status, at, published, released in rows:
+        failure = _latest_unsuccessful(conn, release_id, published)
+        if failure:
+            failure["message"] = not_replaced(failure, published, released)
+        out.append({
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
@@ -799,10 +903,11 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
+            "published_at": published.isoformat() if published else None,
+            "last_failure": failure,
             "missing": _missing(conn, schema, objects),
-        }
-        for name, spec, schema, objects, status, at, released in rows
-    ]
+        })  # fmt: skip
+    return out
 
 
 def drop(conn: psycopg.Connection, name: str) -> list[str]:
