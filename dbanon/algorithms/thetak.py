@@ -84,6 +84,7 @@ from dbanon.algorithms.kmember import (
 )
 from dbanon.metrics.loss import node_weights
 
+_SCARCE_SCAN = 4  # scarce rows set aside per class (x k) before the greedy takes them anyway
 _CHUNK = 64  # rows per segment at most (tuning only: any value gives the same groups)
 
 
@@ -656,6 +657,13 @@ def _greedy_thetak(
                         scarce_b[nscarce] = b
                         scarce_i[nscarce] = i
                         nscarce += 1
+                        if nscarce < _SCARCE_SCAN * k:
+                            continue
+                        # Looked far enough: the nearest of them after all (bounds the scan).
+                        for s in range(nscarce):
+                            hsize = _push(kb, ki, hsize, scarce_b[s], scarce_i[s], False)
+                        nscarce = 0
+                        spend = True
                         continue
                 if ver[w] != gver:
                     b = _bracket_with(w, unum, ucat, hcost, hi, lo, state)
