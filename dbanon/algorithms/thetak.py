@@ -646,8 +646,9 @@ def _greedy_thetak(
                 if not (eligible[wc] and in_cluster[wv] != c and 0 < d <= dth):
                     # A row that does not shrink the deficit: not while the slots are tight;
                     # and when every class needs every eligible category (exactly θ), not if
-                    # its value is scarce (no more rows left than classes still to build)
-                    # unless nothing else is left: later classes need those rows.
+                    # its value is scarce (no more rows left than classes still to build),
+                    # for the first _SCARCE_SCAN * k of them or until nothing else is left:
+                    # later classes need those rows.
                     if restricted:
                         side_b[nside] = b
                         side_i[nside] = i
