@@ -205,13 +205,18 @@ def pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:
 @click.option(
     "--dsn",
     envvar="DBANON_DSN",
-    help="PostgreSQL DSN (default: $DBANON_DSN, else the embedded server).",
+    help="PostgreSQL DSN (default: $DBANON_DSN, else libpq's PGHOST/PGHOSTADDR/PGSERVICE "
+    "environment, else the embedded server).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.version_option(package_name="dbanon")
 @click.pass_context
 def main(ctx: click.Context, dsn: str | None, as_json: bool) -> None:
     """Publish anonymised releases of PostgreSQL tables."""
+    from click.core import ParameterSource
+
+    if ctx.get_parameter_source("dsn") == ParameterSource.ENVIRONMENT:
+        dsn = None  # DBANON_DSN: the library reads it itself, and says so (`server url`)
     ctx.obj = Ctx(dsn, as_json)
 
 
@@ -227,9 +232,21 @@ def server_group() -> None:
 @click.pass_obj
 @fails_cleanly
 def server_url(c: Ctx) -> None:
-    """Print the DSN of the server in use (starting the embedded one if needed)."""
-    dsn = Database(c.dsn).dsn
-    c.emit({"dsn": dsn}, lambda: click.echo(dsn))
+    """Print the DSN of the server in use (starting the embedded one if needed); on stderr,
+    where it came from: --dsn, then DBANON_DSN, then libpq's environment, then embedded."""
+    from dbanon.db.connection import PRECEDENCE, choose
+
+    dsn, source = choose(c.dsn)
+    if not dsn:  # libpq's environment: show what it resolves to (never a password)
+        with Database(dsn) as db:
+            dsn = db.conn.info.dsn
+    data = {"dsn": dsn, "source": source, "precedence": PRECEDENCE}
+
+    def human() -> None:
+        click.echo(dsn)
+        click.echo(f"from {source}; precedence: {PRECEDENCE}", err=True)
+
+    c.emit(data, human)
 
 
 @server_group.command("status")
