@@ -890,28 +890,25 @@ def schedule_list(c: Ctx) -> None:
 @click.pass_obj
 @fails_cleanly
 def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
-    """Print (or write) what runs `dbanon refresh --due` every few minutes."""
+    """Print (or write) what runs `dbanon refresh --due` every few minutes, against the server
+    this command reaches; a password goes into a passfile of mode 0600, never into the job."""
     from dbanon import schedule as sched
 
-    if kind is None:
-        raise DbanonError("give --cron or --systemd")
-    if kind == "cron":
-        if write:
-            raise DbanonError("--write goes with --systemd; add the cron line with `crontab -e`")
-        line = sched.cron_line(c.dsn)
-        c.emit({"cron": line}, lambda: click.echo(line, nl=False))
-        return
-    units = sched.systemd_units(c.dsn)
-    if write:
-        written = sched.write_units(units, write)
-        c.emit({"written": written}, lambda: click.echo("\n".join(written)))
-        return
+    data = sched.install(kind or "", c.dsn, write)
 
     def human() -> None:
-        for name, text in units.items():
-            click.echo(f"# {name}\n{text}")
+        if "cron" in data:
+            click.echo(data["cron"], nl=False)
+        elif "written" in data:
+            click.echo("\n".join(data["written"]))
+        else:
+            for name, text in data["units"].items():
+                click.echo(f"# {name}\n{text}")
+        click.echo(f"# the job reaches the server chosen by {data['server']}", err=True)
+        for path in data["secrets"]:
+            click.echo(f"# wrote the password into {path} (mode 0600)", err=True)
 
-    c.emit({"units": units}, human)
+    c.emit(data, human)
 
 
 def _figure(value: Any) -> str:
