@@ -1,6 +1,7 @@
 """The `dbanon` command: parse, call the library (dbanon.api), print. Nothing else lives here.
 
-Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an error.
+Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an error, 3 busy
+(another run holds the release), 4 refused, 130 interrupted by SIGINT, 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -105,14 +106,14 @@ class Ctx:
             yield lambda msg: status.update(msg)
 
 
-def _error(message: str, code: int) -> None:
+def _error(message: str, code: int, prefix: str = "error: ") -> None:
     """An error: one line on stderr, or with --json one JSON object on stdout; then exit."""
     ctx = click.get_current_context(silent=True)
     c = ctx.find_object(Ctx) if ctx else None
     if c is not None and c.json:
         click.echo(json.dumps({"error": message, "exit": code}))
     else:
-        click.echo(f"error: {message}", err=True)
+        click.echo(f"{prefix}{message}", err=True)
     sys.exit(code)
 
 
@@ -156,6 +157,11 @@ class Group(click.Group):
 
     command_class = Command
 
+    def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
+        if ctx.parent is not None:
+            return super().invoke(ctx)
+        return interruptible(lambda: super(Group, self).invoke(ctx))
+
     def main(self, args: Any = None, **extra: Any) -> Any:  # noqa: D102
         argv = list(sys.argv[1:] if args is None else args)
         if "--json" not in argv:
@@ -174,6 +180,26 @@ class Group(click.Group):
 
 
 Group.group_class = Group
+
+
+def interruptible(run: Callable[[], Any]) -> Any:
+    """Run a command under dbanon's SIGINT/SIGTERM handlers (dbanon.interrupts): after a
+    signal, whatever the command ended with, print one line and exit 130 (SIGINT) or 143."""
+    from dbanon import interrupts
+
+    interrupts.reset()
+    with interrupts.handled():
+        try:
+            result = run()
+        except BaseException:
+            if interrupts.message() is None:
+                raise
+            result = None
+        said = interrupts.message()
+        if said is not None:
+            text, code = said
+            _error(text, code, prefix="")
+    return result
 
 
 class Seconds(click.FloatRange):
