@@ -1107,6 +1107,29 @@ def drop_command(c: Ctx, name: str, yes: bool) -> None:
     )
 
 
+@main.command("uninstall")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.pass_obj
+@fails_cleanly
+def uninstall_command(c: Ctx, yes: bool) -> None:
+    """Drop every release (its released relations), then the dbanon catalog itself."""
+    if not yes:
+        if c.json or not sys.stdin.isatty():
+            raise DbanonError("uninstall needs --yes when nobody can be asked")
+        click.confirm("drop every release and the dbanon catalog?", abort=True)
+    with c.db() as db:
+        data = db.uninstall()
+
+    def human() -> None:
+        for name, rels in data["releases"].items():
+            click.echo(f"dropped release {name!r}: {', '.join(rels) or 'no relations'}")
+        click.echo("dropped the dbanon catalog (schema dbanon)")
+        if data["schemas_left"]:
+            click.echo(f"left the target schemas: {', '.join(data['schemas_left'])}")
+
+    c.emit(data, human)
+
+
 # --- grants and the stored spec (dbanon.grants) ------------------------------------------------
 
 
