@@ -22,9 +22,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from dbanon.cli import main
 from tests.conftest import PG15_BIN, TEMPLATE, _as_postgres
 from tests.helpers import cli_json, make_table
 
@@ -228,3 +230,29 @@ def test_the_passfile_logs_the_job_in(
     ran = _run_cron_line(out["cron"], tmp_path)
     assert "password" in (tmp_path / "dbanon-refresh.log").read_text().lower()
     assert _runs(password_server, "guarded") == 2
+
+
+def test_cron_line_for_libpq_variables_carries_them_but_not_pgpassword(
+    dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No DSN, PGHOST & co. set: the job gets the same PG* variables, and PGPASSWORD's value
+    goes into the passfile that PGPASSFILE names."""
+    params = conninfo_to_dict(dsn)
+    monkeypatch.delenv("DBANON_DSN", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for var, key in (("PGHOST", "host"), ("PGPORT", "port"), ("PGDATABASE", "dbname"),
+                     ("PGUSER", "user")):  # fmt: skip
+        if key in params:
+            monkeypatch.setenv(var, params[key])
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    _scheduled_release(dsn, "fromenv")
+    before = _runs(dsn, "fromenv")
+    result = CliRunner().invoke(main, ["--json", "schedule", "install", "--cron"])
+    out = json.loads(result.stdout)
+    assert result.exit_code == 0 and out["server"].startswith("libpq environment (PGHOST")
+    line = out["cron"]
+    assert PASSWORD not in line and "PGPASSWORD" not in line and "PGPASSFILE=" in line
+    assert f"PGDATABASE={params['dbname']}" in line
+    ran = _run_cron_line(line, tmp_path)
+    assert ran.returncode == 0, (ran.stdout, ran.stderr)
+    assert _runs(dsn, "fromenv") == before + 1
