@@ -20,7 +20,7 @@ from dbanon.methods.base import BuildContext, Built, Method, Option
 from dbanon.methods.grouped import RANGES
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 SNAPSHOT = sql.Identifier("dbanon_view_snapshot")  # a view release, evaluated once to verify it
