@@ -34,7 +34,7 @@ WRONG = {  # what a DBA's shell may export for some other server
     "PGCONNECT_TIMEOUT": "2",
 }
 # Commands that take minutes (benchmarks, experiments, the demo) or need a method's own data.
-NOT_RUN = {"bench", "experiment", "demo", "flags generate"}
+NOT_RUN = {"bench", "experiment", "demo", "flags generate", "docs"}  # docs: files, no database
 
 
 def _commands(group: click.Group, prefix: str = "") -> set[str]:
@@ -111,6 +111,10 @@ def test_every_command_works_against_the_embedded_server_under_a_wrong_pgport(
     ok("publish", "p", "--source", "s.t", "--key", "id", "--columns", "age,dx",
        "--algorithm", "ina", "--sample", "100")  # fmt: skip
     ok("compare", "s.t", "p", "--columns", "age,dx", "--clusters", "2")
+    spec = tmp_path / "releases.toml"
+    ok("export", "r", "--output", str(spec))
+    ok("apply", str(spec), "--plan")
+    ok("apply", str(spec))
     ok("schedule", "set", "r", "--every", "1 hour")
     ok("schedule", "list")
     ok("refresh", "--due")
