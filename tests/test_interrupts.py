@@ -181,13 +181,16 @@ def test_refresh_cut_after_the_commit_says_it_published(db: str, sig: int) -> No
     assert digest(db)[0] == ROWS + 200
 
 
+FIRST = [("streaming", signal.SIGINT)]
+FIRST_SLOW = [("validating", signal.SIGTERM), ("clustering", signal.SIGINT),
+              ("verifying", signal.SIGTERM), ("swapping", signal.SIGTERM),
+              ("recording", signal.SIGINT)]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("at", "sig"),
-    [
-        ("streaming", signal.SIGINT),
-        pytest.param("swapping", signal.SIGTERM, marks=pytest.mark.slow),
-    ],
-    ids=["streaming-SIGINT", "swapping-SIGTERM"],
+    [*FIRST, *(pytest.param(*c, marks=pytest.mark.slow) for c in FIRST_SLOW)],
+    ids=[f"{p}-{s.name}" for p, s in FIRST + FIRST_SLOW],
 )
 def test_first_publish_cut_leaves_nothing(db: str, at: str, sig: int) -> None:
     code, lines = signalled(db, PUBLISH, at, sig)
@@ -196,6 +199,13 @@ def test_first_publish_cut_leaves_nothing(db: str, at: str, sig: int) -> None:
         assert conn.execute("SELECT count(*) FROM dbanon.release").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM dbanon.run").fetchone()[0] == 0
     assert relations(db) == []
+
+
+@pytest.mark.slow
+def test_first_publish_cut_after_the_commit_says_it_published(db: str) -> None:
+    code, lines = signalled(db, PUBLISH, "committed", signal.SIGTERM, pause=1)
+    assert code == 143 and lines == ["interrupted after publishing 'r'"], lines
+    assert latest_run(db) == ("succeeded", None) and digest(db)[0] == ROWS
 
 
 def test_signal_inside_numba_clustering_is_one_line(db: str) -> None:
