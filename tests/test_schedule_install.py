@@ -147,6 +147,8 @@ def test_cron_line_for_the_embedded_server_carries_its_home(
         assert _runs(embedded_dsn, name) == before + 1
     finally:
         assert cli_json(embedded_dsn, "drop", name, "--yes")[0] == 0
+        with psycopg.connect(embedded_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier("s", name)))
 
 
 def test_systemd_units_name_the_user_and_keep_the_password_out(
