@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, hierarchy_pins, identifying, methods, runs
+from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -466,7 +466,7 @@ def publish(
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      first_line(e))  # fmt: skip
+                      interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         runs.unlock_release(conn, spec.name)
@@ -484,7 +484,7 @@ def _publish(
 ) -> PublishResult:
     """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
     and the source fingerprint all come from one snapshot of the source."""
-    say = progress or (lambda _msg: None)
+    say = interrupts.checkpoints(progress)  # a signal stops the run between phases too
     started = time.perf_counter()
     timings: dict[str, float] = {}
     mark = [started]
@@ -551,7 +551,8 @@ def _publish(
         hierarchy_pins.pin(conn, release_id, pinned)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
-        conn.commit()
+        with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
+            conn.commit()
     except BaseException:
         conn.rollback()
         raise
