@@ -324,3 +324,9 @@ class Database:
         """Drop a release's relations and its catalog entry; returns the relations dropped
         (runs.Busy while a run of it is in progress, after waiting up to `wait` seconds)."""
         return drop(self.conn, name, wait)
+
+    def uninstall(self) -> dict[str, Any]:
+        """Drop every release, then the catalog (see dbanon.uninstall)."""
+        from dbanon.uninstall import uninstall
+
+        return uninstall(self.conn, self.dsn)

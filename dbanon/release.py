@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, hierarchy_pins, identifying, methods, runs
+from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -479,7 +479,7 @@ def publish(
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      first_line(e))  # fmt: skip
+                      interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         conn.rollback()
@@ -502,7 +502,7 @@ def _publish(
     released rows, the row counts and the source fingerprint all come from one snapshot of the
     source. Everything that can be done before the swap is: readers of the previous release
     wait only for the swap's drops and renames, the run's record and its commit."""
-    say = progress or (lambda _msg: None)
+    say = interrupts.checkpoints(progress)  # a signal stops the run between phases too
     started = time.perf_counter()
     timings: dict[str, float] = {}
     mark = [started]
@@ -576,7 +576,8 @@ def _publish(
         say("recording the run")
         record(conn, r, metrics, timings, source_fingerprint, run_id)
         hierarchy_pins.pin(conn, release_id, pinned)  # last: it may delete shared rows
-        conn.commit()
+        with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
+            conn.commit()
     except BaseException:
         conn.rollback()
         raise
