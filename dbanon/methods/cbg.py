@@ -72,6 +72,7 @@ class CrossBucket(Method):
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
     options = (RANGES,)
+    randomised = True  # placement inside a group, bucket ids, ties: from the run's secret seed
     shape = "cbg"
     keeps = False
     sensitive_apart = True
@@ -127,7 +128,8 @@ class CrossBucket(Method):
         ctx.lap("extract")
         ctx.say(f"cross-bucket generalisation, k={k}, l={ell}")
         assert sensitive is not None
-        result = cross_bucket(ordinal(qi), codes(sensitive)[0], k, ell)
+        rng = np.random.default_rng(r.seed)
+        result = cross_bucket(ordinal(qi), codes(sensitive)[0], k, ell, rng)
         kept = np.flatnonzero(result.gid > 0)
         loss = loss_report(subset(qi, kept), result.gid[kept]) if len(kept) else None
         ctx.lap("cluster")
