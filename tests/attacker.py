@@ -28,6 +28,7 @@ gets for their true value, with the figures of each rule.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -56,6 +58,7 @@ class Release:
     classes: dict[tuple[Any, ...], list[Row]] = field(init=False)  # released cells -> rows
     members: dict[int, list[Row]] = field(init=False)  # bucket -> rows
     _seen: dict[tuple[Any, ...], list[Row]] = field(init=False)
+    _cols: list[tuple[np.ndarray, ...]] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.classes, self.members, self._seen = {}, {}, {}
@@ -137,14 +140,41 @@ def contains(cell: Any, value: Any) -> bool:
     return False
 
 
+def _columns(release: Release) -> list[tuple[np.ndarray, ...]]:
+    """Per QI column over the distinct released cells: (matches anything, text, low, high);
+    `contains` in arrays, so a point is matched against every class at once."""
+    cells = list(release.classes)
+    out = []
+    for j in range(len(cells[0]) if cells else 0):
+        col = [c[j] for c in cells]
+        anything = np.array([c is None or str(c) == "*" for c in col])
+        text = np.array([str(c) for c in col], dtype=object)
+        low, high = np.full(len(col), np.nan), np.full(len(col), np.nan)
+        for i, c in enumerate(col):
+            t = str(c)
+            if c is not None and "-" in t[1:]:
+                cut = t.index("-", 1)
+                with contextlib.suppress(ValueError):  # text with a dash: not a range
+                    low[i], high[i] = float(t[:cut]), float(t[cut + 1 :])
+        out.append((anything, text, low, high))
+    return out
+
+
 def matching(release: Release, point: Sequence[Any]) -> list[Row]:
-    """The released rows whose cells all contain the point (one pass per distinct point)."""
+    """The released rows whose cells all contain the point (`contains`, vectorised)."""
     key = tuple(point)
     if key not in release._seen:
-        release._seen[key] = [
-            r for cells, rows in release.classes.items()
-            if all(contains(c, v) for c, v in zip(cells, point, strict=True)) for r in rows
-        ]  # fmt: skip
+        if release._cols is None:
+            release._cols = _columns(release)
+        mask = np.ones(len(release.classes), dtype=bool)
+        for (anything, text, low, high), v in zip(release._cols, point, strict=True):
+            hit = anything | (text == str(v))
+            if isinstance(v, int | float):
+                with np.errstate(invalid="ignore"):
+                    hit |= (low <= v) & (v <= high)
+            mask &= hit
+        keys = list(release.classes)
+        release._seen[key] = [r for i in np.flatnonzero(mask) for r in release.classes[keys[i]]]
     return release._seen[key]
 
 
