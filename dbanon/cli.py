@@ -1026,6 +1026,20 @@ def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
     c.emit(data, human)
 
 
+@main.command("docs")
+@click.option("--check", is_flag=True, help="Exit 1 naming the files whose blocks are stale.")
+@click.pass_obj
+def docs_command(c: Ctx, check: bool) -> None:
+    """Regenerate the generated blocks of README.md and docs/ (tables, figures, CLI reference)."""
+    from dbanon import docgen
+
+    files = docgen.stale() if check else docgen.write()
+    key = "stale" if check else "changed"
+    c.emit({key: files}, lambda: click.echo("\n".join(files) or "up to date"))
+    if check and files:
+        raise SystemExit(1)
+
+
 @main.command("releases")
 @click.pass_obj
 @fails_cleanly
@@ -1110,6 +1124,47 @@ def show_command(c: Ctx, name: str) -> None:
     def human() -> None:
         click.echo(data["command"])
         click.echo(json.dumps(data["spec"], indent=2, ensure_ascii=False))
+
+    c.emit(data, human)
+
+
+@main.command("export")
+@click.argument("names", nargs=-1)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@click.pass_obj
+@fails_cleanly
+def export_command(c: Ctx, names: tuple[str, ...], output: str | None) -> None:
+    """The stored specs of every release (or those NAMEd) as one TOML file, for `dbanon apply`."""
+    with c.db() as db:
+        text = db.export(list(names))
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    c.emit({"toml": text, "output": output}, lambda: None if output else click.echo(text, nl=False))
+
+
+@main.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--plan", "dry", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--prune", is_flag=True, help="Drop releases the file no longer lists.")
+@click.pass_obj
+@fails_cleanly
+def apply_command(c: Ctx, file: str, dry: bool, prune: bool) -> None:
+    """Make the catalog match FILE: publish, republish (as --replace), grant, revoke, schedule."""
+    with c.db() as db:
+        changes = db.apply(file, plan=dry, prune=prune)
+    data = {"plan": dry, "changes": [vars(ch) for ch in changes if ch.action != "keep"],
+            "kept": [ch.release for ch in changes if ch.action == "keep"]}  # fmt: skip
+
+    def human() -> None:
+        verb = "would" if dry else "did"
+        for ch in changes:
+            click.echo(f"{ch.action:<10} {catalog.quote_ident(ch.release)}"
+                       + (f"  {ch.detail}" if ch.detail else ""))  # fmt: skip
+        if not any(ch.action != "keep" for ch in changes):
+            click.echo(f"no change: the catalog matches {file}")
+        elif dry:
+            click.echo(f"(plan: nothing changed; `dbanon apply {file}` {verb} the above)")
 
     c.emit(data, human)
 
@@ -1356,19 +1411,27 @@ def bench_scale(c: Ctx, rows: int, k: int, l_: int, methods: str) -> None:
         data = run(resolve_dsn(c.dsn), rows, k, l_, chosen, say)
 
     def human() -> None:
-        table = Table("method", "seconds", "peak RSS (MB)", "check")
+        fl = data["floor"]
+        out.print(f"floor: {fl['seconds']} s (write {fl['write_seconds']} s + GROUP BY "
+                  f"{fl['group_by_seconds']} s)", markup=False)  # fmt: skip
+        table = Table("method", "seconds", "x floor", "peak RSS (MB)", "check")
         for name, m in data["methods"].items():
+            if "error" in m:
+                table.add_row(name, "-", "-", "-", f"ERROR {m['error']}")
+                continue
             checked = m.get("checked", {})
             verdict = (
                 f"{'ok' if checked.get('holds') else 'FAILED'} {checked}"
                 if checked
                 else f"{m['ratio']}x a bare GROUP BY ({m['bare_group_by_seconds']} s)"
             )
-            table.add_row(name, str(m["seconds"]), str(m["peak_rss_mb"]), verdict)
+            table.add_row(name, str(m["seconds"]), str(m.get("floor_ratio", "-")),
+                          str(m["peak_rss_mb"]), verdict)  # fmt: skip
         out.print(table)
 
     c.emit(data, human)
-    if any(not m.get("checked", {"holds": True})["holds"] for m in data["methods"].values()):
+    if any("error" in m or not m.get("checked", {"holds": True})["holds"]
+           for m in data["methods"].values()):  # fmt: skip
         sys.exit(1)
 
 
