@@ -48,6 +48,7 @@ class Row:
     cells: tuple[Any, ...]
     bucket: int
     rid: int | None = None
+    pos: int = 0  # its place in the released relation's storage order (what a scan returns)
 
 
 @dataclass
@@ -86,8 +87,8 @@ def load_grouped(
 ) -> Release:  # fmt: skip
     """A QIT(qi..., bucket) with ST(bucket, value, count): cbg's and anatomy's shape."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in [*qi, bucket])
-    query = sql.SQL("SELECT {} FROM {}").format(cols, _rel(qit))
-    rows = [Row(tuple(r[:-1]), int(r[-1])) for r in conn.execute(query)]
+    query = sql.SQL("SELECT {} FROM {} ORDER BY ctid").format(cols, _rel(qit))
+    rows = [Row(tuple(r[:-1]), int(r[-1]), None, i) for i, r in enumerate(conn.execute(query))]
     buckets: dict[int, Counter] = {}
     values: dict[int, list[Any]] = {}
     for b, v, c in conn.execute(
@@ -110,9 +111,9 @@ def load_local(
         sql.SQL("m.{}").format(sql.Identifier(c)) if c in present else sql.SQL("NULL")
         for c in qi
     )
-    rows = [Row(tuple(r[2:]), int(r[1]), int(r[0])) for r in conn.execute(
-        sql.SQL("SELECT m.row_id, i.bucket_id, {} FROM {} m JOIN {} i USING (row_id)").format(
-            cells, _rel(main), _rel(idt)))]  # fmt: skip
+    rows = [Row(tuple(r[2:]), int(r[1]), int(r[0]), i) for i, r in enumerate(conn.execute(
+        sql.SQL("SELECT m.row_id, i.bucket_id, {} FROM {} m JOIN {} i USING (row_id) "
+                "ORDER BY m.ctid").format(cells, _rel(main), _rel(idt))))]  # fmt: skip
     buckets: dict[int, Counter] = {}
     values: dict[int, list[Any]] = {}
     for b, v in conn.execute(
@@ -229,7 +230,7 @@ def stride(order: Sequence[int]) -> Rule:
     return Rule("stride", applies)
 
 
-def id_order(rank_of: Callable[[Row], Any]) -> Rule:
+def id_order(rank_of: Callable[[Row], Any], name: str = "id-order") -> Rule:
     """Any shape: the rows of a bucket, ranked by a key the attacker can see (`rank_of`: the
     pseudonymous row id, or the QI cells), hold its values in the order ST lists them (a deal
     in key or QI order, ids numbered in deal order). Named when the target matches one row;
@@ -245,7 +246,13 @@ def id_order(rank_of: Callable[[Row], Any]) -> Rule:
         rank = next(i for i, r in enumerate(mates) if r is me)
         return [Row(me.cells, me.bucket, -1 - rank)]  # rid < 0: "the value at this rank"
 
-    return Rule("id-order", applies)
+    return Rule(name, applies)
+
+
+def storage_order() -> Rule:
+    """`id_order` by the place in the released relation's storage order: rows written in the
+    order of a deal, of the source or of the values would line up with ST's value order."""
+    return id_order(lambda r: r.pos, "storage-order")
 
 
 @dataclass

@@ -92,8 +92,9 @@ def test_cbg_on_adult_gives_nobody_above_one_in_l(
     targets = load(conn, adult(20, "fnlwgt"), CBG_QI)
     publish(dsn, "kl", "cbg", "--k", "2", "--l", str(ell), qi=CBG_QI)
     rel = cbg_release(conn, "kl")
-    found = attacker.exposure(rel, targets, [attacker.stride([0, 1, 2]),
-                                             attacker.id_order(lambda r: r.cells)])  # fmt: skip
+    rules = [attacker.stride([0, 1, 2]), attacker.id_order(lambda r: r.cells),
+             attacker.storage_order()]  # fmt: skip
+    found = attacker.exposure(rel, targets, rules)
     assert found["rules"]["stride"]["named"] >= 40, found  # the test can see the old leak
     assert found["posterior_max"] <= 1 / ell + TOL, found
     assert found["max"] <= 1 / ell + TOL, found
@@ -128,7 +129,8 @@ def test_bucketised_methods_keep_their_bound(
         for seed in (1, 2, 3):
             name = f"{method}_{seed}"
             publish(dsn, name, method, *args, "--seed", str(seed))
-            found = attacker.exposure(read(conn, name), targets, [attacker.id_order(rank)])
+            rules = [attacker.id_order(rank), attacker.storage_order()]
+            found = attacker.exposure(read(conn, name), targets, rules)
             assert found["targets"] == len(targets)
             assert found["posterior_max"] <= 1 / 3 + TOL, (method, seed, found)
             assert found["max"] <= 1 / 3 + TOL, (method, seed, found)
@@ -153,3 +155,34 @@ def test_the_attacker_sees_a_deterministic_placement() -> None:
     assert found["posterior_max"] <= 0.25 + TOL
     assert found["rules"]["stride"]["hits"] == 120
     assert found["max"] > 0.45, found
+
+
+def test_the_attacker_sees_ids_in_value_order() -> None:
+    """Row ids numbered in the order of a deal over the values (the bucket's rows by id hold its
+    values in ST order): `id_order` is right every time and lifts p to 1 against 1/3, while
+    ids drawn at random leave it at chance."""
+    rnd = random.Random(5)
+    values = ["a", "b", "c", "d", "e", "f"]
+
+    def release(ids_follow_values: bool) -> tuple[attacker.Release, list]:
+        rows, targets, st = [], [], {}
+        ids = list(range(1, 121))
+        if not ids_follow_values:
+            rnd.shuffle(ids)
+        for b in range(40):
+            vals = sorted(rnd.sample(values, 3))
+            st[b] = vals
+            for j, v in enumerate(vals):
+                rid = ids[3 * b + j]
+                rows.append(attacker.Row((1000 + rid, "x"), b, rid, rid))
+                targets.append(((1000 + rid, "x"), v))
+        rel = attacker.Release(rows, {b: Counter(v) for b, v in st.items()}, st)
+        return rel, targets
+
+    rel, targets = release(True)
+    found = attacker.exposure(rel, targets, [attacker.id_order(lambda r: r.rid)])
+    assert found["posterior_max"] <= 1 / 3 + TOL
+    assert found["rules"]["id-order"]["hits"] == 120 and found["max"] > 0.9, found
+    rel, targets = release(False)
+    found = attacker.exposure(rel, targets, [attacker.id_order(lambda r: r.rid)])
+    assert found["max"] <= 1 / 3 + TOL, found
