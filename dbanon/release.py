@@ -10,22 +10,12 @@
 5. record: the spec and the run (metrics, timings, source fingerprint) go to the catalog.
 All of it is one transaction: the previous release stays until the new one is proven.
 
-The spec's JSON shape (`dbanon.release.spec`, version 2):
-    {"version": 2, "name": "patients_k5", "source": "clinic.patients", "key": "id",
-     "qi": ["age", "zip"], "sensitive": ["diagnosis"], "hierarchies": {"zip": "zip"},
-     "method": METHOD, "models": [{"name": "k-anonymity", "k": 5}],
-     "options": {OPTION: VALUE, ...}, "keep": ["ward"], "allow_identifying": [],
-     "max_unique_share": 0.5, "target": "released.patients_k5", "grants": ["analysts"]}
-`models` are the promised privacy models (dbanon.models.specs), `options` the method's own
-options with every default filled in, so a refresh rebuilds exactly what was published.
-`keep` (columns released as they are) and its two guards are common to every method
-(dbanon.identifying); a version-2 spec without them, or with the projection methods' older
-`options.keep`, loads as before.
+The spec (what a DBA declares, stored as JSON) is dbanon.spec; what a method gets to build
+from is dbanon.methods.base.Resolved. Both sit below this module and the methods.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -37,168 +27,22 @@ from psycopg import sql
 
 from dbanon import composition, hierarchy_pins, identifying, methods, runs
 from dbanon.db import catalog
-from dbanon.db.catalog import CATEGORICAL, Column, Relation
+from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
-from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.methods.base import BuildContext, Built, Method, Resolved, failed
 from dbanon.metrics.risk import at_publish as risk_at_publish
-from dbanon.models import PrivacyModel, from_options
-from dbanon.models.base import Target
-from dbanon.models.categories import named_hierarchy
-from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of, to_specs
+from dbanon.models import PrivacyModel
+from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of
+from dbanon.spec import ReleaseSpec
 
 DEFAULT_SCHEMA = "released"
 # Schemas a release never goes to: the catalog, everybody's, the system's.
 RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
-SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
 COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "risk", "seconds", "seed")
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class ReleaseSpec:
-    """Everything that defines a release; stored in the catalog so `refresh` can rebuild it."""
-
-    name: str
-    source: str
-    key: str
-    qi: list[str]
-    sensitive: list[str] = field(default_factory=list)
-    method: str = methods.DEFAULT
-    models: list[dict[str, Any]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
-    hierarchies: dict[str, str] = field(default_factory=dict)  # column -> hierarchy name
-    target: str | None = None
-    grants: list[str] = field(default_factory=list)
-    # Types of the key, QI and sensitive columns when last published: a refresh refuses a
-    # column whose type has changed since (an int QI turned text would generalise differently).
-    columns: dict[str, str] = field(default_factory=dict)
-    version: int = SPEC_VERSION
-    # Columns released as they are (`--keep`), never implied; dbanon.identifying guards them.
-    keep: list[str] = field(default_factory=list)
-    allow_identifying: list[str] = field(default_factory=list)
-    max_unique_share: float = identifying.MAX_UNIQUE_SHARE
-
-    def __post_init__(self) -> None:
-        identifying.upgrade(self)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ReleaseSpec:
-        if data.get("version") != SPEC_VERSION:
-            raise DbanonError(
-                f"release spec of version {data.get('version', 1)} (this dbanon reads version "
-                f"{SPEC_VERSION}): run `dbanon init` to upgrade the catalog"
-            )
-        return cls(**data)
-
-    @classmethod
-    def from_options(
-        cls,
-        name: str,
-        source: str,
-        key: str,
-        qi: Sequence[str],
-        *,
-        sensitive: Sequence[str] = (),
-        method: str = methods.DEFAULT,
-        k: int | None = None,
-        l: float | None = None,  # noqa: E741 - the papers' name
-        l_kind: str | None = None,
-        c: float | None = None,
-        t: float | None = None,
-        t_ground: str = "auto",
-        alpha: float | None = None,
-        alpha_value: str | None = None,
-        p: int | None = None,
-        theta: int | None = None,
-        sensitive_hierarchies: dict[str, str] | None = None,
-        category_level: int | None = None,
-        category_width: float | None = None,
-        options: dict[str, Any] | None = None,
-        hierarchies: dict[str, str] | None = None,
-        target: str | None = None,
-        grants: Sequence[str] = (),
-        keep: Sequence[str] = (),
-        allow_identifying: Sequence[str] = (),
-        max_unique_share: float | None = None,
-    ) -> ReleaseSpec:
-        """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
-        them; without --l-kind, the l-diversity the method promises first. The sensitive
-        hierarchy (COL=NAME) and category level or width are parameters of the (θ,k) model."""
-        if l_kind is None:
-            kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
-                     if p_.endswith("-l-diversity")]  # fmt: skip
-            l_kind = kinds[0] if kinds else "distinct"
-        models = from_options(
-            k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
-            alpha_value=alpha_value, p=p, theta=theta,
-            sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
-            category_level=category_level, category_width=category_width,
-        )  # fmt: skip
-        return cls(
-            name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),
-            method=method, models=to_specs(models), options=dict(options or {}),
-            hierarchies=dict(hierarchies or {}), target=target, grants=list(grants),
-            keep=list(keep), allow_identifying=list(allow_identifying),
-            max_unique_share=(identifying.MAX_UNIQUE_SHARE if max_unique_share is None
-                              else max_unique_share),
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A spec checked against the live database, with everything a method's build needs."""
-
-    spec: ReleaseSpec
-    method: Method
-    source: Relation
-    key: Column
-    qi: list[Column]
-    sensitive: list[Column]
-    hierarchies: dict[str, Hierarchy]  # QI -> stored hierarchy (categorical QIs without: flat)
-    models: list[PrivacyModel]
-    options: dict[str, Any]  # the method's options, defaults filled in
-    target_schema: str
-    target_name: str
-    objects: list[str]  # the relations this publish creates in target_schema
-    previous: list[tuple[str, str]]  # (schema, name) of the release's objects as it is now
-    grants: list[str]  # roles that read the release after this publish
-    grant_changes: dict[str, list[str]]  # kept, added, revoked: roles compared with before
-    rows: int
-    seed: int | None  # the run's seed, for randomised methods
-    regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
-    release_id: int | None = None  # None for a first publish
-    new_source: bool = False  # redefined on another source or key: its earlier groups are moot
-    # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
-    say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
-    keep: list[Column] = field(default_factory=list)  # --keep: released as they are
-
-    def ident(self, name: str) -> sql.Identifier:
-        return sql.Identifier(self.target_schema, name)
-
-    def is_categorical(self, col: Column) -> bool:
-        return col.kind == CATEGORICAL or col.name in self.hierarchies
-
-    def model(self, kind: str) -> PrivacyModel | None:
-        """The promised model of a kind (dbanon.models.specs names), if any."""
-        return next((m for m in self.models if kind_of(m).name == kind), None)
-
-    @property
-    def k(self) -> int | None:
-        """The largest k among the promised models ((alpha,k) and (p,k) carry one too)."""
-        ks = [m.k for m in self.models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
-        return max(ks) if ks else None
-
-    @property
-    def target(self) -> Target:
-        """What the models check: the released QIs and the (first) sensitive column."""
-        sensitive = self.sensitive[0].name if self.sensitive else None
-        return Target(self.ident(self.target_name), [c.name for c in self.qi], sensitive)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dbanon.methods.base import BuildContext, Built, Check, Method
 from dbanon.models.base import CheckResult, Target
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class Anatomy(Method):

@@ -23,7 +23,7 @@ from dbanon.methods.perturbed import DROP, NORMALISE, POLICY, NoiseState, Pertur
 from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class Ina(PerturbingMethod):

@@ -38,7 +38,7 @@ from dbanon.models.base import Target
 from dbanon.setlogic.localanatomy import GROUP_ID, ROW_ID, Attribute
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class LAG(LocalAnatomy):

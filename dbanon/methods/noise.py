@@ -18,7 +18,7 @@ from dbanon.methods.base import Option
 from dbanon.methods.perturbed import DROP, NORMALISE, POLICY, NoiseState, PerturbingMethod
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class UniformNoise(PerturbingMethod):

@@ -41,7 +41,7 @@ from dbanon.metrics.security import Security
 from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 ROW = "dbanon_row"
 STAGE = sql.Identifier("dbanon_noise_stage")  # (row_id, key, columns) of this run

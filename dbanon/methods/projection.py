@@ -51,7 +51,7 @@ from dbanon.models.base import Target
 from dbanon.setlogic.fulldomain import _fresh
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
 
