@@ -59,7 +59,8 @@ class Release:
     classes: dict[tuple[Any, ...], list[Row]] = field(init=False)  # released cells -> rows
     members: dict[int, list[Row]] = field(init=False)  # bucket -> rows
     _seen: dict[tuple[Any, ...], list[Row]] = field(init=False)
-    _cols: list[tuple[np.ndarray, ...]] | None = field(init=False, default=None)
+    _cols: list[tuple[Any, ...]] | None = field(init=False, default=None)
+    _keys: list[tuple[Any, ...]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         self.classes, self.members, self._seen = {}, {}, {}
@@ -141,15 +142,17 @@ def contains(cell: Any, value: Any) -> bool:
     return False
 
 
-def _columns(release: Release) -> list[tuple[np.ndarray, ...]]:
-    """Per QI column over the distinct released cells: (matches anything, text, low, high);
+def _columns(release: Release) -> list[tuple[Any, ...]]:
+    """Per QI column over the distinct released cells: (matches anything, text code, low, high,
+    the codes);
     `contains` in arrays, so a point is matched against every class at once."""
     cells = list(release.classes)
     out = []
     for j in range(len(cells[0]) if cells else 0):
         col = [c[j] for c in cells]
         anything = np.array([c is None or str(c) == "*" for c in col])
-        text = np.array([str(c) for c in col], dtype=object)
+        codes: dict[str, int] = {}
+        text = np.array([codes.setdefault(str(c), len(codes)) for c in col], dtype=np.int64)
         low, high = np.full(len(col), np.nan), np.full(len(col), np.nan)
         for i, c in enumerate(col):
             t = str(c)
@@ -157,7 +160,7 @@ def _columns(release: Release) -> list[tuple[np.ndarray, ...]]:
                 cut = t.index("-", 1)
                 with contextlib.suppress(ValueError):  # text with a dash: not a range
                     low[i], high[i] = float(t[:cut]), float(t[cut + 1 :])
-        out.append((anything, text, low, high))
+        out.append((anything, text, low, high, codes))
     return out
 
 
@@ -167,14 +170,15 @@ def matching(release: Release, point: Sequence[Any]) -> list[Row]:
     if key not in release._seen:
         if release._cols is None:
             release._cols = _columns(release)
+            release._keys = list(release.classes)
         mask = np.ones(len(release.classes), dtype=bool)
-        for (anything, text, low, high), v in zip(release._cols, point, strict=True):
-            hit = anything | (text == str(v))
+        for (anything, text, low, high, codes), v in zip(release._cols, point, strict=True):
+            hit = anything | (text == codes.get(str(v), -1))
             if isinstance(v, int | float):
                 with np.errstate(invalid="ignore"):
                     hit |= (low <= v) & (v <= high)
             mask &= hit
-        keys = list(release.classes)
+        keys = release._keys
         release._seen[key] = [r for i in np.flatnonzero(mask) for r in release.classes[keys[i]]]
     return release._seen[key]
 
