@@ -99,7 +99,7 @@ def test_cbg_on_adult_gives_nobody_above_one_in_l(
              attacker.storage_order()]  # fmt: skip
     found = attacker.exposure(rel, targets, rules)
     print(f"cbg k=2 l={ell} every {every}th Adult row:", found)  # the figures of the docs (-s)
-    assert found["rules"]["stride"]["named"] >= 40, found  # the test can see the old leak
+    assert found["rules"]["stride"]["named"] >= 30, found  # the test can see the old leak
     assert found["posterior_max"] <= 1 / ell + TOL, found
     assert found["max"] <= 1 / ell + TOL, found
 
