@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, hierarchy_pins, identifying, methods, runs
+from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -72,6 +72,52 @@ class PublishResult:
             "grants": self.grants,
             "warnings": self.metrics.get("warnings", []),
         }
+
+
+# --- what a release counts -----------------------------------------------------------------------
+
+# The groups a method formed inside (its build's figures, dbanon.metrics.loss): two groups can be
+# released with equal QIs, so they are not the release's classes, and are never named as such.
+GROUP_FIGURES = ("groups", "min_group_size", "max_group_size", "avg_group_size")
+# What runs recorded before the two were told apart: the groups' largest and average size.
+_OLD_GROUP_FIGURES = ("max_class_size", "avg_class_size")
+
+
+def released_classes(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The release's classes, rows with equal released QIs (a GROUP BY over the released
+    relation, Method.figures): count, min, max, avg size; None for a release without classes."""
+    count, rows = figures.get("classes"), figures.get("rows")
+    if count is None:
+        return None
+    return {
+        "count": count,
+        "min_size": figures.get("min_class_size"),
+        "max_size": figures.get("max_class_size"),
+        "avg_size": round(rows / count, 4) if count and rows is not None else None,
+    }
+
+
+def internal_groups(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The method's own groups (count, min, max, avg size) from a run's metrics; None for a
+    method that forms none beyond its classes. A run recorded before the two were told apart
+    has only the groups' largest and average size."""
+    if any(f in metrics for f in GROUP_FIGURES):
+        names = GROUP_FIGURES
+    elif "released_classes" not in metrics and any(f in metrics for f in _OLD_GROUP_FIGURES):
+        names = (None, None, *_OLD_GROUP_FIGURES)
+    else:
+        return None
+    return {k: metrics.get(f) if f else None
+            for k, f in zip(("count", "min_size", "max_size", "avg_size"), names, strict=True)}
+
+
+def _counted(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`report`'s two named figures, from a run's metrics of any age."""
+    if "released_classes" in metrics:
+        released = metrics["released_classes"]
+    else:  # an older run: its max_class_size, if any, was the largest group's
+        released = released_classes({**metrics, "max_class_size": None})
+    return {"released_classes": released, "internal_groups": internal_groups(metrics)}
 
 
 # --- 1. resolve and validate --------------------------------------------------------------------
@@ -420,7 +466,7 @@ def publish(
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      first_line(e))  # fmt: skip
+                      interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         runs.unlock_release(conn, spec.name)
@@ -438,7 +484,7 @@ def _publish(
 ) -> PublishResult:
     """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
     and the source fingerprint all come from one snapshot of the source."""
-    say = progress or (lambda _msg: None)
+    say = interrupts.checkpoints(progress)  # a signal stops the run between phases too
     started = time.perf_counter()
     timings: dict[str, float] = {}
     mark = [started]
@@ -453,8 +499,7 @@ def _publish(
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
-        if r.new_source and r.release_id is not None:
-            composition.forget(conn, r.release_id)
+        rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
@@ -486,12 +531,18 @@ def _publish(
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, **measured,
-                   **identifying.recorded(checked), "seconds": seconds}  # fmt: skip
+                   **identifying.recorded(checked), "seconds": seconds,
+                   "released_classes": released_classes(figures)}  # fmt: skip
+        metrics.pop("max_class_size", None)  # kept under released_classes only
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
+        if rekeyed is not None:
+            metrics["map_rekeyed"] = rekeyed
+        if allow_composition:
+            metrics["allow_composition"] = True  # the override is on the record
         pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         if pinned:
             metrics["hierarchies"] = pinned
@@ -500,7 +551,8 @@ def _publish(
         hierarchy_pins.pin(conn, release_id, pinned)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
-        conn.commit()
+        with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
+            conn.commit()
     except BaseException:
         conn.rollback()
         raise
@@ -527,7 +579,7 @@ class Refused(DbanonError):
     exit_code = 4
 
 
-def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
+def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     """This run's rows with their groups, for methods whose groups persist (else None)."""
     stage = r.method.group_map(r)
     if stage is None:
@@ -537,7 +589,7 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
 
 
 def compose(
-    conn: psycopg.Connection, r: Resolved, rows: sql.Identifier | None, allow: bool
+    conn: psycopg.Connection, r: Resolved, rows: composition.Rows | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
     refuse the run when that breaks the promised k or l (p), unless allowed."""
@@ -565,11 +617,43 @@ def compose(
     )
 
 
-def keep_map(conn: psycopg.Connection, rows: sql.Identifier | None, release_id: int) -> None:
-    """Store this run's private row-to-group map (or drop a stale one)."""
-    if rows is None:
-        composition.forget(conn, release_id)
-    else:
+def carry_map(
+    conn: psycopg.Connection, r: Resolved, allow: bool
+) -> dict[str, int | str] | None:
+    """A release redefined on another source or key keeps its map: its entries go to the new
+    key, people found by the old key column's values or by their rows' content (docs/
+    composition.md). When neither tells them, the run is refused unless allowed (the map then
+    starts over, and the run says so)."""
+    if r.release_id is None or not composition.has_map(conn, r.release_id):
+        return None
+    row = _release_row(conn, r.spec.name)
+    assert row is not None  # the release exists: it has a map
+    old_source_name, old_key = row[1]["source"], row[1]["key"]
+    old_source = catalog.find_relation(conn, old_source_name)
+    how = composition.translation(
+        conn, old_source, old_key, r.source, r.key, catalog.columns(conn, r.source),
+        catalog.columns(conn, old_source) if old_source is not None else None,
+    )  # fmt: skip
+    if how is not None:
+        done = composition.rekey(conn, r.release_id, how)
+        return done.as_dict() if done else None
+    if not allow:
+        raise Refused(
+            f"release {r.spec.name!r}: cannot tell which rows of {r.source} are the people its "
+            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is no "
+            "unique column of it, and the old source is gone or shares no column with it); "
+            "consumers who keep them could narrow people unmeasured; the previous release is "
+            "kept (--allow-composition to start the measure over)"
+        )
+    composition.forget(conn, r.release_id)
+    return {"by": "none", "kept": 0}
+
+
+def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id: int) -> None:
+    """Store this run's private row-to-group map. A run without groups (another method since
+    a --replace) leaves the map as it is: consumers still hold the grouped releases, and a
+    later grouping run is measured against them."""
+    if rows is not None:
         composition.store(conn, release_id, rows)
 
 
@@ -733,30 +817,76 @@ def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> l
     ]  # fmt: skip
 
 
+# Runs that ended without replacing the release; the one in place is the latest success's.
+UNSUCCESSFUL = ("refused", "failed", "abandoned")
+
+
+def _latest_success(conn: psycopg.Connection, release_id: int) -> tuple[Any, ...] | None:
+    """(metrics, timings, finished_at, source_rows, fingerprint, released_rows) of the run whose
+    release is in place: the latest that succeeded."""
+    return conn.execute(
+        """SELECT metrics, timings, finished_at, source_rows, source_fingerprint, released_rows
+           FROM dbanon.run WHERE release_id = %s AND status = 'succeeded'
+           ORDER BY finished_at DESC, id DESC LIMIT 1""",
+        [release_id],
+    ).fetchone()
+
+
+def _latest_unsuccessful(
+    conn: psycopg.Connection, release_id: int, since: Any
+) -> dict[str, Any] | None:
+    """The latest refused, failed or abandoned run when it ended after `since` (the latest
+    success; None: any), as {status, at, error}: what `report` and `releases` must not hide.
+    A run still `running` whose backend is gone was killed: abandoned, though only the next run
+    of the release writes it down so."""
+    row = conn.execute(
+        """SELECT CASE WHEN status = 'running' THEN 'abandoned' ELSE status END,
+                  coalesce(finished_at, started_at) AS at,
+                  CASE WHEN status = 'running' THEN %s ELSE error END
+           FROM dbanon.run
+           WHERE release_id = %s
+             AND (status = ANY(%s) AND finished_at IS NOT NULL
+                  OR status = 'running'
+                     AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity)))
+             AND (%s::timestamptz IS NULL OR coalesce(finished_at, started_at) > %s::timestamptz)
+           ORDER BY at DESC, id DESC LIMIT 1""",
+        [runs.KILLED, release_id, list(UNSUCCESSFUL), since, since],
+    ).fetchone()
+    if row is None:
+        return None
+    return {"status": row[0], "at": row[1].isoformat(), "error": row[2]}
+
+
+def not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
+    """A run newer than the release in place, and that release, in one line."""
+    kept = (
+        f"the release published at {published.isoformat()} ({rows if rows is not None else '?'} "
+        "rows) is still in place"
+        if published is not None
+        else "no run of it has succeeded"
+    )
+    return f"latest run {failure['status']} at {failure['at']}: {failure['error']}; {kept}"
+
+
+# Run metrics `report` shows at its top level, not among the method's own.
+SHOWN_APART = (*COMMON_FIGURES, "warnings", "released_classes", "max_class_size",
+               "avg_class_size", *GROUP_FIGURES)  # fmt: skip
+
+
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
-    """One shape for every method: the common figures of the latest successful run at the top,
-    the method's own under `method_metrics`; the latest failure when newer; missing objects."""
+    """One shape for every method: the common figures of the run whose release is in place (the
+    latest success) at the top, the method's own under `method_metrics`; the latest refused,
+    failed or abandoned run when newer (`last_failure`, and a warning); missing objects."""
     spec = load_spec(conn, name)
-    schema, objects = conn.execute(
-        "SELECT target_schema, objects FROM dbanon.release WHERE name = %s", [name]
+    release_id, schema, objects = conn.execute(
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s", [name]
     ).fetchone()
-    ok = conn.execute(
-        """SELECT u.metrics, u.timings, u.finished_at, u.source_rows, u.source_fingerprint
-           FROM dbanon.release r JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'succeeded'
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name],
-    ).fetchone()
-    metrics, timings, finished, source_rows, fp = ok or ({}, {}, None, None, None)
-    failure = conn.execute(
-        """SELECT u.finished_at, u.error FROM dbanon.release r
-           JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'failed' AND (%s::timestamptz IS NULL
-                 OR u.finished_at > %s::timestamptz)
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name, finished, finished],
-    ).fetchone()
+    ok = _latest_success(conn, release_id)
+    metrics, timings, finished, source_rows, fp, _ = ok or ({}, {}, None, None, None, None)
+    failure = _latest_unsuccessful(conn, release_id, finished)
     missing = _missing(conn, schema, objects)
+    if failure:  # what did not replace the release in place, in words
+        failure["message"] = not_replaced(failure, finished, metrics.get("rows"))
     return {
         "release": name,
         "method": spec.method,
@@ -771,27 +901,37 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items()
-                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
-        "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
+        **_counted(metrics),
+        "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
+        "last_failure": failure,
         "warnings": [f"released relation {m} is missing" for m in missing]
         + list(metrics.get("warnings", [])),
     }
 
 
 def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every release with its method, models, objects and latest run."""
+    """Every release with its method, models, objects, latest run, the rows of the release in
+    place (its latest success) and, as in `report`, a newer refused or failed run."""
     catalog.require_catalog(conn)
     rows = conn.execute(
-        """SELECT r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
-                  u.released_rows
-           FROM dbanon.release r LEFT JOIN LATERAL (
-               SELECT status, finished_at, released_rows FROM dbanon.run
+        """SELECT r.id, r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
+                  ok.finished_at, ok.released_rows
+           FROM dbanon.release r
+           LEFT JOIN LATERAL (
+               SELECT status, finished_at FROM dbanon.run
                WHERE release_id = r.id ORDER BY started_at DESC, id DESC LIMIT 1) u ON true
+           LEFT JOIN LATERAL (
+               SELECT finished_at, released_rows FROM dbanon.run
+               WHERE release_id = r.id AND status = 'succeeded'
+               ORDER BY finished_at DESC, id DESC LIMIT 1) ok ON true
            ORDER BY r.name"""
     ).fetchall()
-    return [
-        {
+    out = []
+    for release_id, name, spec, schema, objects, status, at, published, released in rows:
+        failure = _latest_unsuccessful(conn, release_id, published)
+        if failure:
+            failure["message"] = not_replaced(failure, published, released)
+        out.append({
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
@@ -799,10 +939,11 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
+            "published_at": published.isoformat() if published else None,
+            "last_failure": failure,
             "missing": _missing(conn, schema, objects),
-        }
-        for name, spec, schema, objects, status, at, released in rows
-    ]
+        })  # fmt: skip
+    return out
 
 
 def drop(conn: psycopg.Connection, name: str) -> list[str]:

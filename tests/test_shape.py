@@ -83,3 +83,24 @@ def test_no_import_circle() -> None:
 def test_the_walk_finds_a_circle() -> None:
     assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_cli_names_no_method_and_no_experiment() -> None:
+    """The CLI builds `publish` options, experiments and benches from their registries: no
+    string in it is a method's, an experiment's or a bench's name (a command of its own, such
+    as `check`, is the command's name)."""
+    from dbanon import methods, runners
+    from dbanon.cli import main
+
+    names = set(methods.methods()) | set(runners.experiments()) | set(runners.benches())
+    names -= set(main.commands)
+    paths = [PACKAGE / "cli.py"] if (PACKAGE / "cli.py").exists() else []
+    paths += sorted((PACKAGE / "cli").glob("*.py")) if (PACKAGE / "cli").is_dir() else []
+    assert paths
+    found = [
+        f"{path.name}:{node.lineno}: {node.value!r}"
+        for path in paths
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and node.value in names
+    ]
+    assert found == []

@@ -243,6 +243,7 @@ class CBGResult:
     tgens: int
     suppressed: int
     uneven_tgens: int  # T_gens whose size k does not divide (groups of k..2k-1 rows)
+    tgen: np.ndarray  # int64 per row: its T_gen (0..), -1 if suppressed (bucket ids hide it)
 
 
 def cross_bucket(
@@ -259,10 +260,12 @@ def cross_bucket(
     res = _cross_bucket(np.asarray(x)[perm], np.asarray(sa)[perm], k, l, rng)
     gid = np.empty_like(res.gid)
     bid = np.empty_like(res.bid)
+    tgen = np.empty_like(res.tgen)
     gid[perm] = res.gid
+    tgen[perm] = res.tgen
     relabel = np.concatenate([[-1], rng.permutation(int(res.bid.max(initial=0))) + 1])
     bid[perm] = relabel[np.maximum(res.bid, 0)]
-    return CBGResult(gid, bid, res.tgens, res.suppressed, res.uneven_tgens)
+    return CBGResult(gid, bid, res.tgens, res.suppressed, res.uneven_tgens, tgen)
 
 
 def _cross_bucket(
@@ -275,6 +278,7 @@ def _cross_bucket(
     m = int(sa.max()) + 1 if n else 0
     gid = np.full(n, -1, dtype=np.int64)
     bid = np.full(n, -1, dtype=np.int64)
+    tgen = np.full(n, -1, dtype=np.int64)
     alive_mask = np.ones(n, dtype=bool)
     lex = np.empty(n, dtype=np.int64)
     lex[np.lexsort(x.T[::-1])] = np.arange(n)
@@ -305,8 +309,9 @@ def _cross_bucket(
                     labels[pos : pos + size] = rng.permutation(labels[pos : pos + size])
                 pos += size
             bid[rows] = labels
+            tgen[rows] = tgens
             tgens += 1
             uneven += beta % k != 0
             alive_mask[rows] = False
             alive = alive[alive_mask[alive]]
-    return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven)
+    return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven, tgen)

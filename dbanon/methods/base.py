@@ -280,21 +280,31 @@ class Method(ABC):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        """rows, classes and min_class_size of the release as consumers read it (the first
-        relation, GROUP BY its QIs), taken from the checks' figures where they have them. A method
-        whose release has no classes (noise) gives None for classes and min_class_size."""
-        rel = self.checked_relation(r, built)
-        if "classes" in checked and "min_class_size" in checked:
-            classes, smallest = checked["classes"], checked["min_class_size"]
-            rows = count_rows(conn, rel)
-        else:
-            rows, classes, smallest = conn.execute(
-                sql.SQL(
-                    "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0) "
-                    "FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
-                ).format(rel, sql.SQL(", ").join(sql.Identifier(c.name) for c in r.qi))
-            ).fetchone()
-        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}
+        """rows, classes, min_class_size and max_class_size of the release as consumers read it:
+        its first relation, GROUP BY its QIs as released (the released classes, whatever groups
+        the method formed inside). A method whose release has no classes (noise) gives None for
+        classes and the sizes."""
+        return class_sizes(conn, self.checked_relation(r, built),
+                           [sql.Identifier(c.name) for c in r.qi])  # fmt: skip
+
+
+def class_sizes(
+    conn: psycopg.Connection, rel: sql.Composable, by: list[sql.Composable],
+    count: sql.Composable | None = None,
+) -> dict[str, int]:  # fmt: skip
+    """rows, classes, min_class_size and max_class_size of `rel` grouped by `by`, in one scan
+    (`count`: a column giving how many rows each row stands for, as an Anatomy ST's)."""
+    rows, classes, smallest, largest = conn.execute(
+        sql.SQL(
+            "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0), coalesce(max(n), 0) "
+            "FROM (SELECT {n} AS n FROM {rel} GROUP BY {by}) g"
+        ).format(
+            n=sql.SQL("count(*)") if count is None else sql.SQL("sum({})").format(count),
+            rel=rel, by=sql.SQL(", ").join(by),
+        )  # fmt: skip
+    ).fetchone()
+    return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest),
+            "max_class_size": int(largest)}  # fmt: skip
 
 
 def failed(release: str, check: Check, result: CheckResult) -> ModelViolation:
