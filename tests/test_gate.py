@@ -90,6 +90,9 @@ CASES: dict[str, Case] = {
             "recursive-l-diversity": [
                 ("--k", "3", "--sensitive", "dx", "--l", "2", "--l-kind", "recursive", "--c", "2")
             ],
+            "frequency-l-diversity": [
+                ("--k", "3", "--sensitive", "dx", "--l", "2", "--l-kind", "frequency")
+            ],
         }
     ),
     "fulldomain": Case(
