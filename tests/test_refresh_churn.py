@@ -1,0 +1,55 @@
+"""A k-member release survives ordinary churn with its default refresh policy (issue 19 item 1).
+
+Deletes leave persisting groups short, inserts put values into them that the persisting rows'
+earlier classes never held: the persist policy merges groups until the intersection of every
+release still leaves each persisting row k plausible rows, rather than refusing the refresh. The
+check is churn.Attacker's, on the released relations only.
+"""
+
+from __future__ import annotations
+
+import random
+
+import psycopg
+from churn import COLUMNS, Attacker, churn, person
+from helpers import cli_json, make_table
+
+K = 5
+
+
+def released(conn: psycopg.Connection) -> list[tuple]:
+    return conn.execute("SELECT age, region, income, dx FROM released.bank").fetchall()
+
+
+def people(conn: psycopg.Connection) -> list[tuple]:
+    return conn.execute("SELECT id, age, region, income, dx FROM h.bank").fetchall()
+
+
+def smallest_class(conn: psycopg.Connection) -> int:
+    return conn.execute(
+        "SELECT min(n) FROM (SELECT count(*) AS n FROM released.bank "
+        "GROUP BY age, region, income) c"
+    ).fetchone()[0]
+
+
+def test_kmember_release_of_10000_rows_survives_insert_delete_churn(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    rng = random.Random(19)
+    make_table(conn, "h", "bank", COLUMNS, [person(rng, i) for i in range(10_000)])
+    code, out = cli_json(dsn, "publish", "bank", "--source", "h.bank", "--key", "id",
+                         "--qi", "age,region,income", "--sensitive", "dx", "--k", str(K),
+                         "--algorithm", "kmember")  # fmt: skip
+    assert code == 0, out
+    attacker = Attacker()
+    attacker.observe(people(conn), released(conn))
+    next_id = 10_000
+    for inserts, deletes, updates in [(0.05, 0.03, 0.0), (0.0, 0.03, 0.02), (0.05, 0.03, 0.02)]:
+        next_id = churn(conn, rng, "h.bank", next_id, inserts, deletes, updates)
+        code, out = cli_json(dsn, "refresh", "bank")
+        assert code == 0, out
+        assert smallest_class(conn) >= K
+        composed = out["metrics"]["composition"]
+        assert composed["rows_below_k"] == 0 and composed["persisting"] > 9_000
+        alive, fewest_rows, _ = attacker.observe(people(conn), released(conn))
+        assert alive > 9_000 and fewest_rows >= K, (alive, fewest_rows)
