@@ -10,7 +10,6 @@ candidates hold; its plausible rows are the newest release's candidates holding 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np

@@ -8,10 +8,19 @@ intersection is its old group again. So a refresh under the `persist` policy:
 2. groups the new rows among themselves with the method's own algorithm (when it can: there
    are at least k of them and they can satisfy the model on their own), and puts the rest in
    the nearest group;
-3. merges every group that no longer satisfies the promised models (it lost rows, or a new row
-   broke its l-diversity) into its nearest group, smallest first, until all satisfy them.
+3. merges every group that no longer keeps its promise into a near group, smallest first,
+   until all keep it. A group keeps its promise when it satisfies the promised models (it may
+   have lost rows, or a new row broke its l-diversity) and, for a consumer who kept every
+   earlier release (`History`), still leaves each of its persisting rows k plausible rows and
+   l plausible values: rows whose sensitive value every earlier class of that row held.
+   Deletes, new values and updated sensitive values all shrink those counts; a merge only ever
+   grows them, so merging ends. Of the few nearest groups (by the distance below) the nearest
+   whose union keeps the promise is taken, else the nearest.
 Groups never split, so information loss can only grow over refreshes; `--regroup` starts over
 (and dbanon's composition check then says whether the intersection still keeps the promise).
+A persisting row whose plausible values fewer than k rows of the whole table still hold cannot
+be helped by any merge: the guard leaves it out (`History.fixable`) and the composition check
+refuses the run, naming the override.
 
 Pure arrays in, group ids out; the distance between groups is the k-member one (numeric ranges
 normalised by the domain width, categorical LCA heights) between group centres.
@@ -20,6 +29,7 @@ normalised by the domain width, categorical LCA heights) between group centres.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +38,51 @@ from dbanon.algorithms.base import QIArrays
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
 _CHUNK = 2048  # rows per block when placing leftover rows (bounded memory: block x groups)
+_CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
+
+
+@dataclass(frozen=True)
+class History:
+    """What a consumer who kept every earlier release knows of the persisting rows.
+
+    `tag[i]`: a code of row i's sensitive value now; `history[i]`: the id of row i's running
+    intersection of values (-1 for a new row); `values[h]`: the sorted codes of history h's
+    plausible values. The figures are dbanon.composition's: k plausible rows (rows of the
+    class whose value is plausible) and `needed` plausible values (l, or p)."""
+
+    tag: np.ndarray
+    history: np.ndarray
+    values: list[np.ndarray]
+    k: int
+    needed: int
+
+    def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
+        """The histories (of those given) that the rows leave short of k rows or l values."""
+        tags = self.tag[rows]
+        present = np.unique(tags)
+        return np.array(
+            [h for h in histories.tolist()
+             if np.isin(tags, self.values[h]).sum() < self.k
+             or len(np.intersect1d(present, self.values[h], assume_unique=True)) < self.needed],
+            dtype=np.int64,
+        )  # fmt: skip
+
+    def fixable(self) -> History:
+        """This history without the rows no merge can help (their plausible values are held
+        by fewer than k rows, or fewer than l values are left, in the whole table): the
+        composition check reports those."""
+        known = np.unique(self.history[self.history >= 0])
+        hopeless = self._short(np.arange(len(self.tag)), known)
+        if not len(hopeless):
+            return self
+        history = np.where(np.isin(self.history, hopeless), -1, self.history)
+        return History(self.tag, history, self.values, self.k, self.needed)
+
+    def holds(self, rows: np.ndarray) -> bool:
+        """Whether every persisting row of the group keeps k plausible rows and l values."""
+        here = self.history[rows]
+        known = np.unique(here[here >= 0])
+        return not len(known) or not len(self._short(rows, known))
 
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
@@ -60,12 +115,21 @@ def _distance(
 
 
 def persist_groups(
-    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2
-) -> np.ndarray:
+    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
+    history: History | None = None,
+) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
-    they cannot be grouped on their own). Raises ValueError when no grouping satisfies the
-    models."""
+    they cannot be grouped on their own); with `history`, groups also keep the intersection
+    promise for every persisting row a merge can help. Raises ValueError when no grouping
+    satisfies the models."""
+    if history is not None:
+        guard = history.fixable()
+        models = holds
+
+        def holds(rows: np.ndarray) -> bool:
+            return models(rows) and guard.holds(rows)
+
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
@@ -92,7 +156,8 @@ def persist_groups(
 
 
 def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
-    """Merge groups that fail the models into their nearest group, smallest first."""
+    """Merge groups that fail their promise into a near group, smallest first: of the
+    `_CANDIDATES` nearest, the nearest whose union holds, else the nearest."""
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = {
@@ -106,7 +171,12 @@ def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> 
         g = min(failing, key=lambda x: (len(members[x]), x))
         alive = np.array(sorted(h for h in members if h != g))
         d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
-        into = int(alive[int(np.argmin(d))])
+        near = alive[np.argsort(d, kind="stable")[:_CANDIDATES]].tolist()
+        into, ok = near[0], False
+        for h in near:
+            if holds(np.concatenate([members[h], members[g]])):
+                into, ok = h, True
+                break
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
         failing.discard(g)
@@ -115,7 +185,7 @@ def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> 
         for j in range(qi.cat.shape[1]):
             vals, counts = np.unique(qi.cat[rows, j], return_counts=True)
             ccat[into, j] = vals[np.argmax(counts)]
-        if holds(rows):
+        if ok:
             failing.discard(into)
         else:
             failing.add(into)
