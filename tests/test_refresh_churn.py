@@ -56,3 +56,26 @@ def test_kmember_release_of_10000_rows_survives_insert_delete_churn(
         assert composed["rows_below_k"] == 0 and composed["persisting"] > 9_000
         alive, fewest_rows, _ = attacker.observe(people(conn), released(conn))
         assert alive > 9_000 and fewest_rows >= K, (alive, fewest_rows)
+
+
+def test_what_no_merge_can_fix_is_refused_naming_the_override(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """Every sensitive value but two rows' changes to one no earlier release held: no group,
+    not even the whole table, leaves a persisting row k plausible rows."""
+    rng = random.Random(5)
+    make_table(conn, "h", "bank", COLUMNS, [person(rng, i) for i in range(300)])
+    code, out = cli_json(dsn, "publish", "bank", "--source", "h.bank", "--key", "id",
+                         "--qi", "age,region,income", "--sensitive", "dx", "--k", str(K),
+                         "--algorithm", "kmember")  # fmt: skip
+    assert code == 0, out
+    before = sorted(released(conn))
+    conn.execute("UPDATE h.bank SET dx = 'unheard-of' WHERE id >= 2")
+    code, out = cli_json(dsn, "refresh", "bank")
+    assert code == 4, out
+    assert "no merge of groups can fix it" in out["error"], out
+    assert "--allow-composition" in out["error"] and "persist policy" not in out["error"]
+    assert sorted(released(conn)) == before
+    code, out = cli_json(dsn, "refresh", "bank", "--allow-composition")
+    assert code == 0, out
+    assert smallest_class(conn) >= K

@@ -257,9 +257,13 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
                FROM {rows} t JOIN {src} s ON s.{key}::text = t.key
                LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = t.key"""
         ).format(
-            hist=HISTORY, tag=composition.tag(r.sensitive[0]), rows=rows, src=r.source.ident,
-            key=r.key.ident, map=composition.MAP,
-        ),  # fmt: skip
+            hist=HISTORY,
+            tag=composition.tag(r.sensitive[0]),
+            rows=rows,
+            src=r.source.ident,
+            key=r.key.ident,
+            map=composition.MAP,
+        ),
         {"rid": r.release_id},
     )
     conn.execute(
