@@ -20,6 +20,7 @@ import psycopg
 from dbanon import methods
 from dbanon.api import Database
 from dbanon.bench_scale import METHODS as METHODS_SCALE
+from dbanon.bench_soak import METHODS as METHODS_SOAK
 from dbanon.db import catalog, server
 from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
@@ -1330,6 +1331,44 @@ def bench_cbg(c: Ctx, sizes: str, k: int, l_: int) -> None:
                    f"exposure x{data['exposure_time_ratio']}")  # fmt: skip
 
     c.emit(data, human)
+
+
+@bench.command("soak")
+@click.option("--rows", type=click.IntRange(100), default=20_000, show_default=True)
+@click.option("--refreshes", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--methods", default=",".join(METHODS_SOAK), show_default=True)
+@click.option("--k", type=click.IntRange(2), default=5, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(file_okay=False), default="docs/refresh-soak",
+              show_default=True, help="Where soak.json and soak.png go.")  # fmt: skip
+@click.pass_obj
+@fails_cleanly
+def bench_soak(
+    c: Ctx, rows: int, refreshes: int, methods: str, k: int, seed: int, out: str
+) -> None:
+    """Each grouping method's release refreshed under churn (5 % inserts, 3 % deletes, 2 % QI
+    updates each time; schema dbanon_soak): every run's outcome and NCP, and a plot."""
+    from dbanon.bench_soak import soak, write
+
+    with c.db() as db, c.progress() as say:
+        db.init()
+        data = soak(db, catalog.parse_list(methods), rows, refreshes, k=k, seed=seed, say=say)
+    write(data, out)
+
+    def human() -> None:
+        for method, m in data["methods"].items():
+            done = [r for r in m["runs"] if "error" not in r]
+            failed = [r for r in m["runs"] if "error" in r]
+            click.echo(
+                f"{method}: {len(done) - 1} of {refreshes} refreshes, NCP {done[0]['ncp']:.3f} "
+                f"-> {done[-1]['ncp']:.3f}, {m['seconds']} s"
+                + (f"; failed: {failed[0]['error']}" if failed else "")
+            )
+        click.echo(f"wrote {out}/soak.json and {out}/soak.png")
+
+    c.emit(data, human)
+    if any("error" in r for m in data["methods"].values() for r in m["runs"]):
+        raise SystemExit(4)
 
 
 @bench.command("scale")

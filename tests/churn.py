@@ -59,19 +59,20 @@ def _range(cell: Any) -> tuple[float, float]:
     return float(parts[0]), float(parts[-1])
 
 
-def _regions(cell: Any) -> int:
-    """A released region cell (a value, '{a,b}' or '*') as a bit mask over REGIONS."""
+def _regions(cell: Any, regions: list[str]) -> int:
+    """A released region cell (a value, '{a,b}' or '*') as a bit mask over `regions`."""
     s = str(cell)
     if s == "*":
-        return (1 << len(REGIONS)) - 1
+        return (1 << len(regions)) - 1
     names = {p.strip().strip('"') for p in s.strip("{}").split(",")}
-    return sum(1 << i for i, r in enumerate(REGIONS) if r in names)
+    return sum(1 << i for i, r in enumerate(regions) if r in names)
 
 
 class Attacker:
     """The consumer who keeps every release of the churning table (age, region, income; dx)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dx: list[str] = DX, regions: list[str] = REGIONS) -> None:
+        self.dx, self.regions = dx, regions
         self.values: dict[int, int] = {}  # person -> bit mask of plausible dx values so far
         self.alive: set[int] | None = None  # people present in every release so far
 
@@ -79,14 +80,15 @@ class Attacker:
         """One more release: `people` are the source's rows (id, age, region, income, dx) at
         its time, `released` its rows (age, region, income, dx). Returns (people present in
         every release, fewest plausible rows, fewest plausible values) over them."""
+        dxs, regions = self.dx, self.regions
         classes: dict[tuple, np.ndarray] = {}
         for *cell, dx in released:
-            classes.setdefault(tuple(cell), np.zeros(len(DX), dtype=np.int64))[DX.index(dx)] += 1
+            classes.setdefault(tuple(cell), np.zeros(len(dxs), dtype=np.int64))[dxs.index(dx)] += 1
         cells = list(classes)
         age = np.array([_range(c[0]) for c in cells]).reshape(-1, 2)
-        region = np.array([_regions(c[1]) for c in cells], dtype=np.int64)
+        region = np.array([_regions(c[1], regions) for c in cells], dtype=np.int64)
         income = np.array([_range(c[2]) for c in cells]).reshape(-1, 2)
-        counts = np.array([classes[c] for c in cells]).reshape(-1, len(DX))
+        counts = np.array([classes[c] for c in cells]).reshape(-1, len(dxs))
         now = {p[0]: p for p in people}
         alive = set(now) if self.alive is None else self.alive & set(now)
         ids = sorted(alive)
@@ -94,12 +96,12 @@ class Attacker:
         for start in range(0, len(ids), 2000):
             chunk = [now[i] for i in ids[start : start + 2000]]
             a = np.array([p[1] for p in chunk], dtype=float)[:, None]
-            g = np.array([1 << REGIONS.index(p[2]) for p in chunk], dtype=np.int64)[:, None]
+            g = np.array([1 << regions.index(p[2]) for p in chunk], dtype=np.int64)[:, None]
             m = np.array([p[3] for p in chunk], dtype=float)[:, None]
             cover = ((age[:, 0] <= a) & (a <= age[:, 1]) & ((region & g) != 0)
                      & (income[:, 0] <= m) & (m <= income[:, 1]))  # fmt: skip
             held = cover.astype(np.int64) @ counts  # candidates' rows per value
-            bits = 1 << np.arange(len(DX), dtype=np.int64)
+            bits = 1 << np.arange(len(dxs), dtype=np.int64)
             for j, p in enumerate(chunk):
                 mask = int(((held[j] > 0) * bits).sum()) & self.values.get(p[0], -1)
                 self.values[p[0]] = mask
