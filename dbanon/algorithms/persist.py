@@ -135,6 +135,10 @@ def persist_groups(
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
+    if history is not None:  # the guard keeps a moved row's intersection: it may be re-placed
+        gid[moved(qi, gid)] = -1
+        gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
+        old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
     new = np.flatnonzero(~old)
     if len(new) >= k:
@@ -153,6 +157,36 @@ def persist_groups(
             rows = left[start : start + _CHUNK]
             gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
     return _merge_failing(qi, gid, groups, holds)
+
+
+def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
+    """Persisting rows (gid >= 0) whose QIs moved away from their group: a row's distance to
+    its group's centre (without it) is over twice its distance to the nearest other centre,
+    and over the group's own spread. Keeping such a row (a QI update, mostly) would stretch
+    its group's generalisation over the space between; placed as a new row, the merges of
+    the guard keep its intersection promise instead."""
+    rows = np.flatnonzero(gid >= 0)
+    groups = int(gid.max(initial=-1)) + 1
+    if not len(rows) or groups < 2:
+        return np.zeros(0, dtype=np.int64)
+    g = gid[rows]
+    sizes = np.bincount(g, minlength=groups)
+    cnum, ccat = _centres(subset(qi, rows), g, groups)
+    own = np.abs(qi.num[rows] - cnum[g]).sum(axis=1)  # each row to its own group's centre
+    for j in range(qi.cat.shape[1]):
+        own += qi.height[j][qi.lca[j][qi.cat[rows, j], ccat[g, j]]]
+    # Numeric centres without the row itself: the mean moves away from the row by d / (n - 1).
+    alone = sizes[g] > 1
+    own = np.where(alone, own * sizes[g] / np.maximum(sizes[g] - 1, 1), 0.0)
+    spread = np.bincount(g, weights=own, minlength=groups) / np.maximum(sizes, 1)
+    candidates = np.flatnonzero(alone & (own > 2 * spread[g]) & (own > 0))
+    out = []
+    for start in range(0, len(candidates), _CHUNK):
+        c = candidates[start : start + _CHUNK]
+        d = _distance(qi, qi.num[rows[c]], qi.cat[rows[c]], cnum, ccat)
+        d[np.arange(len(c)), g[c]] = np.inf
+        out.append(c[own[c] > 2 * d.min(axis=1)])
+    return rows[np.concatenate(out)] if out else np.zeros(0, dtype=np.int64)
 
 
 def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
