@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import psycopg
 from churn import COLUMNS, Attacker, churn, person
 from helpers import cli_json, make_table
+
+from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.persist import History, moved, persist_groups
+from dbanon.hierarchy import Hierarchy
 
 K = 5
 
@@ -79,3 +84,32 @@ def test_what_no_merge_can_fix_is_refused_naming_the_override(
     code, out = cli_json(dsn, "refresh", "bank", "--allow-composition")
     assert code == 0, out
     assert smallest_class(conn) >= K
+
+
+def _arrays(ages: list[float]) -> QIArrays:
+    flat = Hierarchy.flat("r", ["x"])
+    return QIArrays.build(
+        [np.asarray(ages, dtype=float) / 100], [(np.zeros(len(ages), dtype=np.int32), flat)]
+    )
+
+
+def test_a_short_group_merges_with_the_nearest_group_that_restores_the_promise() -> None:
+    """Group 0 lost a row: its 4 rows had values {a, b} in every earlier class, so they need
+    a partner holding a or b. Group 1 is nearer but holds neither; group 2 does."""
+    qi = _arrays([10, 11, 12, 13, 14, 15, 16, 17, 18, 40, 41, 42, 43, 44])
+    previous = np.array([0] * 4 + [1] * 5 + [2] * 5)
+    tag = np.array([0, 0, 1, 1, 2, 2, 3, 3, 2, 0, 1, 0, 1, 0])  # a=0, b=1, c=2, d=3
+    history = np.array([0] * 4 + [1] * 5 + [2] * 5)
+    values = [np.array([0, 1]), np.array([2, 3]), np.array([0, 1])]
+    guard = History(tag, history, values, k=5, needed=1)
+    gid = persist_groups(qi, previous, lambda rows: np.zeros(len(rows), dtype=np.int32),
+                         lambda rows: len(rows) >= 5, 5, guard)  # fmt: skip
+    assert gid[0] == gid[9] != gid[4]
+    assert len(set(gid[:4].tolist())) == 1 and len(set(gid[4:9].tolist())) == 1
+
+
+def test_a_row_whose_qis_moved_far_from_its_group_is_placed_again() -> None:
+    qi = _arrays([10, 11, 12, 13, 95, 80, 81, 82, 83, 84])
+    gid = np.array([0] * 5 + [1] * 5)
+    assert moved(qi, gid).tolist() == [4]  # 95: updated, now beside group 1
+    assert moved(qi, np.array([0] * 4 + [1] * 6)).tolist() == []
