@@ -41,9 +41,7 @@ def test_refresh_after_deleting_flagged_rows(
                          "--flags", "h.flags", *extra)  # fmt: skip
     assert code == 0, out
     gone = sorted(flags["age"])[:20] + sorted(flags["region"] - flags["age"])[:15] + [2, 3]
-    stale = conn.execute(
-        "SELECT count(*) FROM h.flags WHERE id = ANY(%s)", [gone]
-    ).fetchone()[0]
+    stale = conn.execute("SELECT count(*) FROM h.flags WHERE id = ANY(%s)", [gone]).fetchone()[0]
     assert stale >= 35
     conn.execute("DELETE FROM h.bank WHERE id = ANY(%s)", [gone])
     code, out = cli_json(dsn, "refresh", "b")

@@ -56,8 +56,9 @@ class Checker:
         rows = self.conn.execute(f"SELECT * FROM {source}").fetchall()  # noqa: S608
         if method in ("kmember", "mondrian", "thetak"):
             verify.verify(self.conn, result.table, QI, models(method), sensitive="dx")
-            attacker = self.attackers.setdefault(method, Attacker(bench_soak.DX,
-                                                                  bench_soak.REGIONS))
+            attacker = self.attackers.setdefault(
+                method, Attacker(bench_soak.DX, bench_soak.REGIONS)
+            )
             released = self.conn.execute(
                 f"SELECT age, region, income, dx FROM {result.table}"  # noqa: S608
             ).fetchall()

@@ -5,9 +5,10 @@ If a refresh regroups from scratch, the two classes share few rows and the inter
 single a person out; if every row that persists stays with the rows it was grouped with, the
 intersection is its old group again. So a refresh under the `persist` policy:
 1. keeps every persisting row in its previous group (deleted rows simply leave it);
-2. groups the new rows among themselves with the method's own algorithm (when it can: there
-   are at least k of them and they can satisfy the model on their own), and puts the rest in
-   the nearest group;
+2. lets each group that no longer keeps its promise (below) take a few of the nearest new
+   rows, when that makes it keep it; groups the other new rows among themselves with the
+   method's own algorithm (when it can: there are at least k of them and they can satisfy
+   the model on their own), and puts the rest in the nearest group;
 3. merges every group that no longer keeps its promise into a near group, smallest first,
    until all keep it. A group keeps its promise when it satisfies the promised models (it may
    have lost rows, or a new row broke its l-diversity) and, for a consumer who kept every
@@ -16,8 +17,11 @@ intersection is its old group again. So a refresh under the `persist` policy:
    Deletes, new values and updated sensitive values all shrink those counts; a merge only ever
    grows them, so merging ends. Of the few nearest groups (by the distance below) the nearest
    whose union keeps the promise is taken, else the nearest.
-Groups never split, so information loss can only grow over refreshes; `--regroup` starts over
-(and dbanon's composition check then says whether the intersection still keeps the promise).
+4. regroups every group of 2k rows or more with the method's algorithm, and keeps the split
+   when each part keeps the promise, so merges of earlier refreshes come undone where the
+   intersection allows.
+Information loss still grows over refreshes; `--regroup` starts over (and dbanon's
+composition check then says whether the intersection still keeps the promise).
 A persisting row whose plausible values fewer than k rows of the whole table still hold cannot
 be helped by any merge: the guard leaves it out (`History.fixable`) and the composition check
 refuses the run, naming the override.
@@ -77,6 +81,14 @@ class History:
             return self
         history = np.where(np.isin(self.history, hopeless), -1, self.history)
         return History(self.tag, history, self.values, self.k, self.needed)
+
+    def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """Which candidate rows hold a value some persisting row of the group may have."""
+        here = self.history[rows]
+        known = np.unique(here[here >= 0])
+        if not len(known):
+            return np.ones(len(candidates), dtype=bool)
+        return np.isin(self.tag[candidates], np.concatenate([self.values[h] for h in known]))
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""
@@ -140,7 +152,8 @@ def persist_groups(
         gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
         old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
-    new = np.flatnonzero(~old)
+    _fill_short(qi, gid, groups, holds, guard if history is not None else None, k)
+    new = np.flatnonzero(gid < 0)
     if len(new) >= k:
         try:
             sub = np.asarray(cluster(new))
@@ -156,7 +169,70 @@ def persist_groups(
         for start in range(0, len(left), _CHUNK):
             rows = left[start : start + _CHUNK]
             gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-    return _merge_failing(qi, gid, groups, holds)
+    gid = _merge_failing(qi, gid, groups, holds)
+    return _split_large(gid, cluster, holds, k) if history is not None else gid
+
+
+def _split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
+    """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
+    when every part keeps the promise (models and guard): merges of earlier refreshes are
+    undone where the intersection allows it, so information loss need not only grow."""
+    sizes = np.bincount(gid)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.r_[0, np.cumsum(sizes)]
+    nxt = len(sizes)
+    for g in np.flatnonzero(sizes >= 2 * k).tolist():
+        rows = order[bounds[g] : bounds[g + 1]]
+        try:
+            sub = np.unique(np.asarray(cluster(rows)), return_inverse=True)[1].reshape(-1)
+        except ValueError:
+            continue
+        parts = int(sub.max()) + 1
+        if parts < 2 or not all(holds(rows[sub == p]) for p in range(parts)):
+            continue
+        for p in range(1, parts):
+            gid[rows[sub == p]] = nxt
+            nxt += 1
+    return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+def _fill_short(
+    qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, guard: History | None, k: int
+) -> None:
+    """Let each persisting group that fails its promise (it lost rows, mostly) take up to k
+    of the nearest loose rows (new or moved) nearer than any other group, those holding a
+    value its persisting rows may have first, when that makes it hold: a short group gains a
+    row or two, where merging it would generalise it with a whole other group. In place, on
+    `gid`."""
+    loose = np.flatnonzero(gid < 0)
+    if not len(loose) or not groups:
+        return
+    placed = np.flatnonzero(gid >= 0)
+    order = placed[np.argsort(gid[placed], kind="stable")]
+    bounds = np.searchsorted(gid[order], np.arange(groups + 1))
+    members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
+    failing = [g for g in range(groups) if len(members[g]) and not holds(members[g])]
+    if not failing:
+        return
+    cnum, ccat = _centres(subset(qi, placed), gid[placed], groups)
+    free = np.ones(len(loose), dtype=bool)
+    for g in sorted(failing, key=lambda x: (len(members[x]), x)):
+        d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], qi.num[loose], qi.cat[loose])[0]
+        others = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
+        others[g] = np.inf
+        d[~free | (d >= others.min())] = np.inf  # a merge with the nearest group is cheaper
+        near = np.argsort(d, kind="stable")[: 4 * k]
+        near = near[np.isfinite(d[near])]
+        if guard is not None and len(near):
+            near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
+        rows, taken = members[g], []
+        for c in near[:k].tolist():
+            rows = np.append(rows, loose[c])
+            taken.append(c)
+            if holds(rows):
+                gid[loose[taken]] = g
+                free[taken] = False
+                break
 
 
 def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
