@@ -147,7 +147,7 @@ def persist_groups(
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
-    if history is not None:  # the guard keeps a moved row's intersection: it may be re-placed
+    if old.any():  # the guard (or the class size) keeps a moved row's promise: re-place it
         gid[moved(qi, gid)] = -1
         gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
         old = gid >= 0
@@ -170,7 +170,7 @@ def persist_groups(
             rows = left[start : start + _CHUNK]
             gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
     gid = _merge_failing(qi, gid, groups, holds)
-    return _split_large(gid, cluster, holds, k) if history is not None else gid
+    return _split_large(gid, cluster, holds, k)
 
 
 def _split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
