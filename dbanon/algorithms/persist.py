@@ -71,12 +71,22 @@ class History:
             dtype=np.int64,
         )  # fmt: skip
 
+    def _codes(self) -> int:
+        """One more than the largest value code in use."""
+        most = [int(v.max()) for v in self.values if len(v)]
+        return max([*most, int(self.tag.max(initial=-1))]) + 1
+
     def fixable(self) -> History:
         """This history without the rows no merge can help (their plausible values are held
         by fewer than k rows, or fewer than l values are left, in the whole table): the
         composition check reports those."""
-        known = np.unique(self.history[self.history >= 0])
-        hopeless = self._short(np.arange(len(self.tag)), known)
+        counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
+        counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
+        hopeless = np.array(
+            [h for h, v in enumerate(self.values)
+             if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed],
+            dtype=np.int64,
+        )  # fmt: skip
         if not len(hopeless):
             return self
         history = np.where(np.isin(self.history, hopeless), -1, self.history)
