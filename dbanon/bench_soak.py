@@ -200,6 +200,7 @@ def write(data: dict[str, Any], directory: str | Path) -> tuple[Path, Path]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -216,6 +217,7 @@ def write(data: dict[str, Any], directory: str | Path) -> tuple[Path, Path]:
         f"{c['deletes']:.0%} deletes, {c['updates']:.0%} QI updates per refresh"
     )
     ax.set_xlabel("refresh (0: first publish)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("NCP (information loss)")
     ax.grid(alpha=0.3)
     ax.legend()
