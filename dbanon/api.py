@@ -295,6 +295,26 @@ class Database:
         finally:
             self.conn.rollback()
 
+    def export(self, names: Sequence[str] = ()) -> str:
+        """The stored specs (every release, or those named) as one TOML document."""
+        from dbanon import specfile
+
+        try:
+            return specfile.export(self.conn, list(names) or None)
+        finally:
+            self.conn.rollback()
+
+    def apply(self, path: str, *, plan: bool = False, prune: bool = False) -> list[Any]:
+        """Make the catalog match the TOML file at `path` (`plan`: only say what would change;
+        `prune`: drop releases the file does not list). Returns the changes."""
+        from dbanon import specfile
+
+        wanted = specfile.read(path)
+        changes = specfile.plan(self.conn, wanted, prune)
+        if not plan:
+            specfile.apply(self, wanted, changes)
+        return changes
+
     def drop(self, name: str) -> list[str]:
         """Drop a release's relations and its catalog entry; returns the relations dropped."""
         return drop(self.conn, name)

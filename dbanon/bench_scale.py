@@ -20,11 +20,13 @@ connection, at the server's work_mem and at the one dbanon sets for its own sess
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -35,7 +37,6 @@ from dbanon.errors import DbanonError
 SCHEMA, OUT = "dbanon_bench_scale", "dbanon_bench_scale_out"
 QI = ["age", "sex", "race", "marital", "education", "workclass", "zip"]
 SENSITIVE = "occupation"
-METHODS = ("mondrian", "fulldomain", "fulldomain_view", "anatomy", "kmember", "check")
 
 # Categorical columns: (name, values); a value is picked by a hash of the row number.
 _CATEGORIES = {
@@ -134,6 +135,189 @@ def anatomy_groups(conn: psycopg.Connection, qit: sql.Composable, st: sql.Compos
     return {"rows": int(row[0] or 0), "min_distinct": int(row[1] or 0), "mismatched": row[2]}
 
 
+def floor(conn: psycopg.Connection, src: sql.Identifier, rows: int) -> dict[str, float]:
+    """What any release of the table must cost at least, measured on the same table in the same
+    run: writing every column but the key once, in random order, and one GROUP BY over the QIs
+    (the check). Best of two each, on an open connection."""
+    cols = sql.SQL(", ").join(map(sql.Identifier, [*QI, SENSITIVE]))
+    scratch = sql.Identifier(OUT, "floor_copy")
+
+    def timed(query: sql.Composable, fresh: bool) -> float:
+        best = math.inf
+        for _ in range(2):
+            if fresh:
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(scratch))
+                conn.commit()
+            started = time.perf_counter()
+            conn.execute(query)
+            conn.commit()
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    write = timed(sql.SQL("CREATE TABLE {} AS SELECT {} FROM {} ORDER BY random()").format(
+        scratch, cols, src), fresh=True)  # fmt: skip
+    group = timed(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY {}) c").format(
+        scratch, sql.SQL(", ").join(map(sql.Identifier, QI))), fresh=False)  # fmt: skip
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(scratch))
+    conn.commit()
+    return {"write_seconds": round(write, 4), "group_by_seconds": round(group, 4),
+            "seconds": round(write + group, 4)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Setup:
+    """How the bench publishes one method on the census table, and checks what it released."""
+
+    args: Callable[[int, int, str], list[str]]  # (k, l, schema of the bench's own objects)
+    # (conn, release name, rows, k, l): the independent check of what it released
+    check: Callable[[psycopg.Connection, str, int, int, int], dict[str, Any]]
+
+
+def _generalised(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    found = classes(conn, sql.Identifier(OUT, name))
+    return {**found, "k": k, "holds": found["min_class"] >= k and found["rows"] == rows}
+
+
+def _suppressing(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    """A release that may suppress rows (LAG, a projection): its classes over the QIs it kept."""
+    kept = [c for c in QI if c in _columns(conn, name)]
+    row = conn.execute(sql.SQL(
+        "SELECT coalesce(sum(n), 0), min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY {}) c"
+    ).format(sql.Identifier(OUT, name), sql.SQL(", ").join(map(sql.Identifier, kept))
+             if kept else sql.SQL("()"))).fetchone()  # fmt: skip
+    n, smallest = int(row[0]), int(row[1] or 0)
+    return {"rows": n, "min_class": smallest, "qi_kept": kept, "k": k,
+            "holds": smallest >= k and 0 < n <= rows}  # fmt: skip
+
+
+def _columns(conn: psycopg.Connection, name: str) -> list[str]:
+    return [r[0] for r in conn.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+        "AND table_name = %s ORDER BY ordinal_position", [OUT, name])]  # fmt: skip
+
+
+def _anatomy(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    qit, st = (sql.Identifier(OUT, f"{name}_{s}") for s in ("qit", "st"))
+    found = anatomy_groups(conn, qit, st)
+    holds = found["rows"] == rows and not found["mismatched"] and found["min_distinct"] >= l
+    return {**found, "l": l, "holds": holds}
+
+
+def _cbg(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    """(k,l) of a cross-bucket release (thesis Def. 3.7): every class of the QI table has >= k
+    rows, and every class's probability of every value, sum over its buckets of
+    Num(C,b) * Num(s,b) / (|C| * |b|), is at most 1/l."""
+    qit, st = (sql.Identifier(OUT, f"{name}_{s}") for s in ("qit", "st"))
+    qi = sql.SQL(", ").join(map(sql.Identifier, QI))
+    row = conn.execute(sql.SQL(
+        """WITH cb AS (SELECT {qi}, bucket_id, count(*) AS n FROM {qit} GROUP BY {qi}, bucket_id),
+                c AS (SELECT {qi}, sum(n) AS size FROM cb GROUP BY {qi}),
+                b AS (SELECT bucket_id, sum("count") AS size FROM {st} GROUP BY bucket_id),
+                p AS (SELECT sum(cb.n::float8 * st."count" / b.size) / min(c.size) AS p
+                      FROM cb JOIN {st} st USING (bucket_id) JOIN b USING (bucket_id)
+                      JOIN c USING ({qi}) GROUP BY {qi}, st.{sa})
+           SELECT (SELECT sum(size) FROM c), (SELECT min(size) FROM c), (SELECT max(p) FROM p)"""
+    ).format(qit=qit, st=st, qi=qi, sa=sql.Identifier(SENSITIVE))).fetchone()  # fmt: skip
+    n, smallest, worst = int(row[0] or 0), int(row[1] or 0), float(row[2] or 1.0)
+    return {"rows": n, "min_class": smallest, "max_probability": round(worst, 4), "k": k,
+            "l": l, "holds": n == rows and smallest >= k and worst <= 1 / l + 1e-9}  # fmt: skip
+
+
+def _local(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    """Local anatomy / LAG: every bucket of every flagged attribute holds >= l distinct values;
+    LAG's generalised rest is k-anonymous over the QIs it released."""
+    out: dict[str, Any] = {"l": l, "buckets": {}}
+    holds = True
+    for (table,) in conn.execute(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+        "AND table_name LIKE %s ORDER BY 1", [OUT, f"{name}\\_%\\_st"]).fetchall():  # fmt: skip
+        col = table[len(name) + 1 : -len("_st")]
+        d = conn.execute(sql.SQL(
+            "SELECT min(d) FROM (SELECT count(DISTINCT {c}) AS d FROM {t} GROUP BY bucket_id) b"
+        ).format(c=sql.Identifier(col), t=sql.Identifier(OUT, table))).fetchone()[0]  # fmt: skip
+        out["buckets"][col] = int(d or 0)
+        holds = holds and int(d or 0) >= l
+    n = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(OUT, name)))
+    out["rows"] = int(n.fetchone()[0])
+    out["holds"] = holds and bool(out["buckets"]) and out["rows"] == rows
+    return out
+
+
+def _lag(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    local = _local(conn, name, rows, k, l)
+    rest = _suppressing(conn, name, rows, k, l)
+    return {**local, "rest": rest, "holds": local["buckets"] != {} and rest["holds"]
+            and all(d >= l for d in local["buckets"].values())}  # fmt: skip
+
+
+def _noise(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    """A perturbed release: every row, no key, no column nobody declared."""
+    cols = _columns(conn, name)
+    n = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(OUT, name)))
+    released = int(n.fetchone()[0])
+    undeclared = sorted(set(cols) - {"age", "zip", SENSITIVE, "dbanon_row"})
+    return {"rows": released, "columns": cols, "holds": released == rows and not undeclared}
+
+
+_NUMERIC = ["--columns", "age,zip", "--sensitive", SENSITIVE]
+SETUPS: dict[str, Setup] = {
+    "mondrian": Setup(lambda k, l_, s: ["--algorithm", "mondrian", "--k", str(k),
+                                       "--sensitive", SENSITIVE], _generalised),
+    "fulldomain": Setup(lambda k, l_, s: ["--algorithm", "fulldomain", "--k", str(k),
+                                         "--sensitive", SENSITIVE], _generalised),
+    "fulldomain_view": Setup(lambda k, l_, s: ["--algorithm", "fulldomain", "--k", str(k),
+                                              "--as", "view", "--sensitive", SENSITIVE],
+                             _generalised),
+    "anatomy": Setup(lambda k, l_, s: ["--algorithm", "anatomy", "--sensitive", SENSITIVE,
+                                      "--l", str(l_), "--seed", "1"], _anatomy),
+    "kmember": Setup(lambda k, l_, s: ["--algorithm", "kmember", "--k", str(k), "--seed", "1",
+                                      "--sensitive", SENSITIVE], _generalised),
+    "thetak": Setup(lambda k, l_, s: ["--algorithm", "thetak", "--k", str(k), "--theta", "3",
+                                     "--sensitive", SENSITIVE, "--sensitive-hierarchy",
+                                     f"{SENSITIVE}={SCHEMA}_occupation", "--seed", "1"],
+                    _generalised),
+    "cbg": Setup(lambda k, l_, s: ["--algorithm", "cbg", "--k", str(k), "--l", str(l_),
+                                  "--sensitive", SENSITIVE], _cbg),
+    "localanatomy": Setup(lambda k, l_, s: ["--algorithm", "localanatomy", "--l", str(l_),
+                                           "--sensitive", SENSITIVE, "--flags", s, "--seed", "1"],
+                          _local),
+    "lag": Setup(lambda k, l_, s: ["--algorithm", "lag", "--k", str(k), "--l", str(l_),
+                                  "--sensitive", SENSITIVE, "--flags", s, "--seed", "1"], _lag),
+    "ina": Setup(lambda k, l_, s: ["--algorithm", "ina", *_NUMERIC, "--seed", "1"], _noise),
+    "noise": Setup(lambda k, l_, s: ["--algorithm", "noise", *_NUMERIC, "--seed", "1"], _noise),
+    "rfka": Setup(lambda k, l_, s: ["--algorithm", "rfka", "--k", str(k), "--sensitive",
+                                   SENSITIVE, "--trees", "100", "--sample", "20000",
+                                   "--seed", "1"], _suppressing),
+    "rfka_view": Setup(lambda k, l_, s: ["--algorithm", "rfka", "--k", str(k), "--as", "view",
+                                        "--sensitive", SENSITIVE, "--trees", "100",
+                                        "--sample", "20000", "--seed", "1"], _suppressing),
+    "hamdist": Setup(lambda k, l_, s: ["--algorithm", "hamdist", "--k", str(k), "--sensitive",
+                                      SENSITIVE], _suppressing),
+}  # fmt: skip
+METHODS = (*SETUPS, "check")
+
+
+def prepare(conn: psycopg.Connection, dsn: str, rows: int, src: sql.Identifier) -> str:
+    """What some methods need beside the table: (θ,k)'s occupation categories (the shipped
+    Adult hierarchy, under a name of the bench's own) and a flags table for local anatomy and
+    LAG (about 6 % of ages and 3 % of zip codes flagged by their owners). Returns the flags."""
+    from dbanon.api import Database
+    from dbanon.data import hierarchy_file
+
+    flags = sql.Identifier(SCHEMA, f"flags_{rows}")
+    conn.execute(sql.SQL(
+        """CREATE TABLE IF NOT EXISTS {f} AS
+           SELECT id, 'age'::text AS column_name FROM {t} WHERE hashint4(id + 77) & 15 = 0
+           UNION ALL SELECT id, 'zip' FROM {t} WHERE hashint4(id + 78) & 31 = 0"""
+    ).format(f=flags, t=src))  # fmt: skip
+    conn.commit()
+    with Database(dsn) as db:
+        name = f"{SCHEMA}_occupation"
+        if name not in {h["name"] for h in db.hierarchies()}:
+            db.import_hierarchy(name, hierarchy_file("occupation"))
+    return f"{SCHEMA}.flags_{rows}"
+
+
 def run(
     dsn: str,
     rows: int,
@@ -142,7 +326,8 @@ def run(
     methods: tuple[str, ...] = METHODS,
     say: Callable[[str], None] = lambda _m: None,
 ) -> dict[str, Any]:
-    """Make the table, run each method in a child process, check each release."""
+    """Make the table, measure the floor, run each method in a child process, check each
+    release independently; `floor_ratio` is the method's process seconds over the floor's."""
     from dbanon.release import drop
 
     unknown = sorted(set(methods) - set(METHODS))
@@ -153,52 +338,44 @@ def run(
         src = make_table(conn, rows)
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(OUT)))
         conn.commit()
+        flags = prepare(conn, dsn, rows, src)
         source = f"{SCHEMA}.census_{rows}"
         base = ["--dsn", dsn, "--json"]
         qi = ",".join(QI)
-        out: dict[str, Any] = {"rows": rows, "k": k, "l": l, "qi": QI, "methods": {}}
-        publish = {
-            "mondrian": ["--algorithm", "mondrian", "--k", str(k)],
-            "fulldomain": ["--algorithm", "fulldomain", "--k", str(k)],
-            "fulldomain_view": ["--algorithm", "fulldomain", "--k", str(k), "--as", "view"],
-            "anatomy": ["--algorithm", "anatomy", "--sensitive", SENSITIVE, "--l", str(l),
-                        "--seed", "1"],
-            "kmember": ["--algorithm", "kmember", "--k", str(k), "--seed", "1"],
-        }  # fmt: skip
+        say("the floor: write every column once in random order, one GROUP BY")
+        low = floor(conn, src, rows)
+        out: dict[str, Any] = {"rows": rows, "k": k, "l": l, "qi": QI, "floor": low,
+                               "methods": {}}  # fmt: skip
         for method in methods:
             say(f"{method} on {rows:,} rows")
             if method == "check":
                 out["methods"]["check"] = check(conn, base, source, src, k)
                 continue
+            setup = SETUPS[method]
             name = f"scale_{method}"
-            target = f"{OUT}.{name}"
-            args = [*base, "publish", name, "--source", source, "--key", "id", "--qi", qi]
-            args += [*publish[method], "--target", target]
-            if method != "anatomy":
-                args += ["--sensitive", SENSITIVE]
+            args = [*base, "publish", name, "--source", source, "--key", "id"]
+            if method not in ("ina", "noise"):
+                args += ["--qi", qi]
+            args += [*setup.args(k, l, flags), "--target", f"{OUT}.{name}"]
             # A fresh release each run: replacing one would keep its rows' groups (persist).
             exists = conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [name])
             if exists.fetchone():
                 drop(conn, name)
             conn.commit()
-            seconds, rss, _, stdout = child(args)
+            try:
+                seconds, rss, _, stdout = child(args)
+            except DbanonError as e:  # one method's failure is a figure, not the end of the run
+                out["methods"][method] = {"error": str(e)}
+                continue
             result = json.loads(stdout)
-            figures: dict[str, Any] = {
+            out["methods"][method] = {
                 "seconds": round(seconds, 2),
                 "publish_seconds": result.get("seconds"),
                 "peak_rss_mb": round(rss, 1),
+                "floor_ratio": round(round(seconds, 2) / low["seconds"], 2),
+                "checked": setup.check(conn, name, rows, k, l),
             }
-            if method == "anatomy":
-                qit, st = (sql.Identifier(OUT, f"{name}_{s}") for s in ("qit", "st"))
-                found = anatomy_groups(conn, qit, st)
-                whole = found["rows"] == rows and not found["mismatched"]
-                holds = whole and found["min_distinct"] >= l
-                figures["checked"] = {**found, "l": l, "holds": holds}
-            else:
-                found = classes(conn, sql.Identifier(OUT, name))
-                figures["checked"] = {**found, "k": k, "holds": found["min_class"] >= k}
             conn.commit()
-            out["methods"][method] = figures
     return out
 
 

@@ -20,15 +20,18 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.api import Database
 from dbanon.errors import DbanonError
-from dbanon.release import PublishResult, ReleaseSpec
+from dbanon.spec import ReleaseSpec
+
+if TYPE_CHECKING:
+    from dbanon.api import Database
+    from dbanon.release import PublishResult
 
 SCHEMA = "dbanon_soak"
 METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
@@ -44,7 +47,7 @@ DX = list(CATEGORY)
 HIERARCHY = "dbanon_soak_dx"
 COLUMNS = ("id", "age", "region", "income", "dx")
 
-OnRelease = Callable[[str, int, PublishResult, str], None]  # method, step, result, source
+OnRelease = Callable[[str, int, "PublishResult", str], None]  # method, step, result, source
 
 
 def spec(method: str, source: str, k: int) -> ReleaseSpec:

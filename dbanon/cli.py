@@ -17,10 +17,8 @@ from typing import Any
 import click
 import psycopg
 
-from dbanon import methods
+from dbanon import methods, runners
 from dbanon.api import Database
-from dbanon.bench_scale import METHODS as METHODS_SCALE
-from dbanon.bench_soak import METHODS as METHODS_SOAK
 from dbanon.db import catalog, server
 from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
@@ -782,15 +780,18 @@ def refresh(
         with c.db() as db, c.progress() as say:
             results = db.refresh_due(now=when, force=force, progress=say)
 
+        from dbanon.schedule import exit_code
+
         def human() -> None:
             for r in results:
                 extra = r.get("error") or r.get("next_due_at") or ""
+                if r["outcome"] == "refreshed":
+                    extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
 
-        c.emit({"results": results}, human)
-        if any(r["outcome"] == "failed" for r in results):
-            sys.exit(2)
-        return
+        code = exit_code(results)
+        c.emit({"results": results, "exit": code}, human)
+        sys.exit(code)
     with c.db() as db, c.progress() as say:
         result = db.refresh(
             name,  # type: ignore[arg-type]
@@ -935,12 +936,27 @@ def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
     c.emit(data, human)
 
 
+def _sizes(sizes: dict[str, Any] | None, what: str) -> str:
+    """A count with its size statistics, saying what it counts."""
+    if sizes is None:
+        return "-"
+    avg = sizes["avg_size"]
+    spread = ", ".join(
+        f"{label} {value}" for label, value in (
+            ("smallest", _figure(sizes["min_size"])), ("largest", _figure(sizes["max_size"])),
+            ("average", "-" if avg is None else f"{avg:,.1f}"),
+        ) if value != "-"
+    )  # fmt: skip
+    return f"{_figure(sizes['count'])} ({what}{'; ' + spread if spread else ''})"
+
+
 @main.command()
 @click.argument("name")
 @click.pass_obj
 @fails_cleanly
 def report(c: Ctx, name: str) -> None:
-    """Information loss and class figures of release NAME's latest run."""
+    """Information loss and class figures of the run whose release is in place: its released
+    classes (rows with equal released QIs) and the method's own groups, apart."""
     with c.db() as db:
         data = db.report(name)
 
@@ -952,21 +968,22 @@ def report(c: Ctx, name: str) -> None:
             ("promises", "; ".join(data["models"]) or "no class model (checks of its own)"),
             ("objects", ", ".join(data["objects"])),
             ("rows", _figure(data["rows"])),
-            ("classes", _figure(data["classes"])),
-            ("min class size", _figure(data["min_class_size"])),
+            ("released classes", _sizes(data["released_classes"], "rows with equal released QIs")),
             ("NCP (GCP)", "-" if gcp is None else f"{gcp:.2%}"),
             ("run time", "-" if data["seconds"] is None else f"{data['seconds']:.2f} s"),
             ("source rows", _figure(data["source_rows"])),
             ("published at", _figure(data["published_at"])),
         ]
+        groups = data["internal_groups"]
+        if groups:  # a method that forms groups of its own
+            rows.insert(5, ("internal groups", _sizes(groups, "the method's own groups")))
         rows += risk_lines(data.get("risk"))
         rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
             table.add_row(label, value)
         out.print(table)
-        if data["last_failure"]:
-            f = data["last_failure"]
-            out.print(f"latest run failed at {f['at']}: {f['error']}", markup=False)
+        if data["last_failure"]:  # a newer run did not replace the release in place
+            out.print(f"warning: {data['last_failure']['message']}", markup=False)
         for w in data["warnings"]:
             out.print(f"warning: {w}", markup=False)
 
@@ -1001,6 +1018,9 @@ def compare(
             f"{algorithm}, {clusters} clusters on {', '.join(columns)}: "
             f"misclassification {data['misclassification']:.2%} of {data['rows']} rows; SEC "
             + ", ".join(f"{k} {v:.2%}" for k, v in data["sec"].items())
+            + f"; linkage {data['linkage']['measured']:.2%} of {data['linkage']['sample']} rows"
+            + ("" if data["linkage"]["recorded"] is None
+               else f" (recorded at publish {data['linkage']['recorded']:.2%})")
         ),
     )
 
@@ -1027,6 +1047,20 @@ def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
     c.emit(data, human)
 
 
+@main.command("docs")
+@click.option("--check", is_flag=True, help="Exit 1 naming the files whose blocks are stale.")
+@click.pass_obj
+def docs_command(c: Ctx, check: bool) -> None:
+    """Regenerate the generated blocks of README.md and docs/ (tables, figures, CLI reference)."""
+    from dbanon import docgen
+
+    files = docgen.stale() if check else docgen.write()
+    key = "stale" if check else "changed"
+    c.emit({key: files}, lambda: click.echo("\n".join(files) or "up to date"))
+    if check and files:
+        raise SystemExit(1)
+
+
 @main.command("releases")
 @click.pass_obj
 @fails_cleanly
@@ -1045,6 +1079,9 @@ def releases_command(c: Ctx) -> None:
                 r["last_run_at"] or "-", _figure(r["rows"]),
             )  # fmt: skip
         out.print(table)
+        for r in rows:  # a run newer than the release in place did not replace it
+            if r["last_failure"]:
+                out.print(f"{r['name']}: {r['last_failure']['message']}", markup=False)
 
     c.emit({"releases": rows}, human)
 
@@ -1115,6 +1152,47 @@ def show_command(c: Ctx, name: str) -> None:
     c.emit(data, human)
 
 
+@main.command("export")
+@click.argument("names", nargs=-1)
+@click.option("--output", "-o", type=click.Path(dir_okay=False), help="Write here, not stdout.")
+@click.pass_obj
+@fails_cleanly
+def export_command(c: Ctx, names: tuple[str, ...], output: str | None) -> None:
+    """The stored specs of every release (or those NAMEd) as one TOML file, for `dbanon apply`."""
+    with c.db() as db:
+        text = db.export(list(names))
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+    c.emit({"toml": text, "output": output}, lambda: None if output else click.echo(text, nl=False))
+
+
+@main.command("apply")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--plan", "dry", is_flag=True, help="Print what would change; change nothing.")
+@click.option("--prune", is_flag=True, help="Drop releases the file no longer lists.")
+@click.pass_obj
+@fails_cleanly
+def apply_command(c: Ctx, file: str, dry: bool, prune: bool) -> None:
+    """Make the catalog match FILE: publish, republish (as --replace), grant, revoke, schedule."""
+    with c.db() as db:
+        changes = db.apply(file, plan=dry, prune=prune)
+    data = {"plan": dry, "changes": [vars(ch) for ch in changes if ch.action != "keep"],
+            "kept": [ch.release for ch in changes if ch.action == "keep"]}  # fmt: skip
+
+    def human() -> None:
+        verb = "would" if dry else "did"
+        for ch in changes:
+            click.echo(f"{ch.action:<10} {catalog.quote_ident(ch.release)}"
+                       + (f"  {ch.detail}" if ch.detail else ""))  # fmt: skip
+        if not any(ch.action != "keep" for ch in changes):
+            click.echo(f"no change: the catalog matches {file}")
+        elif dry:
+            click.echo(f"(plan: nothing changed; `dbanon apply {file}` {verb} the above)")
+
+    c.emit(data, human)
+
+
 # --- demo and benchmarks ------------------------------------------------------------------------
 
 
@@ -1166,270 +1244,68 @@ def demo(c: Ctx, k: int, dataset: str, rows: int | None) -> None:
         out.print(f"try: dbanon check {result.table} --qi {','.join(qi)} {tail}", markup=False)
 
 
+def _option(p: runners.Param) -> click.Option:
+    """A runner's parameter as a click option (lists go through the one list parser)."""
+    shown = p.default is not None and p.default is not False and p.default != ""
+    kw: dict[str, Any] = {"default": p.default, "help": p.help or None, "show_default": shown}
+    if p.kind in ("ints", "numbers", "words"):
+
+        def parse(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+            if p.kind == "words":
+                return catalog.parse_list(value) if value else []
+            try:
+                return runners.numbers(value, p)
+            except DbanonError as e:
+                raise click.BadParameter(str(e)) from None
+
+        return click.Option([p.flags, p.name], type=str, callback=parse, **kw)
+    if p.kind == "flag":
+        pair = "/" in p.flags  # --a/--b: a boolean of two flags, click's own form
+        return click.Option([p.flags, p.name], **kw, **({} if pair else {"is_flag": True}))
+    kind: Any = {
+        "int": click.IntRange(p.low, p.high) if (p.low, p.high) != (None, None) else int,
+        "float": click.FloatRange(p.low, p.high),
+        "str": str,
+        "path": click.Path(file_okay=False),
+        "choice": click.Choice(p.choices),
+    }[p.kind]
+    return click.Option([p.flags, p.name], type=kind, **kw)
+
+
+def print_report(report: runners.Report) -> None:
+    for part in report:
+        if isinstance(part, runners.Table):
+            table = Table(*part.columns, title=part.title)
+            for row in part.rows:
+                table.add_row(*row)
+            out.print(table)
+        else:
+            out.print(part, markup=False)
+
+
+def runner_command(r: runners.Runner) -> click.Command:
+    """`dbanon experiment NAME` / `dbanon bench NAME` from a registered runner."""
+
+    @click.pass_obj
+    @fails_cleanly
+    def callback(c: Ctx, **options: Any) -> None:
+        with c.progress() as say:
+            session = runners.Session(c.dsn, say)
+            try:
+                data = r.run(session, **options)
+            finally:
+                session.close()
+        c.emit(data, lambda: print_report(r.report(data)))
+        if data.get("exit"):
+            sys.exit(data["exit"])
+
+    return Command(r.name, params=[_option(p) for p in r.params], callback=callback,
+                   help=r.summary)  # fmt: skip
+
+
 @main.group()
 def bench() -> None:
     """Benchmarks of the algorithms on UCI Adult and the hospital table (in memory)."""
-
-
-@bench.command("kmember")
-@click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--cost", type=click.Choice(["height", "ncp"]), default="height", show_default=True)
-@click.option(
-    "--seeding", type=click.Choice(["random", "furthest"]), default="random", show_default=True
-)
-@click.pass_obj
-@fails_cleanly
-def bench_kmember(c: Ctx, rows: int, k: int, seed: int, cost: str, seeding: str) -> None:
-    """Greedy k-member on Adult (8 QIs, ARX hierarchies): seconds, NCP by heights and by
-    leaf counts."""
-    from dbanon.bench import bench_kmember as run
-
-    data = run(rows, k, seed, cost, seeding)
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"kmember: {data['rows']} rows, k={data['k']}: {data['seconds']:.2f} s, "
-            f"ncp_height {data['ncp_height']:.2%}, ncp_leaf {data['ncp_leaf']:.2%}"
-        ),
-    )
-
-
-@bench.command("thetak")
-@click.option("--rows", type=click.IntRange(20), default=30000, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=12, show_default=True)
-@click.option("--theta", type=click.IntRange(2), default=3, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def bench_thetak(c: Ctx, rows: int, k: int, theta: int, seed: int) -> None:
-    """(θ,k) clustering of the generated hospital table (6 QIs): seconds, GCP, growth with n."""
-    from dbanon.bench import bench_thetak as run
-
-    if theta > k:
-        raise DbanonError(f"--theta {theta} is larger than --k {k}")
-    data = run(rows, k, theta, seed)
-
-    def human() -> None:
-        click.echo(
-            f"thetak: {data['rows']} rows, k={data['k']}, θ={data['theta']}: "
-            f"{data['seconds']:.3f} s, GCP {data['gcp']:.2%}, {data['classes']} classes, "
-            f"{data['leftover_rows']} leftover rows, similarity vulnerability "
-            f"{data['similarity_vulnerability']:.3f}, background vulnerability "
-            f"{data['background_vulnerability']:.3f}"
-        )
-        click.echo("growth: " + ", ".join(f"{g['rows']} rows {g['seconds']:.3f} s"
-                                          for g in data["growth"]))  # fmt: skip
-
-    c.emit(data, human)
-
-
-@bench.command("mondrian")
-@click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
-@click.option(
-    "--hierarchies/--ordered",
-    default=False,
-    show_default=True,
-    help="ARX hierarchies, or categories as ordered codes (the reference's setting).",
-)
-@click.pass_obj
-@fails_cleanly
-def bench_mondrian(c: Ctx, rows: int, k: int, hierarchies: bool) -> None:
-    """Strict Mondrian on Adult (8 QIs): seconds (best of 20) and GCP."""
-    from dbanon.bench import bench_mondrian as run
-
-    data = run(rows, k, ordered=not hierarchies)
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"mondrian ({data['setting']}): {data['rows']} rows, k={data['k']}: "
-            f"{data['seconds'] * 1000:.1f} ms, GCP {data['gcp']:.2%}"
-        ),
-    )
-
-
-@bench.command("fulldomain")
-@click.option("--rows", type=click.IntRange(2, 45222), default=30162, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=5, show_default=True)
-@click.option("--l", "l_", type=click.IntRange(0), default=0, help="l-diversity of income.")
-@click.option("--max-suppression", type=click.FloatRange(0, 1, max_open=True), default=0.0)
-@click.pass_obj
-@fails_cleanly
-def bench_fulldomain(c: Ctx, rows: int, k: int, l_: int, max_suppression: float) -> None:
-    """Full-domain lattice search in PostgreSQL on Adult (9 QIs, ARX hierarchies, 12,960 nodes;
-    with --l, l-diversity of income over the other 8 QIs)."""
-    from dbanon.demo import prepare
-    from dbanon.setlogic.fulldomain import bench as run
-
-    with c.db() as db:
-        prepare(db)
-        data = run(db.conn, rows, k, l_, max_suppression)
-        db.conn.rollback()
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"fulldomain: {data['rows']} rows, k={data['k']}, l={data['l']}, "
-            f"suppression {data['max_suppression']:.0%}: {data['seconds']:.3f} s, "
-            f"{data['nodes_checked']} of {data['nodes']} nodes checked, loss {data['loss']:.2%}, "
-            f"levels {data['levels']}"
-        ),
-    )
-
-
-@bench.command("ina")
-@click.option("--rows", type=click.IntRange(1000), default=1_000_000, show_default=True)
-@click.option("--sample", type=click.IntRange(2), default=200, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def bench_ina(c: Ctx, rows: int, sample: int) -> None:
-    """`publish --algorithm ina` end to end on a generated table (4 numeric columns; kept in
-    schema dbanon_bench): rows per minute and this process's peak memory."""
-    from dbanon.bench import bench_ina as run
-
-    with c.db() as db:
-        db.init()
-        data = run(db.conn, rows, sample)
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"ina: {data['rows']} rows in {data['seconds']:.2f} s "
-            f"({data['rows_per_minute']:,} rows/min), peak RSS {data['peak_rss_mb']:.0f} MB"
-        ),
-    )
-
-
-@bench.command("cbg")
-@click.option("--sizes", default="22517,45222", show_default=True,
-              help="Rows of Adult with a salary, a,b,...")  # fmt: skip
-@click.option("--k", type=click.IntRange(2), default=3, show_default=True)
-@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def bench_cbg(c: Ctx, sizes: str, k: int, l_: int) -> None:
-    """`publish --algorithm cbg` end to end on Adult with a salary (kept in schema dbanon_exp):
-    phases, the (k,l) check and exposure, and how they scale."""
-    from dbanon.experiments.cbg import bench as run
-
-    rows = [int(x) for x in catalog.parse_list(sizes)]
-    if not rows or min(rows) < 100 or max(rows) > 45222:
-        raise DbanonError(f"--sizes must be row counts between 100 and 45222, got {sizes!r}")
-    with c.db() as db:
-        db.init()
-        data = run(db.conn, rows, k, l_)
-
-    def human() -> None:
-        for r in data["runs"]:
-            click.echo(
-                f"cbg: {r['rows']} rows, k={r['k']}, l={r['l']}: {r['seconds']:.2f} s end to "
-                f"end ({', '.join(f'{p} {t:.2f} s' for p, t in r['timings'].items())}); "
-                f"(k,l) check alone {r['check_seconds']:.2f} s, holds {r['check_holds']}; "
-                f"exposure {r['exposure']:.4f} (max {r['exposure_max']:.4f}), DM {r['dm']:,}"
-            )
-        click.echo(f"rows x{data['rows_ratio']}: check x{data['check_time_ratio']}, "
-                   f"exposure x{data['exposure_time_ratio']}")  # fmt: skip
-
-    c.emit(data, human)
-
-
-@bench.command("soak")
-@click.option("--rows", type=click.IntRange(100), default=20_000, show_default=True)
-@click.option("--refreshes", type=click.IntRange(1), default=20, show_default=True)
-@click.option("--methods", default=",".join(METHODS_SOAK), show_default=True)
-@click.option("--k", type=click.IntRange(2), default=5, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False), default="docs/refresh-soak",
-              show_default=True, help="Where soak.json and soak.png go.")  # fmt: skip
-@click.pass_obj
-@fails_cleanly
-def bench_soak(
-    c: Ctx, rows: int, refreshes: int, methods: str, k: int, seed: int, out: str
-) -> None:
-    """Each grouping method's release refreshed under churn (5 % inserts, 3 % deletes, 2 % QI
-    updates each time; schema dbanon_soak): every run's outcome and NCP, and a plot."""
-    from dbanon.bench_soak import soak, write
-
-    with c.db() as db, c.progress() as say:
-        db.init()
-        data = soak(db, catalog.parse_list(methods), rows, refreshes, k=k, seed=seed, say=say)
-    write(data, out)
-
-    def human() -> None:
-        for method, m in data["methods"].items():
-            done = [r for r in m["runs"] if "error" not in r]
-            failed = [r for r in m["runs"] if "error" in r]
-            click.echo(
-                f"{method}: {len(done) - 1} of {refreshes} refreshes, NCP {done[0]['ncp']:.3f} "
-                f"-> {done[-1]['ncp']:.3f}, {m['seconds']} s"
-                + (f"; failed: {failed[0]['error']}" if failed else "")
-            )
-        click.echo(f"wrote {out}/soak.json and {out}/soak.png")
-
-    c.emit(data, human)
-    if any("error" in r for m in data["methods"].values() for r in m["runs"]):
-        raise SystemExit(4)
-
-
-@bench.command("scale")
-@click.option("--rows", type=click.IntRange(100), default=1_000_000, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
-@click.option("--l", "l_", type=click.IntRange(2), default=2, show_default=True,
-              help="l of Anatomy (the method that promises l here).")  # fmt: skip
-@click.option(
-    "--methods", default=",".join(METHODS_SCALE), show_default=True,
-    help="Comma-separated subset to run.",
-)  # fmt: skip
-@click.pass_obj
-@fails_cleanly
-def bench_scale(c: Ctx, rows: int, k: int, l_: int, methods: str) -> None:
-    """Every method on a generated census-like table of mostly distinct rows, each in its own
-    process (seconds, peak RSS), every release checked independently."""
-    from dbanon.bench_scale import run
-    from dbanon.db.connection import resolve_dsn
-
-    chosen = tuple(m.strip() for m in methods.split(",") if m.strip())
-    with c.db() as db:  # the catalog the publishes need (on a fresh server too)
-        db.init()
-    with c.progress() as say:
-        data = run(resolve_dsn(c.dsn), rows, k, l_, chosen, say)
-
-    def human() -> None:
-        table = Table("method", "seconds", "peak RSS (MB)", "check")
-        for name, m in data["methods"].items():
-            checked = m.get("checked", {})
-            verdict = (
-                f"{'ok' if checked.get('holds') else 'FAILED'} {checked}"
-                if checked
-                else f"{m['ratio']}x a bare GROUP BY ({m['bare_group_by_seconds']} s)"
-            )
-            table.add_row(name, str(m["seconds"]), str(m["peak_rss_mb"]), verdict)
-        out.print(table)
-
-    c.emit(data, human)
-    if any(not m.get("checked", {"holds": True})["holds"] for m in data["methods"].values()):
-        sys.exit(1)
-
-
-@bench.command("check")
-@click.option("--rows", type=click.IntRange(1), default=1_000_000, show_default=True)
-@click.option("--k", type=click.IntRange(1), default=5, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def bench_check(c: Ctx, rows: int, k: int) -> None:
-    """`check` on a generated table (6 QIs; kept in schema dbanon_bench)."""
-    from dbanon.bench import bench_check as run
-
-    with c.db() as db:
-        data = run(db.conn, rows, k)
-        db.conn.rollback()
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"check: {data['rows']} rows, 6 QIs: k-anonymity {data['seconds_k']:.2f} s, "
-            f"distinct l-diversity {data['seconds_l']:.2f} s"
-        ),
-    )
 
 
 @main.group()
@@ -1437,482 +1313,67 @@ def experiment() -> None:
     """Reproductions of the papers' experiments (CSV and PNG)."""
 
 
-def whole_numbers(value: str) -> list[int]:
-    """Whole numbers a,b,c, or a one-line usage error."""
-    try:
-        return [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
-
-
-def sizes_list(_ctx: click.Context, _param: click.Parameter, value: str) -> list[int]:
-    """Positive whole numbers a,b,c (none for an empty value)."""
-    sizes = whole_numbers(value) if value.strip() else []
-    if any(x < 1 for x in sizes):
-        raise click.BadParameter(f"sizes must be positive, got {value!r}")
-    return sizes
-
-
-@experiment.command("kmember-scale")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              default="results/kmember-scale", show_default=True)
-@click.option("--rows", callback=sizes_list, default="100000,300000", show_default=True,
-              help="Table sizes where the exact rule runs too.")
-@click.option("--blocks", callback=sizes_list, default="4000,8000,16000,32000", show_default=True,
-              help="Block sizes compared with the exact rule.")
-@click.option("--partitioned-only", callback=sizes_list, default="", show_default=True,
-              help="Larger sizes run in the partitioned mode alone (e.g. 1000000).")
-@click.pass_obj
-@fails_cleanly
-def experiment_kmember_scale(
-    c: Ctx, out_dir: str, rows: list[int], blocks: list[int], partitioned_only: list[int]
-) -> None:
-    """Partitioned k-member vs the exact rule on census-like mostly distinct rows."""
-    from dbanon.experiments.kmember import run_scale
-
-    with c.progress() as say:
-        data = run_scale(out_dir, rows, blocks, partitioned_only, progress=say)
-
-    def human() -> None:
-        table = Table("rows", "mode", "block", "seconds", "ncp_height", "ncp_leaf", "blocks")
-        for r in data["results"]:
-            table.add_row(
-                f"{r['rows']:,}", r["mode"], str(r["block_size"]), f"{r['seconds']:.2f}",
-                f"{r['ncp_height']:.2%}", f"{r['ncp_leaf']:.2%}", str(r["blocks"]),
-            )  # fmt: skip
-        out.print(table)
-        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-@experiment.command("kmember")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="results/kmember",
-    show_default=True,
-)
-@click.option("--rows", type=click.IntRange(100, 45222), default=45222, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def experiment_kmember(c: Ctx, out_dir: str, rows: int) -> None:
-    """Greedy k-member vs median partitioning on Adult, k = 2..100 (the paper's figs 3, 4)."""
-    from dbanon.experiments.kmember import run
-
-    with c.progress() as say:
-        data = run(out_dir, rows=rows, progress=say)
-
-    def human() -> None:
-        table = Table(
-            "algorithm", "k", "total_il_height", "ncp_height", "ncp_leaf", "classes", "seconds"
-        )
-        for r in data["results"]:
-            table.add_row(
-                r["algorithm"],
-                str(r["k"]),
-                f"{r['total_il_height']:.0f}",
-                f"{r['ncp_height']:.2%}",
-                f"{r['ncp_leaf']:.2%}",
-                str(r["classes"]),
-                f"{r['seconds']:.3f}",
-            )
-        out.print(table)
-        out.print(
-            f"k-member loss lower for every k: {data['kmember_loss_lower_for_every_k']}; "
-            f"k-member slower for every k: {data['kmember_slower_for_every_k']}"
-        )
-        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-@experiment.command("claims")
-@click.option("--docs", "docs_dir", type=click.Path(file_okay=False), default="docs",
-              show_default=True, help="Folder of the experiments' committed CSVs.")
-@click.pass_obj
-def experiment_claims(c: Ctx, docs_dir: str) -> None:
-    """Judge every paper's claims from the committed CSVs: writes DOCS/claims.md."""
-    from dbanon.experiments.claims import write
-
-    path = write(docs_dir)
-    c.emit({"written": str(path)}, lambda: click.echo(f"wrote {path}"))
-
-
-@experiment.command("ina")
-@click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False), default="results/ina", show_default=True
-)
-@click.option("--points", type=click.IntRange(100), default=10_000, show_default=True)
-@click.option("--copies", type=click.IntRange(1), default=10, show_default=True)
-@click.option("--small", is_flag=True, help="A quick setting: k = 2, 3; samples 50, 200.")
-@click.option(
-    "--bound",
-    type=click.Choice(["paper", "strict"]),
-    default="paper",
-    show_default=True,
-    help="The paper's noise (d per attribute) or the strict one (d / sqrt(m)).",
-)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def experiment_ina(
-    c: Ctx, out_dir: str, points: int, copies: int, small: bool, bound: str, seed: int
-) -> None:
-    """INA on synthetic 2-D clusters, k = 2..6, samples 50..1000 (the paper's tables 1-3),
-    beside the paper's numbers and uniform noise at the same security."""
-    from dbanon.experiments.ina import KS, SAMPLES, TABLES, run
-
-    ks, samples = ((2, 3), (50, 200)) if small else (KS, SAMPLES)
-    with c.progress() as say:
-        data = run(out_dir, ks, samples, points, copies, bound, seed, say)
-
-    def human() -> None:
-        by = {(r["k"], r["sample"]): r for r in data["results"]}
-        for field, title in TABLES:
-            table = Table(title=title)
-            table.add_column("sample")
-            for k in ks:
-                table.add_column(f"k={k} ours | paper")
-            for s in samples:
-                cells = []
-                for k in ks:
-                    r = by[k, s]
-                    paper = "-" if r[f"paper_{field}"] is None else f"{r[f'paper_{field}']:.2f}"
-                    extra = f" (uniform {r[f'uniform_{field}']:.2f})" if field != "msec" else ""
-                    cells.append(f"{r[field]:.2f}±{r[f'{field}_ci95']:.2f} | {paper}{extra}")
-                table.add_row(str(s), *cells)
-            out.print(table)
-        table = Table(title="reference points (mean over the copies)")
-        table.add_column("sample")
-        for k in ks:
-            table.add_column(f"k={k}")
-        for s in samples:
-            table.add_row(str(s), *(f"{by[k, s]['refs']:.1f}" for k in ks))
-        out.print(table)
-        table = Table(title="uniform noise at 2 % security: misclassification (%)")
-        table.add_column("k")
-        table.add_column("k-means")
-        table.add_column("Chameleon")
-        for b in data["baseline_2pct"]:
-            table.add_row(str(b["k"]), f"{b['kmeans']:.2f}", f"{b['chameleon']:.2f}")
-        out.print(table)
-        out.print(f"trends: {json.dumps(data['trends'])}", markup=False)
-        out.print(f"wrote {', '.join(data['csv'] + data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-def whole_list(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        out = [int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected whole numbers a,b,c, got {value!r}") from None
-    if not out or min(out) < 2:
-        raise click.BadParameter("every value must be at least 2")
-    return out
-
-
-@experiment.command("cbg")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/cbg",
-              show_default=True)  # fmt: skip
-@click.option("--rows", type=click.IntRange(100, 45222), default=22517, show_default=True)
-@click.option("--ls", callback=whole_list, help="l of Figs 3.6-3.8 (default 2,4,...,20).")
-@click.option("--fixed", callback=whole_list, help="l of Figs 3.9-3.11 (default 5,10,15,20).")
-@click.option("--ks", callback=whole_list, help="k of Figs 3.9-3.11 (default 2,3,4,5,6,8,10).")
-@click.option("--queries", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--seed", type=int, default=2018, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def experiment_cbg(
-    c: Ctx, out_dir: str, rows: int, ls: list[int] | None, fixed: list[int] | None,
-    ks: list[int] | None, queries: int, seed: int,
-) -> None:  # fmt: skip
-    """CBG vs Mondrian-l vs Anatomy on Adult with a salary: exposure, DM and query error
-    against l (k=3), then CBG against k for l in 5,10,15,20 (the thesis's Figs 3.6-3.11)."""
-    from dbanon.experiments.cbg import KS, L_FIXED, LS, run
-
-    with c.db() as db, c.progress() as say:
-        db.init()
-        data = run(db.conn, out_dir, rows, ls or LS, fixed or L_FIXED, ks or KS, queries, seed,
-                   say)  # fmt: skip
-
-    def human() -> None:
-        table = Table("part", "method", "k", "l", "exposure", "DM", "query error", "seconds")
-        for r in data["results"]:
-            table.add_row(r["part"], r["method"], str(r["k"]), str(r["l"]),
-                          f"{r['exposure']:.4f}", f"{r['dm']:,}", f"{r['query_error']:.3f}",
-                          f"{r['publish_seconds']:.1f}")  # fmt: skip
-        out.print(table)
-        out.print(json.dumps(data["findings"]), markup=False)
-        out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-def int_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    ks = whole_numbers(value)
-    if not ks or min(ks) < 3:
-        raise click.BadParameter("every k must be at least 3 (θ = 3)")
-    return ks
-
-
-@experiment.command("thetak")
-@click.option(
-    "--out",
-    "out_dir",
-    type=click.Path(file_okay=False),
-    default="results/thetak",
-    show_default=True,
-)
-@click.option(
-    "--rows",
-    type=click.IntRange(100, 45222),
-    help="Rows of each table (default: 30,000 hospital rows, Adult's 30,162 training rows).",
-)
-@click.option("--ks", callback=int_list, help="Values of k, a,b,c (default 6,9,...,30).")
-@click.option("--seed", type=int, default=0, show_default=True, help="The first seed.")
-@click.option("--seeds", type=click.IntRange(1, 100), default=5, show_default=True,
-              help="Seeds per setting: each figure is a mean with its 95 % interval.")
-@click.pass_obj
-@fails_cleanly
-def experiment_thetak(
-    c: Ctx, out_dir: str, rows: int | None, ks: list[int] | None, seed: int, seeds: int
-) -> None:
-    """(θ,k) vs k-anonymity vs (p,k) on the hospital table and Adult (the paper's figs 2-5)."""
-    from dbanon.experiments.thetak import KS, run
-
-    with c.progress() as say:
-        data = run(out_dir, ks=ks or KS, rows=rows, seed=seed, progress=say, seeds=seeds)
-
-    def human() -> None:
-        table = Table("dataset", "algorithm", "k", "background", "similarity", "majority",
-                      "NCP %", "seconds", "classes", "leftovers", "(θ,k) holds")  # fmt: skip
-        for r in data["results"]:
-            table.add_row(
-                r["dataset"], r["algorithm"], str(r["k"]), f"{r['background_vulnerability']:.3f}",
-                f"{r['similarity_vulnerability']:.3f}",
-                f"{r['majority_category_vulnerability']:.3f}", f"{r['gcp']:.2f}",
-                f"{r['seconds']:.3f}", str(r["classes"]), str(r["leftover_rows"]),
-                str(r["theta_k_holds"]),
-            )  # fmt: skip
-        print_outcome(table, data["claims"], data)
-
-    c.emit(data, human)
-
-
-def print_outcome(table: Table, per_dataset: dict[str, Any], data: dict[str, Any]) -> None:
-    """An experiment's table, its verdict per data set, and the files it wrote."""
-    out.print(table)
-    for dataset, found in per_dataset.items():
-        out.print(f"{dataset}: {json.dumps(found)}", markup=False)
-    out.print(f"wrote {data['csv']}, {', '.join(data['plots'])}", markup=False)
-
-
-def k_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[int] | None:
-    """k values a,b,c: 0 (no protection) or at least 2."""
-    if value is None:
-        return None
-    ks = whole_numbers(value)
-    if not ks or any(k == 1 or k < 0 for k in ks):
-        raise click.BadParameter("every k must be 0 (no protection) or at least 2")
-    return ks
-
-
-@experiment.command("rfka")
-@click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False), default="results/rfka",
-    show_default=True,
-)
-@click.option("--ks", callback=k_list, help="Values of k, a,b,c (default 0,2,5,10,...,50).")
-@click.option("--trees", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--rows", type=click.IntRange(100, 30162), default=2000, show_default=True,
-              help="Rows of the stratified Adult sample.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--datasets", "datasets_dir", type=click.Path(file_okay=False),
-              help="The shared data sets folder, holding breast_cancer/ (default: the project's).")
-@click.option("--fold-seeds", type=click.IntRange(1, 100), default=10, show_default=True,
-              help="Shufflings of the 5 folds: each AUC is a mean with its 95 % interval.")
-@click.pass_obj
-@fails_cleanly
-def experiment_rfka(
-    c: Ctx, out_dir: str, ks: list[int] | None, trees: int, rows: int, seed: int,
-    datasets_dir: str | None, fold_seeds: int,
-) -> None:
-    """RFKA vs Greedy_Hamdist on Adult (2,000 rows) and Wisconsin breast cancer: SVM AUC and
-    run time vs k (the paper's figs 2-5)."""
-    from pathlib import Path
-
-    from dbanon.experiments.rfka import KS, run
-
-    with c.progress() as say, c.db() as db:
-        db.init()
-        data = run(db, out_dir, ks or KS, trees, rows, seed, say,
-                   Path(datasets_dir) if datasets_dir else None, fold_seeds)  # fmt: skip
-
-    def human() -> None:
-        table = Table("dataset", "method", "k", "features", "SVM AUC", "logistic AUC",
-                      "seconds", "publish s")  # fmt: skip
-        for r in data["results"]:
-            table.add_row(
-                r["dataset"], r["method"], str(r["k"]), str(r["features"]),
-                f"{r['auc']:.4f}±{r['auc_ci95']:.4f}",
-                f"{r['auc_logreg']:.4f}", "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
-                "-" if r["publish_seconds"] is None else f"{r['publish_seconds']:.2f}",
-            )  # fmt: skip
-        print_outcome(table, data["findings"], data)
-
-    c.emit(data, human)
-
-
-def _float_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list | None:
-    if value is None:
-        return None
-    try:
-        return [float(x) if "." in x else int(x) for x in catalog.parse_list(value)]
-    except ValueError:
-        raise click.BadParameter(f"expected numbers a,b,c, got {value!r}") from None
-
-
-def grid_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The options the personalised-privacy experiments share: l, density, queries, seed."""
-    fn = fails_cleanly(fn)
-    for option in reversed([
-        click.option("--ls", callback=_float_list, help="Values of l (default 5,8,...,20)."),
-        click.option("--densities", callback=_float_list,
-                     help="Shares flagged (default .1,.2,.3,.4)."),
-        click.option("--queries", "n_queries", type=click.IntRange(1), default=1000,
-                     show_default=True),
-        click.option("--seed", type=int, default=0, show_default=True),
-        click.pass_obj,
-    ]):  # fmt: skip
-        fn = option(fn)
-    return fn
-
-
-@experiment.command("localanatomy")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False),
-              default="results/localanatomy", show_default=True)  # fmt: skip
-@click.option("--rows", type=click.IntRange(200, 45222), default=17629, show_default=True)
-@grid_options
-def experiment_localanatomy(
-    c: Ctx, out_dir: str, rows: int, ls: list | None, densities: list | None, n_queries: int,
-    seed: int,
-) -> None:  # fmt: skip
-    """Local anatomy vs Anatomy and Mondrian: exposure and query error vs l, density, the
-    t-closeness extension (the thesis's ch. 4, Figs 4.3-4.8, 4.10)."""
-    from dbanon.experiments.localanatomy import DENSITIES, LS, run
-
-    with c.progress() as say:
-        data = run(out_dir, ls=[int(x) for x in ls or LS], densities=densities or DENSITIES,
-                   rows=rows, n_queries=n_queries, seed=seed, progress=say)  # fmt: skip
-
-    def human() -> None:
-        table = Table("series", "density", "l", "exposure semi", "exposure salary")
-        for r in data["exposure"]:
-            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
-                          f"{r['semi_sensitive']:.4f}", f"{r['sensitive']:.4f}")  # fmt: skip
-        out.print(table)
-        table = Table("series", "density", "l", "query error")
-        for r in [*data["query_error"], *data["tcloseness"]]:
-            table.add_row(r["series"], f"{r['density']:.0%}", str(r["l"]),
-                          f"{r['query_error']:.4f}")  # fmt: skip
-        out.print(table)
-        out.print(json.dumps(data["findings"]), markup=False)
-        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-@bench.command("rfka")
-@click.option("--rows", type=click.IntRange(100, 45222), default=30162, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
-@click.option("--trees", type=click.IntRange(1), default=1000, show_default=True)
-@click.option("--sample", type=click.IntRange(0), default=0, show_default=True,
-              help="Rows the forest is fitted on (0: all).")
-@click.pass_obj
-@fails_cleanly
-def bench_rfka(c: Ctx, rows: int, k: int, trees: int, sample: int) -> None:
-    """`publish --algorithm rfka` end to end on Adult (8 QIs, income the label; kept in schema
-    dbanon_bench): forest and search timed apart."""
-    from dbanon.bench import bench_rfka as run
-
-    with c.db() as db:
-        db.init()
-        data = run(db, rows, k, trees, sample)
-    c.emit(
-        data,
-        lambda: click.echo(
-            f"rfka: {data['rows']} rows, k={data['k']}, {data['trees']} trees on "
-            f"{data['fit_rows']} rows: {data['seconds']:.2f} s end to end, forest "
-            f"{data['seconds_forest']:.2f} s, search {data['seconds_search']:.3f} s "
-            f"({data['search_queries']} queries, {data['ms_per_search_step']} ms each); "
-            f"chosen {', '.join(data['chosen'])}"
-        ),
-    )
-
-
-@experiment.command("lag")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="results/lag",
-              show_default=True)  # fmt: skip
-@click.option("--rows", type=click.IntRange(200, 45222), default=31055, show_default=True)
-@click.option("--ks", "ks_", callback=_float_list, help="Values of k (default 5,8,10).")
-@grid_options
-def experiment_lag(
-    c: Ctx, out_dir: str, rows: int, ks_: list | None, ls: list | None, densities: list | None,
-    n_queries: int, seed: int,
-) -> None:  # fmt: skip
-    """LAG_1 vs LAG_2: DM, NCP and query error over k, l and density (the thesis's ch. 5,
-    Figs 5.4-5.27)."""
-    from dbanon.experiments.lag import DENSITIES, KS, LS, run
-
-    with c.progress() as say:
-        data = run(out_dir, ks=[int(x) for x in ks_ or KS], ls=[int(x) for x in ls or LS],
-                   densities=densities or DENSITIES, rows=rows, n_queries=n_queries, seed=seed,
-                   progress=say)  # fmt: skip
-
-    def human() -> None:
-        table = Table("variant", "density", "k", "l", "DM", "NCP", "query error")
-        for r in data["results"]:
-            table.add_row(r["variant"], f"{r['density']:.0%}", str(r["k"]), str(r["l"]),
-                          f"{r['dm']:,}", f"{r['ncp']:.4f}", f"{r['query_error']:.3f}")  # fmt: skip
-        out.print(table)
-        out.print(json.dumps(data["findings"]), markup=False)
-        out.print(f"wrote {', '.join(data['files'] + data['plots'])}", markup=False)
-
-    c.emit(data, human)
-
-
-@bench.command("lag")
-@click.option("--rows", type=click.IntRange(100, 45222), default=31055, show_default=True)
-@click.option("--k", type=click.IntRange(2), default=10, show_default=True)
-@click.option("--l", "l_", type=click.IntRange(2), default=10, show_default=True)
-@click.option("--density", type=float, default=0.2, show_default=True)
-@click.pass_obj
-@fails_cleanly
-def bench_lag(c: Ctx, rows: int, k: int, l_: int, density: float) -> None:
-    """`publish --algorithm lag`, both variants, end to end with verification, on the salary
-    stand-in (kept in schema dbanon_bench)."""
-    from dbanon.bench import bench_lag as run
-
-    with c.db() as db:
-        db.init()
-        data = run(db.conn, rows, k, l_, density)
-
-    def human() -> None:
-        for variant, v in data["variants"].items():
-            click.echo(f"lag {variant}: {rows} rows, k={k}, l={l_}, density {density:.0%}: "
-                       f"{v['seconds']:.2f} s ({v['timings']}), NCP {v['ncp']:.4f}, "
-                       f"{v['groups']} classes")  # fmt: skip
-
-    c.emit(data, human)
+for _runner in runners.benches().values():
+    bench.add_command(runner_command(_runner))
+for _runner in runners.experiments().values():
+    experiment.add_command(runner_command(_runner))
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
 
 
 @main.group("flags")

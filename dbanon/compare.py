@@ -4,6 +4,8 @@ A perturbed release carries no key; each of its rows has a `dbanon_row` id, and 
 private map (dbanon.noise_map, never granted) gives that row's source key. Source and release
 rows are paired through it, both sides clustered by the same algorithm, clusters matched by the
 Hungarian method, and the share of rows in unmatched clusters reported (dbanon.metrics).
+Beside it, linkage (dbanon.metrics.linkage): the share of released rows whose nearest original
+is their own, as the latest run recorded it and as measured here on the compared columns.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dbanon.db import catalog
 from dbanon.errors import DbanonError
 from dbanon.methods.perturbed import ROW
 from dbanon.metrics.clustering import ALGORITHMS, cluster, misclassification
+from dbanon.metrics.linkage import SAMPLE, Linkage
 
 
 def paired(
@@ -90,6 +93,18 @@ def compare(
     a = cluster(original, clusters, algorithm, seed)
     b = cluster(perturbed, clusters, algorithm, seed)
     sec = (perturbed - original).var(0) / original.var(0)
+    pick = np.random.default_rng(seed).permutation(len(original))[:SAMPLE]
+    keys = [str(i) for i in range(len(original))]
+    measure = Linkage([keys[i] for i in pick], perturbed[pick], np.ptp(original, 0))
+    for start in range(0, len(original), 20_000):
+        measure.add(keys[start : start + 20_000], original[start : start + 20_000])
+    recorded = conn.execute(
+        """SELECT u.metrics -> 'linkage' FROM dbanon.release r JOIN dbanon.run u
+           ON u.release_id = r.id AND u.status = 'succeeded'
+           WHERE r.name = %s OR r.target_schema || '.' || r.objects[1] = %s
+           ORDER BY u.finished_at DESC LIMIT 1""",
+        [release, release],
+    ).fetchone()
     return {
         "source": source,
         "release": release,
@@ -99,5 +114,10 @@ def compare(
         "rows": len(original),
         "misclassification": float(misclassification(a, b)),
         "sec": {c: float(v) for c, v in zip(columns, sec, strict=True)},
+        "linkage": {
+            "recorded": None if recorded is None else recorded[0],
+            "measured": float(measure.figures()["linkage"]),
+            "sample": int(measure.figures()["linkage_sample"]),
+        },
         "pairing": "dbanon_row -> key via the private map dbanon.noise_map",
     }

@@ -21,7 +21,7 @@ from dbanon.db import catalog
 from dbanon.errors import DbanonError
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 def used(conn: psycopg.Connection, r: Resolved) -> dict[str, str]:

@@ -33,38 +33,18 @@ from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
 from dbanon.models.base import CheckResult
+from dbanon.spec import MAX_UNIQUE_SHARE, names
 
 if TYPE_CHECKING:
-    from dbanon.methods.base import Built, Method
-    from dbanon.release import ReleaseSpec, Resolved
+    from dbanon.methods.base import Built, Method, Resolved
+    from dbanon.spec import ReleaseSpec
 
-MAX_UNIQUE_SHARE = 0.5  # a kept column unique for more than this share of rows is refused
+__all__ = ["MAX_UNIQUE_SHARE", "Identifying", "names"]
+
 
 
 class Identifying(ModelViolation):
     """A release whose `--keep` columns single out rows; not made visible."""
-
-
-def names(value: str | Sequence[str] | None) -> list[str]:
-    """A column list as text (`a,b,"c, d"`: the older options.keep), or as a list of names
-    (a spec's own, taken as they are), or nothing."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return catalog.parse_list(value)
-    return list(value)
-
-
-def upgrade(spec: ReleaseSpec) -> None:
-    """A spec written when `keep` was an option of the projection methods (options.keep)
-    reads as the common field: old stored specs keep loading and refreshing."""
-    if "keep" in spec.options:
-        options = dict(spec.options)
-        spec.keep = list(dict.fromkeys([*names(options.pop("keep")), *names(spec.keep)]))
-        spec.options = options
-    else:
-        spec.keep = names(spec.keep)
-    spec.allow_identifying = list(dict.fromkeys(names(spec.allow_identifying)))
 
 
 def resolve_keep(

@@ -10,22 +10,12 @@
 5. record: the spec and the run (metrics, timings, source fingerprint) go to the catalog.
 All of it is one transaction: the previous release stays until the new one is proven.
 
-The spec's JSON shape (`dbanon.release.spec`, version 2):
-    {"version": 2, "name": "patients_k5", "source": "clinic.patients", "key": "id",
-     "qi": ["age", "zip"], "sensitive": ["diagnosis"], "hierarchies": {"zip": "zip"},
-     "method": METHOD, "models": [{"name": "k-anonymity", "k": 5}],
-     "options": {OPTION: VALUE, ...}, "keep": ["ward"], "allow_identifying": [],
-     "max_unique_share": 0.5, "target": "released.patients_k5", "grants": ["analysts"]}
-`models` are the promised privacy models (dbanon.models.specs), `options` the method's own
-options with every default filled in, so a refresh rebuilds exactly what was published.
-`keep` (columns released as they are) and its two guards are common to every method
-(dbanon.identifying); a version-2 spec without them, or with the projection methods' older
-`options.keep`, loads as before.
+The spec (what a DBA declares, stored as JSON) is dbanon.spec; what a method gets to build
+from is dbanon.methods.base.Resolved. Both sit below this module and the methods.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -37,168 +27,22 @@ from psycopg import sql
 
 from dbanon import composition, hierarchy_pins, identifying, methods, runs
 from dbanon.db import catalog
-from dbanon.db.catalog import CATEGORICAL, Column, Relation
+from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
-from dbanon.methods.base import BuildContext, Built, Method, failed
+from dbanon.methods.base import BuildContext, Built, Method, Resolved, failed
 from dbanon.metrics.risk import at_publish as risk_at_publish
-from dbanon.models import PrivacyModel, from_options
-from dbanon.models.base import Target
-from dbanon.models.categories import named_hierarchy
-from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of, to_specs
+from dbanon.models import PrivacyModel
+from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of
+from dbanon.spec import ReleaseSpec
 
 DEFAULT_SCHEMA = "released"
 # Schemas a release never goes to: the catalog, everybody's, the system's.
 RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
-SPEC_VERSION = 2
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
 COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "risk", "seconds", "seed")
 
 Progress = Callable[[str], None]
-
-
-@dataclass
-class ReleaseSpec:
-    """Everything that defines a release; stored in the catalog so `refresh` can rebuild it."""
-
-    name: str
-    source: str
-    key: str
-    qi: list[str]
-    sensitive: list[str] = field(default_factory=list)
-    method: str = methods.DEFAULT
-    models: list[dict[str, Any]] = field(default_factory=list)
-    options: dict[str, Any] = field(default_factory=dict)
-    hierarchies: dict[str, str] = field(default_factory=dict)  # column -> hierarchy name
-    target: str | None = None
-    grants: list[str] = field(default_factory=list)
-    # Types of the key, QI and sensitive columns when last published: a refresh refuses a
-    # column whose type has changed since (an int QI turned text would generalise differently).
-    columns: dict[str, str] = field(default_factory=dict)
-    version: int = SPEC_VERSION
-    # Columns released as they are (`--keep`), never implied; dbanon.identifying guards them.
-    keep: list[str] = field(default_factory=list)
-    allow_identifying: list[str] = field(default_factory=list)
-    max_unique_share: float = identifying.MAX_UNIQUE_SHARE
-
-    def __post_init__(self) -> None:
-        identifying.upgrade(self)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ReleaseSpec:
-        if data.get("version") != SPEC_VERSION:
-            raise DbanonError(
-                f"release spec of version {data.get('version', 1)} (this dbanon reads version "
-                f"{SPEC_VERSION}): run `dbanon init` to upgrade the catalog"
-            )
-        return cls(**data)
-
-    @classmethod
-    def from_options(
-        cls,
-        name: str,
-        source: str,
-        key: str,
-        qi: Sequence[str],
-        *,
-        sensitive: Sequence[str] = (),
-        method: str = methods.DEFAULT,
-        k: int | None = None,
-        l: float | None = None,  # noqa: E741 - the papers' name
-        l_kind: str | None = None,
-        c: float | None = None,
-        t: float | None = None,
-        t_ground: str = "auto",
-        alpha: float | None = None,
-        alpha_value: str | None = None,
-        p: int | None = None,
-        theta: int | None = None,
-        sensitive_hierarchies: dict[str, str] | None = None,
-        category_level: int | None = None,
-        category_width: float | None = None,
-        options: dict[str, Any] | None = None,
-        hierarchies: dict[str, str] | None = None,
-        target: str | None = None,
-        grants: Sequence[str] = (),
-        keep: Sequence[str] = (),
-        allow_identifying: Sequence[str] = (),
-        max_unique_share: float | None = None,
-    ) -> ReleaseSpec:
-        """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
-        them; without --l-kind, the l-diversity the method promises first. The sensitive
-        hierarchy (COL=NAME) and category level or width are parameters of the (θ,k) model."""
-        if l_kind is None:
-            kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
-                     if p_.endswith("-l-diversity")]  # fmt: skip
-            l_kind = kinds[0] if kinds else "distinct"
-        models = from_options(
-            k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
-            alpha_value=alpha_value, p=p, theta=theta,
-            sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
-            category_level=category_level, category_width=category_width,
-        )  # fmt: skip
-        return cls(
-            name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),
-            method=method, models=to_specs(models), options=dict(options or {}),
-            hierarchies=dict(hierarchies or {}), target=target, grants=list(grants),
-            keep=list(keep), allow_identifying=list(allow_identifying),
-            max_unique_share=(identifying.MAX_UNIQUE_SHARE if max_unique_share is None
-                              else max_unique_share),
-        )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """A spec checked against the live database, with everything a method's build needs."""
-
-    spec: ReleaseSpec
-    method: Method
-    source: Relation
-    key: Column
-    qi: list[Column]
-    sensitive: list[Column]
-    hierarchies: dict[str, Hierarchy]  # QI -> stored hierarchy (categorical QIs without: flat)
-    models: list[PrivacyModel]
-    options: dict[str, Any]  # the method's options, defaults filled in
-    target_schema: str
-    target_name: str
-    objects: list[str]  # the relations this publish creates in target_schema
-    previous: list[tuple[str, str]]  # (schema, name) of the release's objects as it is now
-    grants: list[str]  # roles that read the release after this publish
-    grant_changes: dict[str, list[str]]  # kept, added, revoked: roles compared with before
-    rows: int
-    seed: int | None  # the run's seed, for randomised methods
-    regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
-    release_id: int | None = None  # None for a first publish
-    new_source: bool = False  # redefined on another source or key: its earlier groups are moot
-    # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
-    say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
-    keep: list[Column] = field(default_factory=list)  # --keep: released as they are
-
-    def ident(self, name: str) -> sql.Identifier:
-        return sql.Identifier(self.target_schema, name)
-
-    def is_categorical(self, col: Column) -> bool:
-        return col.kind == CATEGORICAL or col.name in self.hierarchies
-
-    def model(self, kind: str) -> PrivacyModel | None:
-        """The promised model of a kind (dbanon.models.specs names), if any."""
-        return next((m for m in self.models if kind_of(m).name == kind), None)
-
-    @property
-    def k(self) -> int | None:
-        """The largest k among the promised models ((alpha,k) and (p,k) carry one too)."""
-        ks = [m.k for m in self.models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
-        return max(ks) if ks else None
-
-    @property
-    def target(self) -> Target:
-        """What the models check: the released QIs and the (first) sensitive column."""
-        sensitive = self.sensitive[0].name if self.sensitive else None
-        return Target(self.ident(self.target_name), [c.name for c in self.qi], sensitive)
 
 
 @dataclass(frozen=True)
@@ -228,6 +72,52 @@ class PublishResult:
             "grants": self.grants,
             "warnings": self.metrics.get("warnings", []),
         }
+
+
+# --- what a release counts -----------------------------------------------------------------------
+
+# The groups a method formed inside (its build's figures, dbanon.metrics.loss): two groups can be
+# released with equal QIs, so they are not the release's classes, and are never named as such.
+GROUP_FIGURES = ("groups", "min_group_size", "max_group_size", "avg_group_size")
+# What runs recorded before the two were told apart: the groups' largest and average size.
+_OLD_GROUP_FIGURES = ("max_class_size", "avg_class_size")
+
+
+def released_classes(figures: dict[str, Any]) -> dict[str, Any] | None:
+    """The release's classes, rows with equal released QIs (a GROUP BY over the released
+    relation, Method.figures): count, min, max, avg size; None for a release without classes."""
+    count, rows = figures.get("classes"), figures.get("rows")
+    if count is None:
+        return None
+    return {
+        "count": count,
+        "min_size": figures.get("min_class_size"),
+        "max_size": figures.get("max_class_size"),
+        "avg_size": round(rows / count, 4) if count and rows is not None else None,
+    }
+
+
+def internal_groups(metrics: dict[str, Any]) -> dict[str, Any] | None:
+    """The method's own groups (count, min, max, avg size) from a run's metrics; None for a
+    method that forms none beyond its classes. A run recorded before the two were told apart
+    has only the groups' largest and average size."""
+    if any(f in metrics for f in GROUP_FIGURES):
+        names = GROUP_FIGURES
+    elif "released_classes" not in metrics and any(f in metrics for f in _OLD_GROUP_FIGURES):
+        names = (None, None, *_OLD_GROUP_FIGURES)
+    else:
+        return None
+    return {k: metrics.get(f) if f else None
+            for k, f in zip(("count", "min_size", "max_size", "avg_size"), names, strict=True)}
+
+
+def _counted(metrics: dict[str, Any]) -> dict[str, Any]:
+    """`report`'s two named figures, from a run's metrics of any age."""
+    if "released_classes" in metrics:
+        released = metrics["released_classes"]
+    else:  # an older run: its max_class_size, if any, was the largest group's
+        released = released_classes({**metrics, "max_class_size": None})
+    return {"released_classes": released, "internal_groups": internal_groups(metrics)}
 
 
 # --- 1. resolve and validate --------------------------------------------------------------------
@@ -642,7 +532,9 @@ def _publish(
         lap("swap")
         seconds = round(time.perf_counter() - started, 3)
         metrics = {"seed": r.seed, **metrics, **figures, **measured,
-                   **identifying.recorded(checked), "seconds": seconds}  # fmt: skip
+                   **identifying.recorded(checked), "seconds": seconds,
+                   "released_classes": released_classes(figures)}  # fmt: skip
+        metrics.pop("max_class_size", None)  # kept under released_classes only
         if waited:
             metrics["swap_waited_seconds"] = waited
         metrics.setdefault("gcp", None)
@@ -896,30 +788,76 @@ def _missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> l
     ]  # fmt: skip
 
 
+# Runs that ended without replacing the release; the one in place is the latest success's.
+UNSUCCESSFUL = ("refused", "failed", "abandoned")
+
+
+def _latest_success(conn: psycopg.Connection, release_id: int) -> tuple[Any, ...] | None:
+    """(metrics, timings, finished_at, source_rows, fingerprint, released_rows) of the run whose
+    release is in place: the latest that succeeded."""
+    return conn.execute(
+        """SELECT metrics, timings, finished_at, source_rows, source_fingerprint, released_rows
+           FROM dbanon.run WHERE release_id = %s AND status = 'succeeded'
+           ORDER BY finished_at DESC, id DESC LIMIT 1""",
+        [release_id],
+    ).fetchone()
+
+
+def _latest_unsuccessful(
+    conn: psycopg.Connection, release_id: int, since: Any
+) -> dict[str, Any] | None:
+    """The latest refused, failed or abandoned run when it ended after `since` (the latest
+    success; None: any), as {status, at, error}: what `report` and `releases` must not hide.
+    A run still `running` whose backend is gone was killed: abandoned, though only the next run
+    of the release writes it down so."""
+    row = conn.execute(
+        """SELECT CASE WHEN status = 'running' THEN 'abandoned' ELSE status END,
+                  coalesce(finished_at, started_at) AS at,
+                  CASE WHEN status = 'running' THEN %s ELSE error END
+           FROM dbanon.run
+           WHERE release_id = %s
+             AND (status = ANY(%s) AND finished_at IS NOT NULL
+                  OR status = 'running'
+                     AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity)))
+             AND (%s::timestamptz IS NULL OR coalesce(finished_at, started_at) > %s::timestamptz)
+           ORDER BY at DESC, id DESC LIMIT 1""",
+        [runs.KILLED, release_id, list(UNSUCCESSFUL), since, since],
+    ).fetchone()
+    if row is None:
+        return None
+    return {"status": row[0], "at": row[1].isoformat(), "error": row[2]}
+
+
+def not_replaced(failure: dict[str, Any], published: Any, rows: int | None) -> str:
+    """A run newer than the release in place, and that release, in one line."""
+    kept = (
+        f"the release published at {published.isoformat()} ({rows if rows is not None else '?'} "
+        "rows) is still in place"
+        if published is not None
+        else "no run of it has succeeded"
+    )
+    return f"latest run {failure['status']} at {failure['at']}: {failure['error']}; {kept}"
+
+
+# Run metrics `report` shows at its top level, not among the method's own.
+SHOWN_APART = (*COMMON_FIGURES, "warnings", "released_classes", "max_class_size",
+               "avg_class_size", *GROUP_FIGURES)  # fmt: skip
+
+
 def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
-    """One shape for every method: the common figures of the latest successful run at the top,
-    the method's own under `method_metrics`; the latest failure when newer; missing objects."""
+    """One shape for every method: the common figures of the run whose release is in place (the
+    latest success) at the top, the method's own under `method_metrics`; the latest refused,
+    failed or abandoned run when newer (`last_failure`, and a warning); missing objects."""
     spec = load_spec(conn, name)
-    schema, objects = conn.execute(
-        "SELECT target_schema, objects FROM dbanon.release WHERE name = %s", [name]
+    release_id, schema, objects = conn.execute(
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s", [name]
     ).fetchone()
-    ok = conn.execute(
-        """SELECT u.metrics, u.timings, u.finished_at, u.source_rows, u.source_fingerprint
-           FROM dbanon.release r JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'succeeded'
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name],
-    ).fetchone()
-    metrics, timings, finished, source_rows, fp = ok or ({}, {}, None, None, None)
-    failure = conn.execute(
-        """SELECT u.finished_at, u.error FROM dbanon.release r
-           JOIN dbanon.run u ON u.release_id = r.id
-           WHERE r.name = %s AND u.status = 'failed' AND (%s::timestamptz IS NULL
-                 OR u.finished_at > %s::timestamptz)
-           ORDER BY u.finished_at DESC LIMIT 1""",
-        [name, finished, finished],
-    ).fetchone()
+    ok = _latest_success(conn, release_id)
+    metrics, timings, finished, source_rows, fp, _ = ok or ({}, {}, None, None, None, None)
+    failure = _latest_unsuccessful(conn, release_id, finished)
     missing = _missing(conn, schema, objects)
+    if failure:  # what did not replace the release in place, in words
+        failure["message"] = not_replaced(failure, finished, metrics.get("rows"))
     return {
         "release": name,
         "method": spec.method,
@@ -934,27 +872,37 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         "published_at": finished.isoformat() if finished else None,
         "source_fingerprint": fp,
         "timings": timings,
-        "method_metrics": {k: v for k, v in metrics.items()
-                           if k not in COMMON_FIGURES and k != "warnings"},  # fmt: skip
-        "last_failure": {"at": failure[0].isoformat(), "error": failure[1]} if failure else None,
+        **_counted(metrics),
+        "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
+        "last_failure": failure,
         "warnings": [f"released relation {m} is missing" for m in missing]
         + list(metrics.get("warnings", [])),
     }
 
 
 def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every release with its method, models, objects and latest run."""
+    """Every release with its method, models, objects, latest run, the rows of the release in
+    place (its latest success) and, as in `report`, a newer refused or failed run."""
     catalog.require_catalog(conn)
     rows = conn.execute(
-        """SELECT r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
-                  u.released_rows
-           FROM dbanon.release r LEFT JOIN LATERAL (
-               SELECT status, finished_at, released_rows FROM dbanon.run
+        """SELECT r.id, r.name, r.spec, r.target_schema, r.objects, u.status, u.finished_at,
+                  ok.finished_at, ok.released_rows
+           FROM dbanon.release r
+           LEFT JOIN LATERAL (
+               SELECT status, finished_at FROM dbanon.run
                WHERE release_id = r.id ORDER BY started_at DESC, id DESC LIMIT 1) u ON true
+           LEFT JOIN LATERAL (
+               SELECT finished_at, released_rows FROM dbanon.run
+               WHERE release_id = r.id AND status = 'succeeded'
+               ORDER BY finished_at DESC, id DESC LIMIT 1) ok ON true
            ORDER BY r.name"""
     ).fetchall()
-    return [
-        {
+    out = []
+    for release_id, name, spec, schema, objects, status, at, published, released in rows:
+        failure = _latest_unsuccessful(conn, release_id, published)
+        if failure:
+            failure["message"] = not_replaced(failure, published, released)
+        out.append({
             "name": name,
             "method": spec.get("method"),
             "models": [m.name for m in from_specs(spec.get("models", []))],
@@ -962,10 +910,11 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
             "last_status": status,
             "last_run_at": at.isoformat() if at else None,
             "rows": released,
+            "published_at": published.isoformat() if published else None,
+            "last_failure": failure,
             "missing": _missing(conn, schema, objects),
-        }
-        for name, spec, schema, objects, status, at, released in rows
-    ]
+        })  # fmt: skip
+    return out
 
 
 def drop(conn: psycopg.Connection, name: str) -> list[str]:

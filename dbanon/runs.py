@@ -24,6 +24,8 @@ import psycopg
 
 from dbanon.errors import DbanonError
 
+# The error of a run whose backend ended without finishing it (a killed process).
+KILLED = "the run was killed: its backend ended without finishing it"
 _RELEASE_LOCK = 0x64626E01  # the lock space of releases ("dbn" 1); the key is hashtext(name)
 _SCHEMA_LOCK = 0x64626E02
 
@@ -88,10 +90,10 @@ def start(conn: psycopg.Connection, release: str) -> int | None:
         return None
     conn.execute(
         """UPDATE dbanon.run SET status = 'abandoned', finished_at = clock_timestamp(),
-               error = 'the run was killed: its backend ended without finishing it'
+               error = %s
            WHERE release_id = %s AND status = 'running'
              AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity))""",
-        [row[0]],
+        [KILLED, row[0]],
     )
     run_id = conn.execute(
         "INSERT INTO dbanon.run (release_id, status, pid) "

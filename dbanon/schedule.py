@@ -24,6 +24,10 @@ from dbanon.db import catalog
 from dbanon.errors import DbanonError, first_line
 
 CHECK_EVERY_MINUTES = 5  # how often the installed timer asks which releases are due
+# The exit code of `refresh --due` for each outcome that needs the DBA, worst first: a failure
+# (the run could not even be judged: something needs repair) before a refusal (the previous
+# release is kept until the DBA chooses). A busy release is the next tick's business: exit 0.
+EXIT_CODES = {"failed": 2, "refused": 4}
 
 
 def _release_id(conn: psycopg.Connection, name: str) -> int:
@@ -129,7 +133,8 @@ def refresh_due(
     progress: release.Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Refresh every due release; one failing does not stop the others. Returns what happened
-    to each scheduled release: refreshed, skipped (unchanged source), failed, busy, not due."""
+    to each scheduled release: refreshed, skipped (unchanged source), refused (the previous
+    release kept), failed, busy, not due; refused and failed ones with their error and exit."""
     results = []
     for s in schedules(conn, now):
         name = s["release"]
@@ -154,8 +159,16 @@ def refresh_due(
             results.append({"release": name, "outcome": "busy", "error": str(e)})
         except (DbanonError, psycopg.Error) as e:
             conn.rollback()
-            results.append({"release": name, "outcome": "failed", "error": first_line(e)})
+            outcome = "refused" if isinstance(e, release.Refused) else "failed"
+            results.append({"release": name, "outcome": outcome, "error": first_line(e),
+                            "exit": EXIT_CODES[outcome]})  # fmt: skip
     return results
+
+
+def exit_code(results: list[dict[str, Any]]) -> int:
+    """The exit code of `refresh --due`: that of its worst outcome (EXIT_CODES), else 0."""
+    outcomes = {r["outcome"] for r in results}
+    return next((code for outcome, code in EXIT_CODES.items() if outcome in outcomes), 0)
 
 
 # --- installing the timer -----------------------------------------------------------------------

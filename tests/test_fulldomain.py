@@ -40,19 +40,16 @@ from dbanon.models import (
     PrivacyModel,
     RecursiveCLDiversity,
 )
-from dbanon.setlogic import fulldomain as fd
-from dbanon.setlogic.fulldomain import (
-    _QI,
+from dbanon.setlogic import lattice as lat
+from dbanon.setlogic.fulldomain import release_select
+from dbanon.setlogic.hierarchies import (
     CalendarHierarchy,
-    FullDomainResult,
     IntervalHierarchy,
     _effective,
-    _Lattice,
     _widths,
     interval_hierarchy,
-    release_select,
-    search,
 )
+from dbanon.setlogic.lattice import _QI, FullDomainResult, _Lattice, search
 
 SCHEMA, TABLE = 'Odd "Schéma"', "Pa tients Ω"
 SRC = Relation(SCHEMA, TABLE)
@@ -330,7 +327,7 @@ def test_numpy_counts_of_every_node_match_the_reference(
     independent count in Python, whatever tables they were counted from; also when the rows
     are fetched in parts by page ranges (as a large table is), each row in exactly one."""
     if part_rows is not None:
-        monkeypatch.setattr(fd, "PART_ROWS", part_rows)
+        monkeypatch.setattr(lat, "PART_ROWS", part_rows)
     rows = patients(6000, seed=11)
     setup(conn, rows)
     qi = [AGE, ZIP, SEX, DX]
@@ -339,7 +336,7 @@ def test_numpy_counts_of_every_node_match_the_reference(
     k, lattice = 4, _Lattice(conn, qis, 4, with_ncp=True)
     index = {name: i for i, (name, _) in enumerate(COLUMNS)}
     if part_rows is not None:
-        assert len(fd._tid_ranges(conn, SRC, len(rows))) >= 6
+        assert len(lat._tid_ranges(conn, SRC, len(rows))) >= 6
     with conn.transaction():
         lattice.build(SRC)
         assert lattice.coded is not None

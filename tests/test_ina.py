@@ -52,7 +52,7 @@ def test_ina_release_keeps_regions_and_its_stream_measures_security(
     monkeypatch.setattr(perturbed, "BATCH", 128)  # several batches: the stream's sums merge
     code, out = cli_json(dsn, "publish", "p", "--source", "m.pts", "--key", "id",
                          "--columns", "x,y", "--algorithm", "ina", "--sample", "100",
-                         "--keep", "tag,n", "--seed", "4")  # fmt: skip
+                         "--keep", "tag,n", "--seed", "4", "--noise-floor", "0")  # fmt: skip
     assert code == 0, out
     assert out["rows"] == 900 and out["classes"] is None
     cols = [r[0] for r in pts.execute(
@@ -71,6 +71,8 @@ def test_ina_release_keeps_regions_and_its_stream_measures_security(
     assert report["sec"]["y"] == pytest.approx(numpy_sec[1], rel=1e-9)
     assert report["msec"] == pytest.approx(numpy_sec.min(), rel=1e-9)
     assert report["region_changes"] == 0 and report["reference_points"] >= 2
+    assert report["floor_raised"] == 0 and report["noise_floor"] == {"x": 0.0, "y": 0.0}
+    assert 0 <= report["linkage"] <= 1 and report["linkage_sample"] == 900
     # independently of the stream: the nearest reference point of each tuple is unchanged
     state = pts.execute("SELECT state FROM dbanon.noise_state").fetchone()[0]
     refs, alpha = np.array(state["extra"]["refs"]), np.array(state["alpha"])
@@ -134,6 +136,10 @@ def test_uniform_noise_has_the_security_of_its_size_and_drops_columns(
         (("--columns", "x", "--beta", "0"), "--beta must be above 0"),
         (("--columns", "x,z"), "'z' in 3 rows"),
         (("--columns", "x", "--k", "5"), "cannot promise --k"),
+        (("--columns", "x", "--noise-floor", "nan"), "--noise-floor must be a finite number"),
+        (("--columns", "x", "--noise-floor", "0.6"), "--noise-floor must be in [0, 0.5]"),
+        (("--columns", "x", "--algorithm", "noise", "--size", "0.1", "--noise-floor", "0.06"),
+         "--noise-floor 0.06 is more than half of --size 0.1"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_nothing_written(

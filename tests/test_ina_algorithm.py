@@ -69,14 +69,42 @@ def test_leader_makes_more_reference_points_as_beta_grows() -> None:
     assert refs.tolist() == [[0.5, 0.0], [10.0, 0.0]]
 
 
-def test_keyed_noise_is_a_function_of_key_and_secret() -> None:
+def test_keyed_noise_is_a_function_of_secret_key_and_value() -> None:
     keys = [str(i) for i in range(1000)]
-    a = prf_uniform(b"s" * 32, keys, 3)
-    assert a.shape == (1000, 3) and (a >= -1).all() and (a < 1).all()
-    assert abs(a.mean()) < 0.05 and abs(a.var() - 1 / 3) < 0.02  # uniform on [-1, 1)
-    assert np.array_equal(a[5:9], prf_uniform(b"s" * 32, keys[5:9], 3))
-    assert not np.allclose(a, prf_uniform(b"t" * 32, keys, 3))
-    assert prf_uniform(b"s" * 32, ["1"], 12).shape == (1, 12)  # more than one digest per key
+    x = np.arange(3000, dtype=np.float64).reshape(1000, 3)
+    for keyed in ("value", "tuple"):
+        a = prf_uniform(b"s" * 32, keys, x, keyed)
+        assert a.shape == (1000, 3) and (a >= -1).all() and (a < 1).all()
+        assert abs(a.mean()) < 0.05 and abs(a.var() - 1 / 3) < 0.02  # uniform on [-1, 1)
+        assert np.array_equal(a[5:9], prf_uniform(b"s" * 32, keys[5:9], x[5:9], keyed))
+        assert not np.allclose(a, prf_uniform(b"t" * 32, keys, x, keyed))
+        # the same values under other keys: other noise (equal rows do not share it)
+        assert not np.isclose(a[:10], prf_uniform(b"s" * 32, keys[10:20], x[:10], keyed)).any()
+        changed = x.copy()
+        changed[:, 1] += 7.0  # one column of every row changes
+        b = prf_uniform(b"s" * 32, keys, changed, keyed)
+        assert not np.isclose(a[:, 1], b[:, 1]).any()  # the changed value: fresh noise
+        same = np.isclose(a[:, [0, 2]], b[:, [0, 2]])
+        assert same.all() if keyed == "value" else not same.any()
+    assert prf_uniform(b"s" * 32, ["1"], np.zeros((1, 12)), "tuple").shape == (1, 12)
+    assert np.array_equal(prf_uniform(b"s" * 32, ["1"], np.array([[-0.0]])),
+                          prf_uniform(b"s" * 32, ["1"], np.array([[0.0]])))  # fmt: skip
+
+
+def test_floor_keeps_every_value_at_least_its_share_away() -> None:
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(5000, 2))
+    u = rng.uniform(-1, 1, size=x.shape)
+    sizes = rng.uniform(0, 0.1, size=5000)
+    alpha = np.array([2.0, 5.0])
+    assert np.array_equal(perturb(x, u, sizes, alpha, np.zeros(2)), perturb(x, u, sizes, alpha))
+    floor = np.array([0.02, 0.01])
+    moved_by = np.abs(perturb(x, u, sizes, alpha, floor) - x) / alpha
+    assert (moved_by >= floor - 1e-12).all()
+    high = np.maximum(sizes[:, None], 2 * floor)
+    assert (moved_by <= high + 1e-12).all()
+    assert (moved_by > 1.5 * floor).any(0).all()  # a spread of magnitudes, not exactly f
+    assert (np.sign(perturb(x, u, sizes, alpha, floor) - x) == np.sign(u)).all()
 
 
 def test_security_accumulated_in_batches_equals_numpy_on_the_whole() -> None:

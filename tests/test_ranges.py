@@ -28,13 +28,9 @@ from dbanon.db import catalog
 from dbanon.db.catalog import Relation
 from dbanon.errors import DbanonError
 from dbanon.models import KAnonymity
-from dbanon.setlogic.fulldomain import (
-    CalendarHierarchy,
-    IntervalHierarchy,
-    _widths,
-    release_select,
-    search,
-)
+from dbanon.setlogic.fulldomain import release_select
+from dbanon.setlogic.hierarchies import CalendarHierarchy, IntervalHierarchy, _widths
+from dbanon.setlogic.lattice import search
 
 ZONE = "America/New_York"  # the database's TimeZone: a timestamptz's days are New York days
 SCHEMA, TABLE = "Src Schema", "Pe ople"

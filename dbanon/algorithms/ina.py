@@ -6,9 +6,11 @@ between its distances to its two nearest reference points, so it never leaves th
 its nearest one. Everything here works on one batch of rows at a time (arrays in, arrays out),
 so a caller can stream a table of any size through it.
 
-Noise comes from `prf_uniform`: a keyed pseudo-random function of the row key and a secret,
-so a refresh that keeps the secret gives an unchanged row the same noise (two releases then
-average to the same value instead of halving the noise variance).
+Noise comes from `prf_uniform`: a keyed pseudo-random function of a secret, the row key and the
+value(s) perturbed, so a refresh that keeps the secret gives an unchanged value the same noise
+(two releases then average to the same value instead of halving the noise variance) and a
+changed value fresh noise (the difference of two releases is not the true change).
+`perturb` takes a floor: no value moves by less than a set share of its column's scale.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -91,30 +94,73 @@ def ina_sizes(r1: np.ndarray, r2: np.ndarray, m: int, bound: str = "strict") -> 
     return d
 
 
-def perturb(x: np.ndarray, u: np.ndarray, sizes: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """x'_i = x_i + u_i * d * alpha_i, u uniform in [-1, 1), d each row's normalised size."""
-    return x + u * (sizes[:, None] * alpha[None, :])
+def perturb(
+    x: np.ndarray,
+    u: np.ndarray,
+    sizes: np.ndarray,
+    alpha: np.ndarray,
+    floor: np.ndarray | None = None,
+) -> np.ndarray:
+    """x'_i = x_i + u_i * d * alpha_i, u uniform in [-1, 1), d each row's normalised size.
+
+    With a floor f_i (normalised, per column) the magnitude is f_i + |u_i| (h - f_i) with
+    h = max(d, 2 f_i), the sign that of u_i: no value moves by less than f_i * alpha_i, and a
+    tuple whose own size is under 2 f_i still gets a spread of magnitudes (never exactly f_i,
+    which would pin the original to 2^m candidates). Floor 0 is the formula above exactly."""
+    if floor is None or not np.any(floor):
+        return x + u * (sizes[:, None] * alpha[None, :])
+    f = np.asarray(floor, dtype=np.float64)[None, :]
+    high = np.maximum(sizes[:, None], 2.0 * f)
+    sign = np.where(u < 0, -1.0, 1.0)
+    return x + sign * (f + np.abs(u) * (high - f)) * alpha[None, :]
 
 
-def prf_uniform(secret: bytes, keys: Sequence[str], m: int) -> np.ndarray:
-    """(n, m) values uniform in [-1, 1), a keyed BLAKE2b of each row key: the same key and
-    secret always give the same noise, and nobody without the secret can tell it."""
-    need = 8 * m
+def raised(sizes: np.ndarray, floor: np.ndarray | None) -> np.ndarray:
+    """Rows whose noise the floor widened past their own size (may leave their INA region)."""
+    if floor is None or not np.any(floor):
+        return np.zeros(len(sizes), dtype=bool)
+    return (sizes[:, None] < 2.0 * np.asarray(floor)[None, :]).any(1)
+
+
+def prf_uniform(
+    secret: bytes,
+    keys: Sequence[str],
+    values: np.ndarray,
+    keyed: Literal["value", "tuple"] = "value",
+) -> np.ndarray:
+    """(n, m) values uniform in [-1, 1): a keyed BLAKE2b of each row key and its values.
+
+    `value`: u_ij depends on (secret, key_i, j, x_ij), so a column that did not change keeps its
+    noise when another column of the row changes; `tuple`: u_i depends on (secret, key_i, x_i),
+    for noise whose size depends on the whole tuple (INA). The same secret, key and value always
+    give the same noise; a new value gives noise independent of the old; without the secret
+    nobody can tell either. Values are hashed as IEEE doubles (-0.0 as 0.0)."""
+    x = np.ascontiguousarray(np.asarray(values, dtype="<f8") + 0.0)
+    n, m = x.shape
+    if len(keys) != n:
+        raise ValueError(f"{len(keys)} keys for {n} rows")
     out = bytearray()
-    for key in keys:
-        raw = key.encode()
-        got = b""
-        block = 0
+    keyed_state = hashlib.blake2b(key=secret, digest_size=8).copy  # keying done once
+    tags = [j.to_bytes(4, "little") for j in range(m)]
+    for key, row in zip(keys, x, strict=True):
+        raw = key.encode() + b"\x00"
+        if keyed == "value":
+            values = row.tobytes()
+            for j in range(m):
+                h = keyed_state()
+                h.update(raw + tags[j] + values[8 * j : 8 * j + 8])
+                out += h.digest()
+            continue
+        msg = raw + row.tobytes()
+        need, got, block = 8 * m, b"", 0
         while len(got) < need:
             got += hashlib.blake2b(
-                raw,
-                key=secret,
-                digest_size=min(64, need - len(got)),
+                msg, key=secret, digest_size=min(64, need - len(got)),
                 salt=block.to_bytes(16, "little"),
-            ).digest()
+            ).digest()  # fmt: skip
             block += 1
         out += got
-    words = np.frombuffer(bytes(out), dtype="<u8").reshape(len(keys), m)
+    words = np.frombuffer(bytes(out), dtype="<u8").reshape(n, m)
     return (words >> np.uint64(11)).astype(np.float64) * (2.0**-52) - 1.0
 
 

@@ -10,11 +10,11 @@ from psycopg import sql
 
 from dbanon.errors import DbanonError
 from dbanon.methods import register
-from dbanon.methods.base import BuildContext, Built, Check, Method
+from dbanon.methods.base import BuildContext, Built, Check, Method, class_sizes
 from dbanon.models.base import CheckResult, Target
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class Anatomy(Method):
@@ -94,19 +94,12 @@ class Anatomy(Method):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        """Groups of the QIT are its classes: what an adversary can narrow a person down to.
-        The consistency check counted them already; counted here only when it did not run."""
-        from dbanon.setlogic.anatomy import GROUP_ID
+        """Groups of the QIT are its classes: what an adversary can narrow a person down to;
+        counted on the ST (a row per group and value, with its count), much smaller than the QIT."""
+        from dbanon.setlogic.anatomy import COUNT, GROUP_ID
 
-        names = ("rows", "classes", "min_class_size")
-        if all(n in checked for n in names):
-            return {n: checked[n] for n in names}
-        rows, classes, smallest = conn.execute(
-            sql.SQL(
-                "SELECT sum(n), count(*), min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
-            ).format(r.ident(built[0].build), sql.Identifier(GROUP_ID))
-        ).fetchone()
-        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}
+        return class_sizes(conn, r.ident(built[1].build), [sql.Identifier(GROUP_ID)],
+                           sql.Identifier(COUNT))  # fmt: skip
 
 
 register(Anatomy())

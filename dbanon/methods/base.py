@@ -28,18 +28,18 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import psycopg
 from psycopg import sql
 
+from dbanon.db.catalog import CATEGORICAL, Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
+from dbanon.hierarchy import Hierarchy
 from dbanon.models import PrivacyModel
 from dbanon.models.base import CheckResult, Target
 from dbanon.models.specs import MODEL_KINDS, kind_of
-
-if TYPE_CHECKING:
-    from dbanon.release import Resolved
+from dbanon.spec import ReleaseSpec
 
 Progress = Callable[[str], None]
 
@@ -280,21 +280,31 @@ class Method(ABC):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        """rows, classes and min_class_size of the release as consumers read it (the first
-        relation, GROUP BY its QIs), taken from the checks' figures where they have them. A method
-        whose release has no classes (noise) gives None for classes and min_class_size."""
-        rel = self.checked_relation(r, built)
-        if "classes" in checked and "min_class_size" in checked:
-            classes, smallest = checked["classes"], checked["min_class_size"]
-            rows = count_rows(conn, rel)
-        else:
-            rows, classes, smallest = conn.execute(
-                sql.SQL(
-                    "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0) "
-                    "FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
-                ).format(rel, sql.SQL(", ").join(sql.Identifier(c.name) for c in r.qi))
-            ).fetchone()
-        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}
+        """rows, classes, min_class_size and max_class_size of the release as consumers read it:
+        its first relation, GROUP BY its QIs as released (the released classes, whatever groups
+        the method formed inside). A method whose release has no classes (noise) gives None for
+        classes and the sizes."""
+        return class_sizes(conn, self.checked_relation(r, built),
+                           [sql.Identifier(c.name) for c in r.qi])  # fmt: skip
+
+
+def class_sizes(
+    conn: psycopg.Connection, rel: sql.Composable, by: list[sql.Composable],
+    count: sql.Composable | None = None,
+) -> dict[str, int]:  # fmt: skip
+    """rows, classes, min_class_size and max_class_size of `rel` grouped by `by`, in one scan
+    (`count`: a column giving how many rows each row stands for, as an Anatomy ST's)."""
+    rows, classes, smallest, largest = conn.execute(
+        sql.SQL(
+            "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0), coalesce(max(n), 0) "
+            "FROM (SELECT {n} AS n FROM {rel} GROUP BY {by}) g"
+        ).format(
+            n=sql.SQL("count(*)") if count is None else sql.SQL("sum({})").format(count),
+            rel=rel, by=sql.SQL(", ").join(by),
+        )  # fmt: skip
+    ).fetchone()
+    return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest),
+            "max_class_size": int(largest)}  # fmt: skip
 
 
 def failed(release: str, check: Check, result: CheckResult) -> ModelViolation:
@@ -310,3 +320,54 @@ def models_of_kind(models: list[PrivacyModel], *kinds: str) -> list[PrivacyModel
 
 def count_rows(conn: psycopg.Connection, rel: sql.Composable) -> int:
     return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(rel)).fetchone()[0])
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A spec checked against the live database, with everything a method's build needs."""
+
+    spec: ReleaseSpec
+    method: Method
+    source: Relation
+    key: Column
+    qi: list[Column]
+    sensitive: list[Column]
+    hierarchies: dict[str, Hierarchy]  # QI -> stored hierarchy (categorical QIs without: flat)
+    models: list[PrivacyModel]
+    options: dict[str, Any]  # the method's options, defaults filled in
+    target_schema: str
+    target_name: str
+    objects: list[str]  # the relations this publish creates in target_schema
+    previous: list[tuple[str, str]]  # (schema, name) of the release's objects as it is now
+    grants: list[str]  # roles that read the release after this publish
+    grant_changes: dict[str, list[str]]  # kept, added, revoked: roles compared with before
+    rows: int
+    seed: int | None  # the run's seed, for randomised methods
+    regroup: bool = False  # this run regroups from scratch, whatever the refresh policy
+    release_id: int | None = None  # None for a first publish
+    new_source: bool = False  # redefined on another source or key: its earlier groups are moot
+    # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
+    say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
+    keep: list[Column] = field(default_factory=list)  # --keep: released as they are
+
+    def ident(self, name: str) -> sql.Identifier:
+        return sql.Identifier(self.target_schema, name)
+
+    def is_categorical(self, col: Column) -> bool:
+        return col.kind == CATEGORICAL or col.name in self.hierarchies
+
+    def model(self, kind: str) -> PrivacyModel | None:
+        """The promised model of a kind (dbanon.models.specs names), if any."""
+        return next((m for m in self.models if kind_of(m).name == kind), None)
+
+    @property
+    def k(self) -> int | None:
+        """The largest k among the promised models ((alpha,k) and (p,k) carry one too)."""
+        ks = [m.k for m in self.models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
+        return max(ks) if ks else None
+
+    @property
+    def target(self) -> Target:
+        """What the models check: the released QIs and the (first) sensitive column."""
+        sensitive = self.sensitive[0].name if self.sensitive else None
+        return Target(self.ident(self.target_name), [c.name for c in self.qi], sensitive)

@@ -48,7 +48,7 @@ from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
 from dbanon.models.specs import kind_of
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 STAGE = sql.Identifier("dbanon_cbg_stage")  # (key, group, bucket) of this run; dropped at commit
 L_KIND = "cross-bucket-l-diversity"

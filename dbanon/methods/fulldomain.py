@@ -20,7 +20,7 @@ from dbanon.methods.base import BuildContext, Built, Method, Option
 from dbanon.methods.grouped import RANGES
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 SNAPSHOT = sql.Identifier("dbanon_view_snapshot")  # a view release, evaluated once to verify it
@@ -65,7 +65,8 @@ class FullDomain(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         from dbanon.db.settings import local_settings, work_mem_at_least
-        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select, search
+        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select
+        from dbanon.setlogic.lattice import search
 
         ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
         sensitive = r.sensitive[0].name if r.sensitive else None

@@ -35,7 +35,7 @@ STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at com
 LABELS = sql.Identifier("dbanon_group_labels")  # (gid, label of each categorical QI)
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 POLICY = Option(
     "refresh_policy",

@@ -16,7 +16,7 @@ from dbanon.methods.base import Option
 from dbanon.methods.projection import AS, BINS, ProjectionMethod
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class Hamdist(ProjectionMethod):

@@ -15,7 +15,7 @@ from dbanon.methods.base import Option
 from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod, codes
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class KMember(GroupingMethod):

@@ -34,11 +34,12 @@ from dbanon.methods.localanatomy import (
     LocalAnatomy,
     masked,
 )
+from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
 from dbanon.setlogic.localanatomy import GROUP_ID, ROW_ID, Attribute
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class LAG(LocalAnatomy):
@@ -111,6 +112,7 @@ class LAG(LocalAnatomy):
         figures["ncp"] = ncp(qi, fnum, fcat, gid)
         figures["gcp"] = figures["ncp"]
         figures["discernibility"] = discernibility(gid)
+        figures.update(group_sizes(gid[kept]))  # its QI-partition subsets (group_id)
         return kept, gid[kept] + 1, figures  # group ids from 1, as Table 5.4 numbers them
 
     def materialise(

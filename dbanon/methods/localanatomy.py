@@ -42,7 +42,8 @@ from dbanon.setlogic.localanatomy import (
 )
 
 if TYPE_CHECKING:
-    from dbanon.release import ReleaseSpec, Resolved
+    from dbanon.methods.base import Resolved
+    from dbanon.spec import ReleaseSpec
 
 STAGE = sql.Identifier("dbanon_la_stage")  # (key, row_id, gid, b0..bm) of this run
 

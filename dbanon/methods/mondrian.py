@@ -14,7 +14,7 @@ from dbanon.methods.grouped import GroupingMethod, codes
 from dbanon.models.specs import kind_of
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 _L_KINDS = {  # model kind -> Mondrian's name for it
     "distinct-l-diversity": "distinct",

@@ -1,7 +1,10 @@
 """Method `noise`: uniform noise of one size for every tuple, the INA paper's baseline.
 
 Each value moves by uniform(-s, s) times its column's range (or standard deviation), s the
-`--size`; streamed, kept and checked like `ina` (dbanon.methods.perturbed).
+`--size`, but never by less than the floor f (`--noise-floor`): the magnitude is then uniform
+in [f, s], the sign random. The noise of each value is keyed on the secret, the row key, the
+column and the value itself, so a refresh leaves an unchanged value where it was and gives a
+changed one fresh noise. Streamed, kept and checked like `ina` (dbanon.methods.perturbed).
 """
 
 from __future__ import annotations
@@ -15,10 +18,17 @@ from dbanon.algorithms.ina import perturb
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Option
-from dbanon.methods.perturbed import DROP, NORMALISE, POLICY, NoiseState, PerturbingMethod
+from dbanon.methods.perturbed import (
+    DROP,
+    NOISE_FLOOR,
+    NORMALISE,
+    POLICY,
+    NoiseState,
+    PerturbingMethod,
+)
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 class UniformNoise(PerturbingMethod):
@@ -29,12 +39,14 @@ class UniformNoise(PerturbingMethod):
     )
     summary = (
         "uniform noise of one size for every tuple (the INA paper's baseline): each value "
-        "moves by up to --size times its column's range or standard deviation; records SEC"
+        "moves by up to --size times its column's range or standard deviation, never less than "
+        "the noise floor; records SEC, mSec and linkage"
     )
     options: ClassVar[tuple[Option, ...]] = (
         Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale.",
                low=0, low_open=True),
         NORMALISE,
+        NOISE_FLOOR,
         DROP,
         POLICY,
     )
@@ -42,7 +54,19 @@ class UniformNoise(PerturbingMethod):
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         if r.options["size"] <= 0:
             raise DbanonError(f"--size must be above 0, got {r.options['size']}")
+        floor = r.options.get("noise_floor")
+        if floor is not None and floor > r.options["size"] / 2:
+            raise DbanonError(
+                f"--noise-floor {floor:g} is more than half of --size {r.options['size']:g}: "
+                "the noise would be nearly a constant move; lower the floor or raise the size"
+            )
         super().validate(conn, r)
+
+    def floor(self, r: Resolved, ranges: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """The default floor at most half the size: magnitudes keep a spread of [f, s]."""
+        floor = super().floor(r, ranges, alpha)
+        return floor if r.options.get("noise_floor") is not None else np.minimum(
+            floor, r.options["size"] / 2)  # fmt: skip
 
     def draw(
         self, conn: psycopg.Connection, r: Resolved, alpha: np.ndarray, seed: int
@@ -53,7 +77,7 @@ class UniformNoise(PerturbingMethod):
         self, r: Resolved, state: NoiseState, x: np.ndarray, u: np.ndarray
     ) -> tuple[np.ndarray, dict[str, int]]:
         sizes = np.full(len(x), r.options["size"])
-        return perturb(x, u, sizes, state.alpha), {}
+        return perturb(x, u, sizes, state.alpha, state.floor), {}
 
 
 register(UniformNoise())

@@ -11,13 +11,22 @@ one added to the source later either: dbanon.identifying), ordered by `dbanon_ro
 63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is deprecated:
 what is not declared is not released; it is accepted (old specs) and refused on a declared one.
 
-The noise is a keyed pseudo-random function of the row key and a secret (prf_uniform). The
-secret, the normalisation and (ina) the reference points are kept in the catalog
-(dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key,
-for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so a row that
-has not changed gets exactly the values it had: a consumer who keeps two releases learns
-nothing from the pair. `regroup` (or `refresh --regroup`) draws everything anew: averaging
-r releases then divides the noise variance of unchanged rows by r.
+The noise is a keyed pseudo-random function of a secret, the row key and the value perturbed
+(prf_uniform; per value for `noise`, per tuple for `ina`, whose noise size depends on the whole
+tuple). The secret, the normalisation, the noise floor and (ina) the reference points are kept
+in the catalog (dbanon.noise_state, never granted) with the row map (dbanon.noise_map:
+dbanon_row -> key, for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them,
+so a value that has not changed gets exactly the noise it had (keeping releases averages
+nothing away), and a changed value gets fresh noise (the difference of two releases is the
+true change plus the difference of two independent draws, never the change itself). Row ids and
+so the row order are drawn anew every run: they link no row across releases (the unchanged
+values still do, by design: docs/noise.md). `regroup` (or `refresh --regroup`) draws
+everything anew: averaging r releases then divides the noise variance of unchanged rows by r.
+
+The floor (`--noise-floor`): no value moves by less than a share of its column's scale; the
+default is the side of the cell a row would own if the rows filled the normalised box evenly,
+n^(-1/m) of the column's range. Every run measures linkage (dbanon.metrics.linkage) on a sample
+of released rows drawn with the secret: the share whose nearest original row is their own.
 """
 
 from __future__ import annotations
@@ -37,11 +46,12 @@ from dbanon.algorithms.ina import prf_uniform
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.metrics.linkage import SAMPLE, Linkage
 from dbanon.metrics.security import Security
 from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 ROW = "dbanon_row"
 STAGE = sql.Identifier("dbanon_noise_stage")  # (row_id, key, columns) of this run
@@ -53,6 +63,12 @@ NORMALISE = Option(
 DROP = Option(
     "drop", str, None,
     "Deprecated: a column nobody declared (--columns, --sensitive, --keep) is never released.",
+)  # fmt: skip
+NOISE_FLOOR = Option(
+    "noise_floor", float, None,
+    "Least move of every value, a share of its column's scale (0: none; default: n^(-1/m) of "
+    "the range, the side of a row's cell if rows filled the box evenly).",
+    low=0, high=0.5,
 )  # fmt: skip
 POLICY = Option(
     "refresh_policy", str, "persist",
@@ -70,6 +86,11 @@ class NoiseState:
     alpha: np.ndarray  # per-column normalisation
     extra: dict[str, Any]  # the method's own (ina: the reference points)
     signature: str  # the spec it was drawn for: reused only by a run of the same spec
+
+    @property
+    def floor(self) -> np.ndarray:
+        """The least move of each column, a share of its scale (zeros: no floor)."""
+        return np.array(self.extra.get("floor") or np.zeros(len(self.alpha)), dtype=np.float64)
 
     def as_json(self) -> str:
         return json.dumps(
@@ -112,6 +133,7 @@ class PerturbingMethod(Method):
     randomised = True
     generalises = False
     shape = "perturbed"
+    keyed: ClassVar[str] = "value"  # prf_uniform: noise per value, or per tuple (ina)
     releases = (
         "`NAME`: a random row id, the `--columns` with noise, then `--sensitive` and `--keep` "
         "as they are; no other column, not even one added to the source later"
@@ -131,6 +153,14 @@ class PerturbingMethod(Method):
     ) -> tuple[np.ndarray, dict[str, int]]:
         """Perturbed values of a batch (u: uniform in [-1, 1) per value) and counters to sum
         over the stream (checked by `stream_checks`)."""
+
+    def floor(self, r: Resolved, ranges: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """The floor of a fresh draw, a share of each column's scale: `--noise-floor`, or by
+        default n^(-1/m) of the column's range (whatever `--normalise` says)."""
+        share = r.options.get("noise_floor")
+        if share is not None:
+            return np.full(len(alpha), float(share))
+        return r.rows ** (-1.0 / len(alpha)) * ranges / alpha
 
     def stream_checks(self, r: Resolved, counters: dict[str, int]) -> list[Check]:
         """Checks of what the stream counted (ina: every tuple kept its region)."""
@@ -168,6 +198,7 @@ class PerturbingMethod(Method):
         ctx.lap("reference")
         ctx.say(f"perturbing {r.rows} rows of {r.source} in batches of {BATCH}")
         cols = [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
+        measure = self._linkage(conn, r, state, cols)
         conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {} (row_id int8, key text, {}) ON COMMIT DROP"
@@ -189,8 +220,9 @@ class PerturbingMethod(Method):
             while rows := read.fetchmany(BATCH):
                 keys = [row[0] for row in rows]
                 x = np.array([row[1:] for row in rows], dtype=np.float64)
-                u = prf_uniform(state.secret, keys, len(r.qi))
+                u = prf_uniform(state.secret, keys, x, self.keyed)
                 out, count = self.noise(r, state, x, u)
+                measure.add(keys, x)
                 for name, v in count.items():
                     counters[name] = counters.get(name, 0) + int(v)
                 security.add(x, out)
@@ -205,7 +237,9 @@ class PerturbingMethod(Method):
         ctx.lap("materialise")
         self._counters[r.spec.name] = counters  # one run of a release at a time (runs.py)
         self._states[r.spec.name] = state
-        return {**security.figures(), **counters, "batch_rows": BATCH}
+        floor = {c.name: float(f) for c, f in zip(r.qi, state.floor, strict=True)}
+        return {**security.figures(), **measure.figures(), "noise_floor": floor, **counters,
+                "batch_rows": BATCH}  # fmt: skip
 
     def __init__(self) -> None:
         # per release: what the stream counted, and the state to keep once recorded
@@ -342,6 +376,7 @@ class PerturbingMethod(Method):
             if row is not None and row[1].get("signature") == sig:
                 return NoiseState(bytes(row[0]), np.array(row[1]["alpha"]), row[1]["extra"], sig)
         low_high_std = stats(conn, r)
+        ranges = np.array([h - lo for lo, h, _ in low_high_std])
         if r.options["normalise"] == "range":
             alpha = np.array([h - lo for lo, h, _ in low_high_std])
         else:
@@ -350,7 +385,26 @@ class PerturbingMethod(Method):
             secret = hashlib.sha256(f"dbanon-noise:{seed}".encode()).digest()
         else:
             secret = secrets.token_bytes(32)
-        return NoiseState(secret, alpha, self.draw(conn, r, alpha, seed), sig)
+        extra = self.draw(conn, r, alpha, seed)
+        extra["floor"] = self.floor(r, ranges, alpha).tolist()
+        return NoiseState(secret, alpha, extra, sig)
+
+    def _linkage(
+        self, conn: psycopg.Connection, r: Resolved, state: NoiseState, cols: list[sql.Composable]
+    ) -> Linkage:
+        """A sample of rows in a secret order (the run's noise secret), perturbed as the stream
+        will perturb them, to be measured against every original as the stream reads it."""
+        order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
+                               .digest(), "little", signed=True)  # fmt: skip
+        rows = conn.execute(
+            sql.SQL("SELECT {}::text, {} FROM {} ORDER BY hashtextextended({}::text, %s) LIMIT %s")
+            .format(r.key.ident, sql.SQL(", ").join(cols), r.source.ident, r.key.ident),
+            [order, SAMPLE],
+        ).fetchall()  # fmt: skip
+        keys = [row[0] for row in rows]
+        x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
+        released, _ = self.noise(r, state, x, prf_uniform(state.secret, keys, x, self.keyed))
+        return Linkage(keys, released, state.alpha)
 
     def _materialise(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> None:
         built = ctx.made(r.objects[0])

@@ -46,12 +46,12 @@ from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
 from dbanon.db.stream import copy_out
 from dbanon.errors import DbanonError
-from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
 from dbanon.models.base import Target
 from dbanon.setlogic.fulldomain import _fresh
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
 
@@ -353,10 +353,4 @@ class ProjectionMethod(Method):
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
         t = self._target(conn, r, built[0].build)
-        rows, classes, smallest = conn.execute(
-            sql.SQL(
-                "SELECT coalesce(sum(n), 0), count(*), coalesce(min(n), 0) "
-                "FROM (SELECT count(*) AS n FROM {} GROUP BY {}) g"
-            ).format(t.relation, t.qi_list)
-        ).fetchone()
-        return {"rows": int(rows), "classes": int(classes), "min_class_size": int(smallest)}
+        return class_sizes(conn, t.relation, [t.qi_list])

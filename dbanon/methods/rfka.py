@@ -31,7 +31,7 @@ from dbanon.methods.projection import (
 )
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 TREES = 1000  # the paper's n_estimators
 MAX_TREES = 10_000  # ten times the paper's: a forest is held in memory whole

@@ -20,7 +20,7 @@ from dbanon.models.base import Target
 from dbanon.models.thetak import ThetaKAnonymity
 
 if TYPE_CHECKING:
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Resolved
 
 
 def _model(r: Resolved) -> ThetaKAnonymity:

@@ -37,8 +37,7 @@ from dbanon.metrics import queries
 from dbanon.metrics.boxes import Attribute, Bucketed, attributes, source_points
 
 if TYPE_CHECKING:
-    from dbanon.methods.base import Built
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Built, Resolved
 
 EXPOSURE_MAX_ROWS = 200_000  # above this, publish skips the metric (it is O(rows x boxes))
 

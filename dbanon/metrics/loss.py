@@ -109,7 +109,9 @@ class LossReport:
 
     def as_dict(self) -> dict[str, float | int]:
         """The run's figures. `gcp` is the release's common loss figure (release.py): for
-        grouping methods it is ncp_height, as it always was."""
+        grouping methods it is ncp_height, as it always was. The sizes are those of the groups
+        the algorithm formed, named as groups: two groups can be released with equal QIs, and
+        the release's classes (equal released QIs) are counted on the release itself."""
         return {
             "total_il_height": self.total_il_height,
             "ncp_height": self.ncp_height,
@@ -117,11 +119,21 @@ class LossReport:
             "ncp_leaf": self.ncp_leaf,
             "gcp": self.ncp_height,
             "discernibility": self.discernibility,
-            "classes": self.classes,
-            "min_class_size": self.min_class_size,
-            "max_class_size": self.max_class_size,
-            "avg_class_size": self.avg_class_size,
+            "groups": self.classes,
+            "min_group_size": self.min_class_size,
+            "max_group_size": self.max_class_size,
+            "avg_group_size": self.avg_class_size,
         }
+
+
+def group_sizes(gid: np.ndarray) -> dict[str, float | int]:
+    """The run figures of a method's own groups (any labels): how many, smallest, largest,
+    average size; named as groups, never as the release's classes (see LossReport.as_dict)."""
+    sizes = np.bincount(np.unique(np.asarray(gid), return_inverse=True)[1].reshape(-1))
+    if not len(sizes):
+        return {"groups": 0, "min_group_size": 0, "max_group_size": 0, "avg_group_size": 0.0}
+    return {"groups": int(len(sizes)), "min_group_size": int(sizes.min()),
+            "max_group_size": int(sizes.max()), "avg_group_size": float(sizes.mean())}  # fmt: skip
 
 
 def loss_report(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> LossReport:

@@ -45,8 +45,7 @@ DEFAULT_THRESHOLD = 0.2  # records above 1/5: classes smaller than 5 (ARX's defa
 MODEL = "Zayatz (1991)"
 
 if TYPE_CHECKING:
-    from dbanon.methods.base import Built
-    from dbanon.release import Resolved
+    from dbanon.methods.base import Built, Resolved
 
 
 def _classes(target: Target) -> sql.Composable:

@@ -5,7 +5,10 @@ the database groups, counts and generalises faster than Python could, and a rele
 a live VIEW whose generalisation and suppression are SQL expressions over the source.
 
 Modules (imported by their own names, so that one cannot break another's import):
-- `dbanon.setlogic.fulldomain` — full-domain generalisation: an optimal lattice search over
-  GROUP BY counts, and the generalising, suppressing SELECT a release table or view is made of;
+- `dbanon.setlogic.hierarchies` — full-domain generalisation's hierarchies per QI as SQL (stored,
+  automatic numeric intervals, calendar periods, flat), each level's value and loss;
+- `dbanon.setlogic.lattice` — its optimal lattice search over GROUP BY counts (and numpy codes);
+- `dbanon.setlogic.fulldomain` — the generalising, suppressing SELECT a release table or live
+  view is made of (`fulldomain_bench`: its benchmark on Adult);
 - `dbanon.setlogic.anatomy` — Anatomy for l-diversity: bucket ids from one window function.
 """

@@ -1,0 +1,156 @@
+"""Generated blocks in README.md and docs/: text that must not drift from code or measurements.
+
+A block is the text between `<!-- generated: NAME -->` and `<!-- end: NAME -->` in a Markdown
+file; NAME is a generator in this registry, which renders it from the method registry, the click
+commands or a committed JSON/CSV file. `dbanon docs` rewrites every block in place; `dbanon docs
+--check` (and a test) fails when any block differs from what its generator renders now, so a
+figure in the text is always the one in the committed measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from dbanon.errors import DbanonError
+
+ROOT = Path(__file__).resolve().parent.parent
+Generator = Callable[[], str]
+_BLOCKS: dict[str, Generator] = {}
+_BLOCK = re.compile(
+    r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S
+)
+
+
+def block(name: str) -> Callable[[Generator], Generator]:
+    """Register a generator for the blocks named NAME."""
+
+    def add(fn: Generator) -> Generator:
+        _BLOCKS[name] = fn
+        return fn
+
+    return add
+
+
+def files(root: Path = ROOT) -> Iterator[Path]:
+    """README.md and every Markdown file below docs/ that holds a block."""
+    for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
+        if path.exists() and "<!-- generated: " in path.read_text():
+            yield path
+
+
+def render(text: str, where: str = "") -> str:
+    """TEXT with every block regenerated (an unknown block name is an error, not kept as is)."""
+
+    def one(m: re.Match[str]) -> str:
+        name = m["name"]
+        if name not in _BLOCKS:
+            raise DbanonError(f"{where}: unknown generated block {name!r}")
+        body = _BLOCKS[name]().rstrip("\n") + "\n"
+        return m.group(1) + body + m.group(4)
+
+    return _BLOCK.sub(one, text)
+
+
+def stale(root: Path = ROOT) -> list[str]:
+    """The files whose blocks differ from what their generators render now."""
+    return [
+        str(p.relative_to(root))
+        for p in files(root)
+        if render(p.read_text(), str(p)) != p.read_text()
+    ]
+
+
+def write(root: Path = ROOT) -> list[str]:
+    """Regenerate every block in place; returns the files that changed."""
+    changed = []
+    for p in files(root):
+        text = p.read_text()
+        new = render(text, str(p))
+        if new != text:
+            p.write_text(new)
+            changed.append(str(p.relative_to(root)))
+    return changed
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@block("methods")
+def _methods() -> str:
+    from dbanon import methods
+
+    return methods.markdown_table()
+
+
+@block("releases")
+def _releases() -> str:
+    from dbanon import methods
+
+    return methods.releases_table()
+
+
+@block("method-guides")
+def _method_guides() -> str:
+    """A guide per method: what it does and releases, what it promises, the attacker its
+    guarantee holds against, and each option with its default and range."""
+    from dbanon import methods
+    from dbanon.models.specs import MODEL_KINDS
+
+    out = []
+    for m in methods.methods().values():
+        d = m.describe()
+        promises = ", ".join(f"{p} (`{MODEL_KINDS[p].option}`)" for p in d["promises"])
+        lines = [f"### `{m.name}`", "", d["summary"], "",
+                 f"- **Promises:** {promises or 'no class model; checks of its own'}",
+                 f"- **Releases:** {d['releases']}", f"- **Holds against:** {d['attacker']}",
+                 "- **Options:**" if d["options"] else "- **Options:** none"]  # fmt: skip
+        for o in d["options"]:
+            extra = [f"one of {', '.join(o['choices'])}" if o["choices"] else "",
+                     f"range {o['range']}" if o["range"] else "",
+                     f"default {o['default']}" if o["default"] is not None else ""]  # fmt: skip
+            more = "; ".join(x for x in extra if x)
+            lines.append(f"  - `{o['flag']}`: {o['help']}" + (f" ({more})" if more else ""))
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+@block("cli")
+def _cli() -> str:
+    """Every command's --help, at a fixed width so the text does not depend on the terminal."""
+    import click
+
+    from dbanon.cli import main
+
+    out: list[str] = []
+
+    def walk(cmd: click.Command, path: list[str], parent: click.Context | None) -> None:
+        ctx = click.Context(cmd, info_name=path[-1], parent=parent, terminal_width=100,
+                            max_content_width=100)
+        out.append(f"{'#' * min(len(path) + 1, 4)} `{' '.join(path)}`\n\n```text\n"
+                   f"{cmd.get_help(ctx)}\n```\n")
+        if isinstance(cmd, click.Group):
+            for name in sorted(cmd.list_commands(ctx)):
+                sub = cmd.get_command(ctx, name)
+                if sub is not None and not sub.hidden:
+                    walk(sub, [*path, name], ctx)
+
+    walk(main, ["dbanon"], None)
+    return "\n".join(out)
+
+
+@block("timings")
+def _timings() -> str:
+    """The README's two commands, timed on a fresh clone (docs/timings/readme.json)."""
+    data = json.loads((ROOT / "docs" / "timings" / "readme.json").read_text())
+    rows = [
+        [t["what"], f"{t['seconds'] / 60:.1f} min" if t["seconds"] >= 90
+         else f"{t['seconds']:.0f} s", t["machine"]]
+        for t in data["timings"]
+    ]
+    return _table(["command", "took", "on"], rows) + f"\n\nMeasured {data['measured']}."
