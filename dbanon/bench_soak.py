@@ -164,8 +164,8 @@ def soak(
         "rows": rows, "refreshes": refreshes, "k": k, "seed": seed,
         "churn": {"inserts": inserts, "deletes": deletes, "updates": updates}, "methods": {},
     }  # fmt: skip
-    for position, method in enumerate(methods):
-        rng = np.random.default_rng([seed, position])
+    for method in methods:  # each method's data from (seed, its place in METHODS)
+        rng = np.random.default_rng([seed, METHODS.index(method) if method in METHODS else 99])
         table = f"bank_{method}"
         source = f"{SCHEMA}.{table}"
         s = spec(method, source, k)

@@ -138,13 +138,14 @@ def _distance(
 
 def persist_groups(
     qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
-    history: History | None = None,
+    history: History | None = None, replace_moved: bool = True,
 ) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
     they cannot be grouped on their own); with `history`, groups also keep the intersection
-    promise for every persisting row a merge can help. Raises ValueError when no grouping
-    satisfies the models."""
+    promise for every persisting row a merge can help; with `replace_moved` (methods whose
+    groups gather near rows) rows that moved far from their group are placed again. Raises
+    ValueError when no grouping satisfies the models."""
     if history is not None:
         guard = history.fixable()
         models = holds
@@ -157,7 +158,7 @@ def persist_groups(
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
-    if old.any():  # the guard (or the class size) keeps a moved row's promise: re-place it
+    if replace_moved and old.any():  # the guard (or class size) keeps a moved row's promise
         gid[moved(qi, gid)] = -1
         gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
         old = gid >= 0

@@ -328,6 +328,9 @@ class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
     options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
+    # Whether groups gather near rows, so that a persisting row far from its group's centre has
+    # moved (a QI update) and a refresh places it again (dbanon.algorithms.persist.moved).
+    compact: ClassVar[bool] = True
     releases = (
         "`NAME`: each QI generalised over its group (numbers and dates `[min, max]`, categories "
         "the LCA in their hierarchy or the set of values present), then `--sensitive` and "
@@ -373,6 +376,7 @@ class GroupingMethod(Method):
                     qi, previous,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
                     self._holds(r, sensitive), r.k or 2, history(conn, r, keys),
+                    replace_moved=self.compact,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
