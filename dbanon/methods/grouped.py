@@ -375,8 +375,7 @@ class GroupingMethod(Method):
                 out = persist_groups(
                     qi, previous,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
-                    self._holds(r, sensitive), r.k or 2, history(conn, r, keys),
-                    replace_moved=self.compact,
+                    self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
