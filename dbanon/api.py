@@ -318,3 +318,9 @@ class Database:
     def drop(self, name: str) -> list[str]:
         """Drop a release's relations and its catalog entry; returns the relations dropped."""
         return drop(self.conn, name)
+
+    def uninstall(self) -> dict[str, Any]:
+        """Drop every release, then the catalog (see dbanon.uninstall)."""
+        from dbanon.uninstall import uninstall
+
+        return uninstall(self.conn, self.dsn)

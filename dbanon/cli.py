@@ -1,6 +1,7 @@
 """The `dbanon` command: parse, call the library (dbanon.api), print. Nothing else lives here.
 
-Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an error.
+Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an error, 3 busy
+(another run holds the release), 4 refused, 130 interrupted by SIGINT, 143 by SIGTERM.
 """
 
 from __future__ import annotations
@@ -104,14 +105,14 @@ class Ctx:
             yield lambda msg: status.update(msg)
 
 
-def _error(message: str, code: int) -> None:
+def _error(message: str, code: int, prefix: str = "error: ") -> None:
     """An error: one line on stderr, or with --json one JSON object on stdout; then exit."""
     ctx = click.get_current_context(silent=True)
     c = ctx.find_object(Ctx) if ctx else None
     if c is not None and c.json:
         click.echo(json.dumps({"error": message, "exit": code}))
     else:
-        click.echo(f"error: {message}", err=True)
+        click.echo(f"{prefix}{message}", err=True)
     sys.exit(code)
 
 
@@ -155,6 +156,11 @@ class Group(click.Group):
 
     command_class = Command
 
+    def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
+        if ctx.parent is not None:
+            return super().invoke(ctx)
+        return interruptible(lambda: super(Group, self).invoke(ctx))
+
     def main(self, args: Any = None, **extra: Any) -> Any:  # noqa: D102
         argv = list(sys.argv[1:] if args is None else args)
         if "--json" not in argv:
@@ -173,6 +179,26 @@ class Group(click.Group):
 
 
 Group.group_class = Group
+
+
+def interruptible(run: Callable[[], Any]) -> Any:
+    """Run a command under dbanon's SIGINT/SIGTERM handlers (dbanon.interrupts): after a
+    signal, whatever the command ended with, print one line and exit 130 (SIGINT) or 143."""
+    from dbanon import interrupts
+
+    interrupts.reset()
+    with interrupts.handled():
+        try:
+            result = run()
+        except BaseException:
+            if interrupts.message() is None:
+                raise
+            result = None
+        said = interrupts.message()
+        if said is not None:
+            text, code = said
+            _error(text, code, prefix="")
+    return result
 
 
 class Seconds(click.FloatRange):
@@ -204,13 +230,18 @@ def pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:
 @click.option(
     "--dsn",
     envvar="DBANON_DSN",
-    help="PostgreSQL DSN (default: $DBANON_DSN, else the embedded server).",
+    help="PostgreSQL DSN (default: $DBANON_DSN, else libpq's PGHOST/PGHOSTADDR/PGSERVICE "
+    "environment, else the embedded server).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.version_option(package_name="dbanon")
 @click.pass_context
 def main(ctx: click.Context, dsn: str | None, as_json: bool) -> None:
     """Publish anonymised releases of PostgreSQL tables."""
+    from click.core import ParameterSource
+
+    if ctx.get_parameter_source("dsn") == ParameterSource.ENVIRONMENT:
+        dsn = None  # DBANON_DSN: the library reads it itself, and says so (`server url`)
     ctx.obj = Ctx(dsn, as_json)
 
 
@@ -226,9 +257,21 @@ def server_group() -> None:
 @click.pass_obj
 @fails_cleanly
 def server_url(c: Ctx) -> None:
-    """Print the DSN of the server in use (starting the embedded one if needed)."""
-    dsn = Database(c.dsn).dsn
-    c.emit({"dsn": dsn}, lambda: click.echo(dsn))
+    """Print the DSN of the server in use (starting the embedded one if needed); on stderr,
+    where it came from: --dsn, then DBANON_DSN, then libpq's environment, then embedded."""
+    from dbanon.db.connection import PRECEDENCE, choose
+
+    dsn, source = choose(c.dsn)
+    if not dsn:  # libpq's environment: show what it resolves to (never a password)
+        with Database(dsn) as db:
+            dsn = db.conn.info.dsn
+    data = {"dsn": dsn, "source": source, "precedence": PRECEDENCE}
+
+    def human() -> None:
+        click.echo(dsn)
+        click.echo(f"from {source}; precedence: {PRECEDENCE}", err=True)
+
+    c.emit(data, human)
 
 
 @server_group.command("status")
@@ -875,28 +918,25 @@ def schedule_list(c: Ctx) -> None:
 @click.pass_obj
 @fails_cleanly
 def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
-    """Print (or write) what runs `dbanon refresh --due` every few minutes."""
+    """Print (or write) what runs `dbanon refresh --due` every few minutes, against the server
+    this command reaches; a password goes into a passfile of mode 0600, never into the job."""
     from dbanon import schedule as sched
 
-    if kind is None:
-        raise DbanonError("give --cron or --systemd")
-    if kind == "cron":
-        if write:
-            raise DbanonError("--write goes with --systemd; add the cron line with `crontab -e`")
-        line = sched.cron_line(c.dsn)
-        c.emit({"cron": line}, lambda: click.echo(line, nl=False))
-        return
-    units = sched.systemd_units(c.dsn)
-    if write:
-        written = sched.write_units(units, write)
-        c.emit({"written": written}, lambda: click.echo("\n".join(written)))
-        return
+    data = sched.install(kind or "", c.dsn, write)
 
     def human() -> None:
-        for name, text in units.items():
-            click.echo(f"# {name}\n{text}")
+        if "cron" in data:
+            click.echo(data["cron"], nl=False)
+        elif "written" in data:
+            click.echo("\n".join(data["written"]))
+        else:
+            for name, text in data["units"].items():
+                click.echo(f"# {name}\n{text}")
+        click.echo(f"# the job reaches the server chosen by {data['server']}", err=True)
+        for path in data["secrets"]:
+            click.echo(f"# wrote the password into {path} (mode 0600)", err=True)
 
-    c.emit({"units": units}, human)
+    c.emit(data, human)
 
 
 def _figure(value: Any) -> str:
@@ -1103,6 +1143,29 @@ def drop_command(c: Ctx, name: str, yes: bool) -> None:
         {"release": name, "dropped": dropped},
         lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),
     )
+
+
+@main.command("uninstall")
+@click.option("--yes", is_flag=True, help="Do not ask.")
+@click.pass_obj
+@fails_cleanly
+def uninstall_command(c: Ctx, yes: bool) -> None:
+    """Drop every release (its released relations), then the dbanon catalog itself."""
+    if not yes:
+        if c.json or not sys.stdin.isatty():
+            raise DbanonError("uninstall needs --yes when nobody can be asked")
+        click.confirm("drop every release and the dbanon catalog?", abort=True)
+    with c.db() as db:
+        data = db.uninstall()
+
+    def human() -> None:
+        for name, rels in data["releases"].items():
+            click.echo(f"dropped release {name!r}: {', '.join(rels) or 'no relations'}")
+        click.echo("dropped the dbanon catalog (schema dbanon)")
+        if data["schemas_left"]:
+            click.echo(f"left the target schemas: {', '.join(data['schemas_left'])}")
+
+    c.emit(data, human)
 
 
 # --- grants and the stored spec (dbanon.grants) ------------------------------------------------

@@ -12,6 +12,16 @@ persisting row:
 A run is refused when some persisting row would keep fewer plausible rows than the promised k
 or fewer plausible values than the promised l (or p), unless composition is allowed. Values
 are tagged ('v:' || value, 'n' for NULL) so NULL is a value of its own, as in the models.
+
+A release whose sensitive values are published per bucket apart from the classes (cbg: QIT and
+ST) shows a row's bucket, not its value: there a class holds the values of every bucket its
+rows lie in, and a row of the class is plausible when its bucket holds a plausible value. Its
+map also keeps rows the release left out (suppressed, gid -1) with what earlier releases
+showed of them, so a row suppressed once is measured again when it comes back.
+
+The map belongs to the release, not to its spec: it survives a `--replace` that changes the
+method (a method without groups leaves it as consumers last saw it), the QIs or the source and
+key (`rekey` carries it to the new key, docs/composition.md says how people are matched).
 """
 
 from __future__ import annotations
@@ -51,7 +61,22 @@ def tag(col: Column | None, ref: str = "s") -> sql.Composable:
     return sql.SQL("coalesce('v:' || {}.{}::text, 'n')").format(sql.Identifier(ref), col.ident)
 
 
-NEW = sql.Identifier("dbanon_new_rows")  # this run's (key, gid, t), read by measure and store
+NEW = sql.Identifier("dbanon_new_rows")  # this run's rows, read by measure and store
+
+
+@dataclass(frozen=True)
+class Rows:
+    """This run's rows for the map: (key, gid, t), and with `buckets` also b (the row's
+    bucket) and u (what the map keeps as its group: the unit its next run persists), with
+    gid NULL for a source row the release left out."""
+
+    ident: sql.Identifier
+    buckets: bool = False
+
+
+def _columns(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
+    cur = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(rel))
+    return [d.name for d in cur.description or []]
 
 
 def new_rows(
@@ -60,16 +85,28 @@ def new_rows(
     key: Column,
     sensitive: Column | None,
     stage: sql.Composable,
-) -> sql.Identifier:
-    """The new release's rows with their tagged sensitive value, joined once for the run."""
+) -> Rows:
+    """The new release's rows with their tagged sensitive value, joined once for the run. A
+    stage with a bucket column `b` (and `u`, the unit kept in the map) is read with every
+    source row, released or not (see the module's note)."""
+    if "b" not in _columns(conn, stage):
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {new} ON COMMIT DROP AS SELECT st.key, st.gid, {t} AS t "
+                "FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
+            ).format(new=NEW, t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+        )
+        conn.execute(sql.SQL("ANALYZE {}").format(NEW))
+        return Rows(NEW)
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-            "SELECT st.key, st.gid, {t} AS t FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
+            "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, {t} AS t "
+            "FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
         ).format(new=NEW, t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
     )
     conn.execute(sql.SQL("ANALYZE {}").format(NEW))
-    return NEW
+    return Rows(NEW, buckets=True)
 
 
 def has_map(conn: psycopg.Connection, release_id: int | None) -> bool:
@@ -81,11 +118,16 @@ def has_map(conn: psycopg.Connection, release_id: int | None) -> bool:
 
 
 def measure(
-    conn: psycopg.Connection, release_id: int, rows: sql.Identifier, k: int, values_needed: int
+    conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int
 ) -> Composition | None:
     """The intersection figures of this run against all earlier ones (None on a first run)."""
     if not has_map(conn, release_id):
         return None
+    if rows.buckets:
+        return _figures(conn.execute(
+            sql.SQL(_MEASURE_BUCKETS).format(rows=rows.ident, map=MAP),
+            {"rid": release_id, "k": k, "l": values_needed},
+        ).fetchone())  # fmt: skip
     row = conn.execute(
         sql.SQL(
             """WITH new AS (SELECT key, gid, t FROM {rows}),
@@ -111,9 +153,13 @@ def measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=rows, map=MAP),
+        ).format(rows=rows.ident, map=MAP),
         {"rid": release_id, "k": k, "l": values_needed},
     ).fetchone()
+    return _figures(row)
+
+
+def _figures(row: tuple) -> Composition:
     return Composition(
         int(row[0]),
         None if row[1] is None else int(row[1]),
@@ -121,6 +167,64 @@ def measure(
         int(row[3]),
         int(row[4]),
     )
+
+
+# The measure of a release that publishes values per bucket: a class holds the values of its
+# rows' buckets; a row of it is plausible when its bucket holds a plausible value.
+_MEASURE_BUCKETS = """
+    WITH new AS (SELECT key, gid, b FROM {rows} WHERE gid IS NOT NULL),
+    bv AS (SELECT DISTINCT b, t FROM {rows} WHERE gid IS NOT NULL),
+    gb AS (SELECT gid, b, count(*) AS n FROM new GROUP BY gid, b),
+    cv AS (SELECT DISTINCT gb.gid, bv.t FROM gb JOIN bv USING (b)),
+    sizes AS (SELECT gid, sum(n) AS n FROM gb GROUP BY gid),
+    kept AS (SELECT n.gid, m.vals AS old FROM new n
+             JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key),
+    pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
+    vals_left AS (
+        SELECT p.gid, p.old, count(cv.t) AS values_left
+        FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+        LEFT JOIN cv ON cv.gid = p.gid AND cv.t = v
+        WHERE p.old IS NOT NULL GROUP BY p.gid, p.old),
+    rows_left AS (
+        SELECT p.gid, p.old, sum(gb.n) AS plausible_rows
+        FROM pairs p JOIN gb ON gb.gid = p.gid
+        WHERE p.old IS NOT NULL
+          AND EXISTS (SELECT 1 FROM bv WHERE bv.b = gb.b AND bv.t = ANY (p.old))
+        GROUP BY p.gid, p.old),
+    judged AS (
+        SELECT p.members,
+               coalesce(r.plausible_rows, CASE WHEN p.old IS NULL THEN s.n END, 0)
+                   AS plausible_rows,
+               CASE WHEN p.old IS NOT NULL THEN coalesce(v.values_left, 0) END
+                   AS plausible_values
+        FROM pairs p JOIN sizes s USING (gid)
+        LEFT JOIN vals_left v ON v.gid = p.gid AND v.old = p.old
+        LEFT JOIN rows_left r ON r.gid = p.gid AND r.old = p.old)
+    SELECT coalesce(sum(members), 0), min(plausible_rows), min(plausible_values),
+           coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
+           coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
+    FROM judged"""
+
+# What the map keeps of a bucketed run: each released row's unit and its plausible values
+# narrowed by its class's (its buckets') values; a row left out keeps its earlier entry.
+_STORE_BUCKETS = """
+    INSERT INTO {fresh}
+    WITH rel AS (SELECT key, gid, b, u, t FROM {rows} WHERE gid IS NOT NULL),
+    bv AS (SELECT DISTINCT b, t FROM rel),
+    gbs AS (SELECT DISTINCT gid, b FROM rel),
+    cls AS (SELECT g.gid, array_agg(DISTINCT bv.t) AS vals FROM gbs g JOIN bv USING (b)
+            GROUP BY g.gid)
+    SELECT %(rid)s, n.key, n.u,
+           CASE WHEN n.t IS NULL THEN NULL
+                WHEN m.vals IS NULL THEN c.vals
+                ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
+           END
+    FROM rel n JOIN cls c USING (gid)
+    LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+    UNION ALL
+    SELECT %(rid)s, n.key, -1, m.vals FROM {rows} n
+    JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+    WHERE n.gid IS NULL"""
 
 
 def partition_name(release_id: int) -> str:
@@ -132,7 +236,7 @@ def partition(release_id: int) -> sql.Identifier:
     return sql.Identifier("dbanon", partition_name(release_id))
 
 
-def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> None:
+def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     """Replace the release's map by this run's groups and running value intersections.
 
     The new map is written into a fresh table, its key indexed once by a sort, and swapped in
@@ -140,9 +244,15 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
     (about 3 s rather than 15 s per million rows)."""
     fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
     conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
-    conn.execute(
-        sql.SQL(
-            """INSERT INTO {fresh}
+    if rows.buckets:
+        conn.execute(
+            sql.SQL(_STORE_BUCKETS).format(fresh=fresh, rows=rows.ident, map=MAP),
+            {"rid": release_id},
+        )
+    else:
+        conn.execute(
+            sql.SQL(
+                """INSERT INTO {fresh}
                WITH new AS (SELECT key, gid, t FROM {rows}),
                cls AS (SELECT gid, array_agg(DISTINCT t) AS vals FROM new GROUP BY gid)
                SELECT %(rid)s, n.key, n.gid,
@@ -152,22 +262,10 @@ def store(conn: psycopg.Connection, release_id: int, rows: sql.Identifier) -> No
                       END
                FROM new n JOIN cls c USING (gid)
                LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
-        ).format(fresh=fresh, rows=rows, map=MAP),
-        {"rid": release_id},
-    )
-    forget(conn, release_id)  # after the read of the old map above; frees its names
-    name = partition_name(release_id)
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
-            fresh, sql.Identifier(f"{name}_pkey")
+            ).format(fresh=fresh, rows=rows.ident, map=MAP),
+            {"rid": release_id},
         )
-    )
-    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-            MAP, partition(release_id), sql.Literal(release_id)
-        )
-    )
+    _swap_in(conn, release_id, fresh)  # after the read of the old map above
 
 
 def previous_groups(
@@ -201,6 +299,152 @@ def previous_groups(
     previous = np.full(len(keys), -1, dtype=np.int64)
     previous[np.asarray(at, dtype=np.int64)] = np.asarray(old, dtype=np.int64)
     return previous
+
+
+def previous_state(
+    conn: psycopg.Connection, release_id: int | None, keys: Keys
+) -> tuple[np.ndarray, np.ndarray, list[list[str] | None]] | None:
+    """Per row (by its key): its group in the map (-1 for none or a row left out), the index
+    of its plausible values in the returned list (-1 for none), and that list of distinct
+    tagged value sets (few: rows of one class share theirs); None without a map."""
+    import numpy as np
+
+    from dbanon.db.stream import copy_columns, copy_in_ids
+
+    if not has_map(conn, release_id):
+        return None
+    rows = sql.Identifier("dbanon_refresh_rows")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
+    )  # gid: the row's position in `keys`
+    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
+    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    state = sql.Identifier("dbanon_refresh_state")  # (position, map gid, map values)
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {state} ON COMMIT DROP AS "
+            "SELECT t.gid AS at, m.gid, m.vals FROM {rows} t JOIN {map} m "
+            "ON m.release_id = {rid} AND m.key = t.key"
+        ).format(state=state, rows=rows, map=MAP, rid=sql.Literal(release_id))
+    )
+    sets = [v for (v,) in conn.execute(sql.SQL(
+        "SELECT DISTINCT vals FROM {} WHERE vals IS NOT NULL ORDER BY 1"
+    ).format(state)).fetchall()]  # fmt: skip
+    at, old, idx = copy_columns(  # a set's index: its rank in the order `sets` has
+        conn,
+        sql.SQL(
+            "SELECT at::float8, gid::float8, CASE WHEN vals IS NULL THEN -1 "
+            "ELSE dense_rank() OVER (ORDER BY vals) - 1 END::float8 FROM {}"
+        ).format(state),
+        ["float8", "float8", "float8"],
+    )
+    conn.execute(sql.SQL("DROP TABLE {}, {}").format(rows, state))
+    at = np.asarray(at, dtype=np.int64)
+    groups = np.full(len(keys), -1, dtype=np.int64)
+    groups[at] = np.asarray(old, dtype=np.int64)
+    vidx = np.full(len(keys), -1, dtype=np.int64)
+    vidx[at] = np.asarray(idx, dtype=np.int64)
+    return groups, vidx, sets
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    """How a redefined release's map found its people in the new source."""
+
+    by: str  # "key" (the old key column's values) or "content" (the shared columns' values)
+    kept: int  # map entries carried to the new key
+    dropped: int  # entries of people the new source no longer holds (or could not be told)
+
+    def as_dict(self) -> dict[str, int | str]:
+        return asdict(self)
+
+
+def _unique_in(conn: psycopg.Connection, rel: Relation, col: sql.Composable) -> bool:
+    """Whether an expression over a relation's rows is never NULL and never repeated."""
+    total, distinct = conn.execute(
+        sql.SQL("SELECT count(*), count(DISTINCT {c}) FROM {r}").format(c=col, r=rel.ident)
+    ).fetchone()
+    return bool(total == distinct)
+
+
+def translation(
+    conn: psycopg.Connection,
+    old_source: Relation | None,
+    old_key: str,
+    source: Relation,
+    key: Column,
+    columns: dict[str, Column],
+    old_columns: dict[str, Column] | None,
+) -> tuple[str, sql.Composable] | None:
+    """How to tell, in `source`, the people a map keyed by `old_key` of `old_source` names:
+    ("key", query of (old, new) key texts) when the new source still has the old key column
+    with unique values; else ("content", ...) matching the rows of the old and new source on
+    every column they share by name (rows alike in all of them are interchangeable: paired in
+    key order); None when neither can be done."""
+    if old_key in columns:
+        old = sql.Identifier(old_key)
+        if _unique_in(conn, source, old):
+            return "key", sql.SQL("SELECT {o}::text AS old, {n}::text AS new FROM {s}").format(
+                o=old, n=key.ident, s=source.ident
+            )
+    if old_source is None or old_columns is None or old_key not in old_columns:
+        return None
+    shared = sorted(set(columns) & set(old_columns))
+    if not shared:
+        return None
+    row = sql.SQL("md5(ROW({})::text)").format(
+        sql.SQL(", ").join(sql.Identifier(c) for c in shared)
+    )
+    return "content", sql.SQL(
+        """SELECT o.old, n.new FROM
+           (SELECT {row} AS f, row_number() OVER (PARTITION BY {row} ORDER BY {ok}::text) AS i,
+                   {ok}::text AS old FROM {os}) o
+           JOIN (SELECT {row} AS f,
+                        row_number() OVER (PARTITION BY {row} ORDER BY {nk}::text) AS i,
+                        {nk}::text AS new FROM {ns}) n USING (f, i)"""
+    ).format(
+        row=row, ok=sql.Identifier(old_key), os=old_source.ident, nk=key.ident, ns=source.ident
+    )
+
+
+def rekey(
+    conn: psycopg.Connection, release_id: int, how: tuple[str, sql.Composable]
+) -> Rekeyed | None:
+    """Carry the release's map to the new key through `how` (see `translation`); None
+    without a map. Entries nobody in the new source matches are dropped (people gone)."""
+    if not has_map(conn, release_id):
+        return None
+    by, pairs = how
+    before = conn.execute(
+        sql.SQL("SELECT count(*) FROM {}").format(partition(release_id))
+    ).fetchone()[0]
+    fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
+    conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
+    kept = conn.execute(
+        sql.SQL(
+            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals "
+            "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
+        ).format(fresh=fresh, part=partition(release_id), pairs=pairs)
+    ).rowcount
+    _swap_in(conn, release_id, fresh)
+    return Rekeyed(by, int(kept), int(before) - int(kept))
+
+
+def _swap_in(conn: psycopg.Connection, release_id: int, fresh: sql.Identifier) -> None:
+    """The fresh table becomes the release's partition of the map (the old one dropped)."""
+    forget(conn, release_id)
+    name = partition_name(release_id)
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
+            fresh, sql.Identifier(f"{name}_pkey")
+        )
+    )
+    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
+    conn.execute(
+        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
+            MAP, partition(release_id), sql.Literal(release_id)
+        )
+    )
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:

@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, hierarchy_pins, identifying, methods, runs
+from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
@@ -466,7 +466,7 @@ def publish(
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      first_line(e))  # fmt: skip
+                      interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         runs.unlock_release(conn, spec.name)
@@ -484,7 +484,7 @@ def _publish(
 ) -> PublishResult:
     """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
     and the source fingerprint all come from one snapshot of the source."""
-    say = progress or (lambda _msg: None)
+    say = interrupts.checkpoints(progress)  # a signal stops the run between phases too
     started = time.perf_counter()
     timings: dict[str, float] = {}
     mark = [started]
@@ -499,8 +499,7 @@ def _publish(
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
-        if r.new_source and r.release_id is not None:
-            composition.forget(conn, r.release_id)
+        rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
@@ -540,6 +539,10 @@ def _publish(
         metrics.setdefault("gcp", None)
         if composed is not None:
             metrics["composition"] = composed.as_dict()
+        if rekeyed is not None:
+            metrics["map_rekeyed"] = rekeyed
+        if allow_composition:
+            metrics["allow_composition"] = True  # the override is on the record
         pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         if pinned:
             metrics["hierarchies"] = pinned
@@ -548,7 +551,8 @@ def _publish(
         hierarchy_pins.pin(conn, release_id, pinned)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
-        conn.commit()
+        with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
+            conn.commit()
     except BaseException:
         conn.rollback()
         raise
@@ -575,7 +579,7 @@ class Refused(DbanonError):
     exit_code = 4
 
 
-def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
+def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     """This run's rows with their groups, for methods whose groups persist (else None)."""
     stage = r.method.group_map(r)
     if stage is None:
@@ -585,7 +589,7 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> sql.Identifier | None:
 
 
 def compose(
-    conn: psycopg.Connection, r: Resolved, rows: sql.Identifier | None, allow: bool
+    conn: psycopg.Connection, r: Resolved, rows: composition.Rows | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
     refuse the run when that breaks the promised k or l (p), unless allowed."""
@@ -620,11 +624,43 @@ def compose(
     )
 
 
-def keep_map(conn: psycopg.Connection, rows: sql.Identifier | None, release_id: int) -> None:
-    """Store this run's private row-to-group map (or drop a stale one)."""
-    if rows is None:
-        composition.forget(conn, release_id)
-    else:
+def carry_map(
+    conn: psycopg.Connection, r: Resolved, allow: bool
+) -> dict[str, int | str] | None:
+    """A release redefined on another source or key keeps its map: its entries go to the new
+    key, people found by the old key column's values or by their rows' content (docs/
+    composition.md). When neither tells them, the run is refused unless allowed (the map then
+    starts over, and the run says so)."""
+    if r.release_id is None or not composition.has_map(conn, r.release_id):
+        return None
+    row = _release_row(conn, r.spec.name)
+    assert row is not None  # the release exists: it has a map
+    old_source_name, old_key = row[1]["source"], row[1]["key"]
+    old_source = catalog.find_relation(conn, old_source_name)
+    how = composition.translation(
+        conn, old_source, old_key, r.source, r.key, catalog.columns(conn, r.source),
+        catalog.columns(conn, old_source) if old_source is not None else None,
+    )  # fmt: skip
+    if how is not None:
+        done = composition.rekey(conn, r.release_id, how)
+        return done.as_dict() if done else None
+    if not allow:
+        raise Refused(
+            f"release {r.spec.name!r}: cannot tell which rows of {r.source} are the people its "
+            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is no "
+            "unique column of it, and the old source is gone or shares no column with it); "
+            "consumers who keep them could narrow people unmeasured; the previous release is "
+            "kept (--allow-composition to start the measure over)"
+        )
+    composition.forget(conn, r.release_id)
+    return {"by": "none", "kept": 0}
+
+
+def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id: int) -> None:
+    """Store this run's private row-to-group map. A run without groups (another method since
+    a --replace) leaves the map as it is: consumers still hold the grouped releases, and a
+    later grouping run is measured against them."""
+    if rows is not None:
         composition.store(conn, release_id, rows)
 
 

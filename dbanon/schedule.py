@@ -10,6 +10,8 @@ shell): `install` writes the lines that call `dbanon refresh --due` every few mi
 
 from __future__ import annotations
 
+import os
+import pwd
 import shlex
 import shutil
 import sys
@@ -17,10 +19,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import platformdirs
 import psycopg
 
 from dbanon import hierarchy_pins, release, runs
-from dbanon.db import catalog
+from dbanon.db import catalog, server
+from dbanon.db.connection import LIBPQ_SERVER_VARIABLES
 from dbanon.errors import DbanonError, first_line
 
 CHECK_EVERY_MINUTES = 5  # how often the installed timer asks which releases are due
@@ -172,30 +176,112 @@ def exit_code(results: list[dict[str, Any]]) -> int:
 
 
 # --- installing the timer -----------------------------------------------------------------------
+#
+# The job must reach the server this command reaches, with the environment cron or systemd gives
+# it (almost none): the embedded server through DBANON_HOME; a DSN (--dsn, DBANON_DSN) through
+# DBANON_DSN; libpq's environment through its PG* variables. A password (in the DSN, or in
+# PGPASSWORD) never goes into the crontab or the units: it goes into a libpq passfile of mode 0600
+# that the DSN (or PGPASSFILE) names.
+
+PASSFILE = "dbanon-refresh.pgpass"
 
 
-def _command(dsn: str | None) -> list[str]:
-    exe = shutil.which("dbanon") or f"{sys.executable} -m dbanon"
-    cmd = shlex.split(exe)
-    if dsn:
-        cmd += ["--dsn", dsn]
-    return [*cmd, "refresh", "--due", "--json"]
+def _exe() -> list[str]:
+    """The dbanon of this installation (the script beside this Python), by absolute path."""
+    beside = Path(sys.executable).parent / "dbanon"
+    exe = str(beside) if beside.exists() else shutil.which("dbanon")
+    return [exe] if exe else [sys.executable, "-m", "dbanon"]
 
 
-def cron_line(dsn: str | None) -> str:
-    """A crontab line that asks every few minutes which releases are due."""
-    cmd = " ".join(shlex.quote(c) for c in _command(dsn))
-    return f"*/{CHECK_EVERY_MINUTES} * * * * {cmd} >> $HOME/dbanon-refresh.log 2>&1\n"
+def _passfile_line(password: str) -> str:
+    """A passfile entry for any host, port, database and user: the file serves this job only."""
+    return "*:*:*:*:" + password.replace("\\", "\\\\").replace(":", "\\:") + "\n"
 
 
-def systemd_units(dsn: str | None) -> dict[str, str]:
-    """A oneshot service running `dbanon refresh --due` and a timer that starts it."""
-    cmd = " ".join(shlex.quote(c) for c in _command(dsn))
+def _write_secret(path: Path, text: str) -> None:
+    """Create or replace `path` readable by its owner only, never briefly wider."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        os.fchmod(f.fileno(), 0o600)
+        f.write(text)
+
+
+def secrets_dir() -> Path:
+    return platformdirs.user_config_path("dbanon")
+
+
+def job_environment(
+    dsn: str | None, directory: str | Path | None = None
+) -> tuple[dict[str, str], list[str], str]:
+    """The variables the job needs to reach the server in use, the secret files written for it
+    (a passfile, when there is a password), and where the choice came from (see connection)."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    passfile = Path(directory or secrets_dir()).absolute() / PASSFILE
+    written: list[str] = []
+    if dsn or os.environ.get("DBANON_DSN"):
+        source = "--dsn" if dsn else "DBANON_DSN"
+        try:
+            params = conninfo_to_dict(dsn or os.environ["DBANON_DSN"])
+        except psycopg.ProgrammingError as e:
+            raise DbanonError(
+                f"{source} is not a libpq connection string: {first_line(e)}"
+            ) from None
+        password = params.pop("password", None) or os.environ.get("PGPASSWORD")
+        if password:
+            _write_secret(passfile, _passfile_line(str(password)))
+            params["passfile"] = str(passfile)
+            written.append(str(passfile))
+        return {"DBANON_DSN": make_conninfo("", **params)}, written, source
+    named = [v for v in LIBPQ_SERVER_VARIABLES if os.environ.get(v)]
+    if named:
+        env = {k: v for k, v in os.environ.items() if k.startswith("PG") and k != "PGPASSWORD"}
+        if os.environ.get("PGPASSWORD"):
+            _write_secret(passfile, _passfile_line(os.environ["PGPASSWORD"]))
+            env["PGPASSFILE"] = str(passfile)
+            written.append(str(passfile))
+        return dict(sorted(env.items())), written, f"libpq environment ({', '.join(named)})"
+    home = server.data_dir().parent.absolute()
+    return {"DBANON_HOME": str(home)}, written, f"embedded server ({home / 'pgdata'})"
+
+
+def _cron_escape(command: str) -> str:
+    """cron turns an unescaped % into a newline (the rest becomes the job's stdin)."""
+    return command.replace("%", "\\%")
+
+
+def cron_line(env: dict[str, str]) -> str:
+    """A crontab line that asks every few minutes which releases are due (cron runs the part
+    after the five time fields with /bin/sh, after turning each unescaped % into a newline)."""
+    assign = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    cmd = " ".join(shlex.quote(c) for c in [*_exe(), "refresh", "--due", "--json"])
+    job = f'{assign} {cmd} >> "$HOME/dbanon-refresh.log" 2>&1'
+    return f"*/{CHECK_EVERY_MINUTES} * * * * {_cron_escape(job)}\n"
+
+
+def _systemd_quote(word: str, *, exec_line: bool = False) -> str:
+    """One word for a unit file: double-quoted, C escapes for \\ and \", %% for a literal %
+    (specifiers), and $$ for a literal $ in ExecStart= (variable expansion)."""
+    text = word.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+    if exec_line:
+        text = text.replace("$", "$$")
+    return f'"{text}"'
+
+
+def systemd_units(env: dict[str, str], user: str | None = None) -> dict[str, str]:
+    """A oneshot service running `dbanon refresh --due` as `user` (default: the one installing)
+    with the environment the job needs, and a timer that starts it."""
+    user = user or pwd.getpwuid(os.geteuid()).pw_name
+    cmd = " ".join(
+        _systemd_quote(c, exec_line=True) for c in [*_exe(), "refresh", "--due", "--json"]
+    )
+    environment = "".join(f"Environment={_systemd_quote(f'{k}={v}')}\n" for k, v in env.items())
     return {
         "dbanon-refresh.service": (
             "[Unit]\nDescription=dbanon: refresh the releases that are due\n"
             "After=network-online.target\n\n"
-            f"[Service]\nType=oneshot\nExecStart={cmd}\n"
+            f"[Service]\nType=oneshot\nUser={user}\n{environment}ExecStart={cmd}\n"
         ),
         "dbanon-refresh.timer": (
             "[Unit]\nDescription=dbanon: check for due releases every "
@@ -214,3 +300,20 @@ def write_units(units: dict[str, str], directory: str | Path) -> list[str]:
         (path / name).write_text(text)
         written.append(str(path / name))
     return written
+
+
+def install(kind: str, dsn: str | None, directory: str | Path | None = None) -> dict[str, Any]:
+    """What `schedule install` prints or writes: a cron line, or systemd units (written into
+    `directory` when given), plus the secret files written for the job and the server chosen."""
+    if kind not in ("cron", "systemd"):
+        raise DbanonError("give --cron or --systemd")
+    if kind == "cron" and directory is not None:
+        raise DbanonError("--write goes with --systemd; add the cron line with `crontab -e`")
+    env, secrets, source = job_environment(dsn, directory)
+    out: dict[str, Any] = {"server": source, "environment": env, "secrets": secrets}
+    if kind == "cron":
+        return {"cron": cron_line(env), **out}
+    units = systemd_units(env)
+    if directory is not None:
+        return {"written": write_units(units, directory), **out}
+    return {"units": units, **out}

@@ -1,4 +1,10 @@
-"""Which server: `--dsn`, else `DBANON_DSN`, else the embedded one."""
+"""Which server, in this order: `--dsn`; else `DBANON_DSN`; else libpq's own environment when it
+names a server (PGHOST, PGHOSTADDR or PGSERVICE set: then every PG* variable, the service file
+and the passfile apply, as for psql); else dbanon's embedded server.
+
+A lone PGPORT, PGUSER or PGDATABASE names no server: it does not take dbanon away from its
+embedded server (which pins its own socket and port, so such variables do not reach it either).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +16,30 @@ from dbanon.db import server
 from dbanon.db.settings import raise_memory
 from dbanon.errors import DbanonError, first_line
 
+# libpq variables that name a server; any one of them hands the choice to libpq.
+LIBPQ_SERVER_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE")
+PRECEDENCE = (
+    "--dsn, then DBANON_DSN, then libpq's environment (when PGHOST, PGHOSTADDR or PGSERVICE "
+    "is set), then the embedded server"
+)
+
+
+def choose(dsn: str | None = None) -> tuple[str, str]:
+    """The DSN in use and where it came from (the embedded server is started if it is the
+    choice). For libpq's environment the DSN is empty: libpq fills everything in itself."""
+    if dsn:
+        return dsn, "--dsn"
+    if os.environ.get("DBANON_DSN"):
+        return os.environ["DBANON_DSN"], "DBANON_DSN"
+    named = [v for v in LIBPQ_SERVER_VARIABLES if os.environ.get(v)]
+    if named:
+        return "", f"libpq environment ({', '.join(f'{v}={os.environ[v]}' for v in named)})"
+    return server.start(), f"embedded server ({server.data_dir()})"
+
 
 def resolve_dsn(dsn: str | None = None) -> str:
-    """The DSN in use, starting the embedded server when none is configured."""
-    return dsn or os.environ.get("DBANON_DSN") or server.start()
+    """The DSN in use, starting the embedded server when it is the choice."""
+    return choose(dsn)[0]
 
 
 def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:

