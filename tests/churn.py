@@ -76,38 +76,50 @@ class Attacker:
         self.values: dict[int, int] = {}  # person -> bit mask of plausible dx values so far
         self.alive: set[int] | None = None  # people present in every release so far
 
-    def observe(self, people: list[tuple], released: list[tuple]) -> tuple[int, int, int]:
+    def observe(
+        self, people: list[tuple], released: list[tuple],
+        buckets: dict[Any, set] | None = None,
+    ) -> tuple[int, int, int]:  # fmt: skip
         """One more release: `people` are the source's rows (id, age, region, income, dx) at
-        its time, `released` its rows (age, region, income, dx). Returns (people present in
-        every release, fewest plausible rows, fewest plausible values) over them."""
+        its time, `released` its rows (age, region, income, dx), or with `buckets` (cbg: the
+        ST's values of each bucket) QIT rows (age, region, income, bucket). A person's
+        candidate rows cover her QIs; her plausible values are those every release's
+        candidates may hold; her plausible rows the newest candidates that may hold one.
+        Returns (people present in every release, fewest plausible rows, fewest values)."""
         dxs, regions = self.dx, self.regions
-        classes: dict[tuple, np.ndarray] = {}
-        for *cell, dx in released:
-            classes.setdefault(tuple(cell), np.zeros(len(dxs), dtype=np.int64))[dxs.index(dx)] += 1
-        cells = list(classes)
+        counts: dict[tuple, int] = {}
+        for row in released:
+            counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+        cells = list(counts)  # (QIs..., value or bucket): rows that may hold the same values
         age = np.array([_range(c[0]) for c in cells]).reshape(-1, 2)
         region = np.array([_regions(c[1], regions) for c in cells], dtype=np.int64)
         income = np.array([_range(c[2]) for c in cells]).reshape(-1, 2)
-        counts = np.array([classes[c] for c in cells]).reshape(-1, len(dxs))
+        size = np.array([counts[c] for c in cells], dtype=np.int64)
+        may = np.zeros((len(cells), len(dxs)), dtype=np.int64)  # class -> values it may hold
+        for i, c in enumerate(cells):
+            for v in (buckets[c[3]] if buckets is not None else {c[3]}):
+                may[i, dxs.index(v)] = 1
         now = {p[0]: p for p in people}
         alive = set(now) if self.alive is None else self.alive & set(now)
         ids = sorted(alive)
         fewest_rows = fewest_values = 10**9
+        bits = 1 << np.arange(len(dxs), dtype=np.int64)
         for start in range(0, len(ids), 2000):
             chunk = [now[i] for i in ids[start : start + 2000]]
             a = np.array([p[1] for p in chunk], dtype=float)[:, None]
             g = np.array([1 << regions.index(p[2]) for p in chunk], dtype=np.int64)[:, None]
             m = np.array([p[3] for p in chunk], dtype=float)[:, None]
             cover = ((age[:, 0] <= a) & (a <= age[:, 1]) & ((region & g) != 0)
-                     & (income[:, 0] <= m) & (m <= income[:, 1]))  # fmt: skip
-            held = cover.astype(np.int64) @ counts  # candidates' rows per value
-            bits = 1 << np.arange(len(dxs), dtype=np.int64)
-            for j, p in enumerate(chunk):
-                mask = int(((held[j] > 0) * bits).sum()) & self.values.get(p[0], -1)
+                     & (income[:, 0] <= m) & (m <= income[:, 1])).astype(np.int64)  # fmt: skip
+            held = (cover @ may) > 0  # (people, values) their candidates may hold
+            before = np.array([self.values.get(p[0], -1) for p in chunk], dtype=np.int64)
+            plausible = held & ((before[:, None] & bits[None, :]) != 0)
+            masks = (plausible * bits[None, :]).sum(axis=1)
+            for p, mask in zip(chunk, masks.tolist(), strict=True):
                 self.values[p[0]] = mask
-                chosen = (mask & bits) != 0
-                fewest_rows = min(fewest_rows, int(held[j][chosen].sum()))
-                fewest_values = min(fewest_values, int(chosen.sum()))
+            rows = (cover * ((plausible.astype(np.int64) @ may.T) > 0)) @ size
+            fewest_rows = min(fewest_rows, int(rows.min(initial=10**9)))
+            fewest_values = min(fewest_values, int(plausible.sum(axis=1).min(initial=10**9)))
         self.alive = alive
         self.values = {i: v for i, v in self.values.items() if i in alive}
         return len(alive), fewest_rows, fewest_values

@@ -70,6 +70,20 @@ class Checker:
         elif method == "cbg":
             cb = verify_cbg.fetch(self.conn, *result.objects, QI, "dx")
             assert verify_cbg.problems(cb, K, LS["cbg"]) == []
+            qit, st = result.objects
+            buckets: dict[Any, set] = {}
+            for b, v in self.conn.execute(f"SELECT bucket_id, dx FROM {st}"):  # noqa: S608
+                buckets.setdefault(b, set()).add(v)
+            released = self.conn.execute(
+                f"SELECT age, region, income, bucket_id FROM {qit}"  # noqa: S608
+            ).fetchall()
+            attacker = self.attackers.setdefault(
+                method, Attacker(bench_soak.DX, bench_soak.REGIONS)
+            )
+            alive, fewest_rows, fewest_values = attacker.observe(rows, released, buckets)
+            assert fewest_rows >= K, (method, step, fewest_rows)
+            assert fewest_values >= LS[method], (method, step, fewest_values)
+            self.fewest[method] = (alive, fewest_rows, fewest_values)
         else:
             flags: dict[str, set] = {"age": set(), "region": set()}
             for i, col in self.conn.execute(f"SELECT * FROM {source}_flags"):  # noqa: S608
@@ -101,7 +115,7 @@ def soak(
             if r["composition"] is not None:
                 assert r["composition"]["rows_below_k"] == 0
                 assert r["composition"]["rows_below_l"] == 0
-    for method in {"kmember", "mondrian", "thetak"} & set(methods):
+    for method in {"kmember", "mondrian", "thetak", "cbg"} & set(methods):
         alive = check.fewest[method][0]
         assert alive > rows * (0.97**refreshes) * 0.9  # people present in every release
     check.conn.close()
