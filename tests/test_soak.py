@@ -137,3 +137,20 @@ def test_twenty_refreshes_of_20000_rows(dsn: str) -> None:
     data, _ = soak(dsn, 20_000, 20, tuple(chosen.split(",")) if chosen else bench_soak.METHODS)
     if os.environ.get("DBANON_SOAK_OUT"):
         bench_soak.write(data, os.environ["DBANON_SOAK_OUT"])
+
+
+def test_the_attacker_catches_classes_that_share_too_few_values() -> None:
+    """Two releases in which person 1's classes share one value and, in the newest, one row
+    holding it: the attacker must see 1 plausible row and 1 value (it can fail)."""
+    people = [(i, 30 + i, "north", 1000, "flu" if i == 1 else "gout") for i in range(1, 6)]
+    first = [("31-33", "north", "1000", "flu"), ("31-33", "north", "1000", "gout"),
+             ("31-33", "north", "1000", "cancer"), ("34-35", "north", "1000", "hiv"),
+             ("34-35", "north", "1000", "hiv")]  # fmt: skip
+    second = [("31-32", "north", "1000", "flu"), ("31-32", "north", "1000", "lupus"),
+              ("33-35", "north", "1000", "gout"), ("33-35", "north", "1000", "gout"),
+              ("33-35", "north", "1000", "gout")]  # fmt: skip
+    a = Attacker(bench_soak.DX + ["lupus"], bench_soak.REGIONS)
+    assert a.observe(people, first)[1:] == (2, 1)  # person 4 or 5: 2 rows, 1 value (hiv)
+    a = Attacker(bench_soak.DX + ["lupus"], bench_soak.REGIONS)
+    a.observe(people[:3], first)
+    assert a.observe(people[:3], second)[1:] == (1, 1)  # person 1: flu only, one row
