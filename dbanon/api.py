@@ -185,12 +185,14 @@ class Database:
         revoke: Sequence[str] = (),
         wait: float = 0.0,
         allow_composition: bool = False,
+        grant_live: bool = False,
     ) -> PublishResult:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
-        named in `revoke`); another run of it is waited for up to `wait` seconds."""
+        named in `revoke`); another run of it is waited for up to `wait` seconds; a live
+        view is granted to a new role only with `grant_live`."""
         return publish(
             self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
-            allow_composition=allow_composition,
+            allow_composition=allow_composition, grant_live=grant_live,
         )  # fmt: skip
 
     def refresh(
@@ -274,11 +276,14 @@ class Database:
         finally:
             self.conn.rollback()
 
-    def grant(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
-        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild."""
+    def grant(
+        self, name: str, roles: Sequence[str], *, wait: float = 0.0, grant_live: bool = False
+    ) -> dict[str, Any]:
+        """Grant release `name` to `roles`: its spec and its relations at once, no rebuild (a
+        live view only with `grant_live`: see dbanon.grants.refuse_live)."""
         from dbanon.grants import grant
 
-        return grant(self.conn, name, roles, wait)
+        return grant(self.conn, name, roles, wait, grant_live=grant_live)
 
     def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
         """Revoke release `name` from `roles`: its spec and its relations at once."""
@@ -315,9 +320,10 @@ class Database:
             specfile.apply(self, wanted, changes)
         return changes
 
-    def drop(self, name: str) -> list[str]:
-        """Drop a release's relations and its catalog entry; returns the relations dropped."""
-        return drop(self.conn, name)
+    def drop(self, name: str, wait: float = 0.0) -> list[str]:
+        """Drop a release's relations and its catalog entry; returns the relations dropped
+        (runs.Busy while a run of it is in progress, after waiting up to `wait` seconds)."""
+        return drop(self.conn, name, wait)
 
     def uninstall(self) -> dict[str, Any]:
         """Drop every release, then the catalog (see dbanon.uninstall)."""

@@ -270,3 +270,29 @@ bench(Runner(
      Param("out", "path", "docs/refresh-soak", "Where soak.json and soak.png go.")),
     _soak, _soak_report,
 ))  # fmt: skip
+
+
+def _swap(s: Session, rows: int, refreshes: int, out: str | None) -> dict:
+    import json
+    from pathlib import Path
+
+    from dbanon.bench_swap import bench_swap
+
+    data = bench_swap(s.db.dsn, rows, refreshes)
+    if out:
+        Path(out).write_text(json.dumps(data, indent=2) + "\n")
+    return data
+
+
+bench(Runner(
+    "swap", "Longest wait of a reader of a release while it is refreshed (a grouping release "
+    "of a generated table, kept in schema dbanon_bench_swap): docs/locking.md.",
+    (Param("rows", "int", 200_000, low=1000, high=100_000_000),
+     Param("refreshes", "int", 10, low=1, high=1000),
+     Param("out", "str", None, "A file to write the JSON to as well.")),
+    _swap,
+    lambda d: [f"swap: {d['rows']} rows, {d['refreshes']} refreshes (median "
+               f"{d['median_refresh_seconds']:.2f} s): longest reader wait "
+               f"{d['longest_reader_wait_seconds'] * 1000:.0f} ms, lock held at most "
+               f"{d['longest_lock_held_seconds'] * 1000:.0f} ms"],
+))  # fmt: skip

@@ -711,6 +711,12 @@ class MethodCommand(Command):
 @click.option(
     "--revoke", multiple=True, metavar="ROLE", help="Role that no longer may (repeatable)."
 )
+@click.option(
+    "--grant-live",
+    is_flag=True,
+    help="Let --grant give a new role a live view, whose plans and statistics show the rows "
+    "it hides (docs/live-views.md).",
+)
 @click.option("--replace", is_flag=True, help="Redefine a release that exists.")
 @click.option(
     "--allow-composition",
@@ -754,6 +760,7 @@ def publish(
     target: str | None,
     grants: tuple[str, ...],
     revoke: tuple[str, ...],
+    grant_live: bool,
     replace: bool,
     allow_composition: bool,
     wait: float,
@@ -774,7 +781,7 @@ def publish(
     with c.db() as db, c.progress() as say:
         result = db.publish(
             spec, say, replace=replace, revoke=revoke, wait=wait,
-            allow_composition=allow_composition,
+            allow_composition=allow_composition, grant_live=grant_live,
         )  # fmt: skip
     print_publish(c, result.summary())
 
@@ -1129,16 +1136,17 @@ def releases_command(c: Ctx) -> None:
 @main.command("drop")
 @click.argument("name")
 @click.option("--yes", is_flag=True, help="Do not ask.")
+@click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
 @click.pass_obj
 @fails_cleanly
-def drop_command(c: Ctx, name: str, yes: bool) -> None:
+def drop_command(c: Ctx, name: str, yes: bool, wait: float) -> None:
     """Drop release NAME: its released relations and its catalog entry (runs included)."""
     if not yes:
         if c.json or not sys.stdin.isatty():
             raise DbanonError(f"dropping release {name!r} needs --yes when nobody can be asked")
         click.confirm(f"drop release {name!r} and its released relations?", abort=True)
     with c.db() as db:
-        dropped = db.drop(name)
+        dropped = db.drop(name, wait)
     c.emit(
         {"release": name, "dropped": dropped},
         lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),
@@ -1175,12 +1183,19 @@ def uninstall_command(c: Ctx, yes: bool) -> None:
 @click.argument("name")
 @click.argument("roles", nargs=-1, required=True)
 @click.option("--wait", type=Seconds(0), default=0, help="Seconds to wait for a run of NAME.")
+@click.option(
+    "--grant-live",
+    is_flag=True,
+    help="Grant a live view, whose plans and statistics show the rows it hides.",
+)
 @click.pass_obj
 @fails_cleanly
-def grant_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> None:
+def grant_command(
+    c: Ctx, name: str, roles: tuple[str, ...], wait: float, grant_live: bool
+) -> None:
     """Let ROLES read release NAME now and after every refresh (no rebuild)."""
     with c.db() as db:
-        data = db.grant(name, roles, wait=wait)
+        data = db.grant(name, roles, wait=wait, grant_live=grant_live)
     c.emit(data, lambda: click.echo(
         f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
 

@@ -4,9 +4,9 @@ A consumer may keep every release. For a person whose row persists, the class th
 each release narrows them down: in the newest release, only the rows of their class whose
 sensitive value appears in every earlier class of theirs are still plausible, and only the
 sensitive values common to all those classes are plausible values. dbanon keeps, per source
-row, its group in the latest release and that running intersection of values (catalog table
-dbanon.group_map, never granted), and at every run of a grouping release measures for each
-persisting row:
+row, its group in the latest release and that running intersection of values (a catalog
+table per release, dbanon.group_map_<release id>, never granted), and at every run of a
+grouping release measures for each persisting row:
 - plausible rows: rows of its new class whose value is among its plausible values so far;
 - plausible values: its plausible values so far that its new class also holds.
 A run is refused when some persisting row would keep fewer plausible rows than the promised k
@@ -40,7 +40,19 @@ if TYPE_CHECKING:
 
     from dbanon.db.stream import Keys
 
-MAP = sql.Identifier("dbanon", "group_map")
+COLUMNS = sql.SQL(
+    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[])"
+)
+# What a release without a map reads as its map: no rows, the map's columns.
+NO_MAP = sql.SQL(
+    "(SELECT NULL::integer AS release_id, NULL::text AS key, NULL::integer AS gid, "
+    "NULL::text[] AS vals WHERE false)"
+)
+PRIVATE = (
+    "Private: each source row of a grouping release, its group in the latest release and the "
+    "sensitive values every release so far left plausible for it (tagged v:<value>, n for "
+    "NULL). Never granted: it links released groups back to source keys."
+)
 
 
 @dataclass(frozen=True)
@@ -112,9 +124,13 @@ def new_rows(
 def has_map(conn: psycopg.Connection, release_id: int | None) -> bool:
     """Whether the release has a map (an earlier grouping run of it was recorded)."""
     return release_id is not None and bool(conn.execute(
-        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE release_id = %s)").format(MAP),
-        [release_id],
+        "SELECT to_regclass(%s) IS NOT NULL", [f"dbanon.{table_name(release_id)}"]
     ).fetchone()[0])  # fmt: skip
+
+
+def map_of(conn: psycopg.Connection, release_id: int) -> sql.Composable:
+    """The release's map to read: its own table, or no rows when it has none yet."""
+    return table(release_id) if has_map(conn, release_id) else NO_MAP
 
 
 def measure(
@@ -125,7 +141,7 @@ def measure(
         return None
     if rows.buckets:
         return _figures(conn.execute(
-            sql.SQL(_MEASURE_BUCKETS).format(rows=rows.ident, map=MAP),
+            sql.SQL(_MEASURE_BUCKETS).format(rows=rows.ident, map=map_of(conn, release_id)),
             {"rid": release_id, "k": k, "l": values_needed},
         ).fetchone())  # fmt: skip
     row = conn.execute(
@@ -153,7 +169,7 @@ def measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=rows.ident, map=MAP),
+        ).format(rows=rows.ident, map=map_of(conn, release_id)),
         {"rid": release_id, "k": k, "l": values_needed},
     ).fetchone()
     return _figures(row)
@@ -227,26 +243,29 @@ _STORE_BUCKETS = """
     WHERE n.gid IS NULL"""
 
 
-def partition_name(release_id: int) -> str:
-    """The release's partition of the map, in schema dbanon (one per release: revision 0007)."""
+def table_name(release_id: int) -> str:
+    """The release's map: a table of its own in schema dbanon (revision 0010), so that no lock
+    on a map is shared by two releases' runs (a partitioned parent was: runs deadlocked)."""
     return f"group_map_{release_id}"
 
 
-def partition(release_id: int) -> sql.Identifier:
-    return sql.Identifier("dbanon", partition_name(release_id))
+def table(release_id: int) -> sql.Identifier:
+    return sql.Identifier("dbanon", table_name(release_id))
 
 
 def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     """Replace the release's map by this run's groups and running value intersections.
 
     The new map is written into a fresh table, its key indexed once by a sort, and swapped in
-    for the old partition: far cheaper than deleting and inserting rows of an indexed table
+    for the old table: far cheaper than deleting and inserting rows of an indexed table
     (about 3 s rather than 15 s per million rows)."""
-    fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
-    conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
+    fresh = sql.Identifier("dbanon", table_name(release_id) + "_next")
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
     if rows.buckets:
         conn.execute(
-            sql.SQL(_STORE_BUCKETS).format(fresh=fresh, rows=rows.ident, map=MAP),
+            sql.SQL(_STORE_BUCKETS).format(
+                fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)
+            ),
             {"rid": release_id},
         )
     else:
@@ -262,7 +281,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
                       END
                FROM new n JOIN cls c USING (gid)
                LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
-            ).format(fresh=fresh, rows=rows.ident, map=MAP),
+            ).format(fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)),
             {"rid": release_id},
         )
     _swap_in(conn, release_id, fresh)  # after the read of the old map above
@@ -292,7 +311,7 @@ def previous_groups(
         sql.SQL(
             "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m "
             "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(rows=rows, map=MAP, rid=sql.Literal(release_id)),
+        ).format(rows=rows, map=map_of(conn, release_id), rid=sql.Literal(release_id)),
         ["float8", "float8"],
     )
     conn.execute(sql.SQL("DROP TABLE {}").format(rows))
@@ -325,7 +344,7 @@ def previous_state(
             "CREATE TEMP TABLE {state} ON COMMIT DROP AS "
             "SELECT t.gid AS at, m.gid, m.vals FROM {rows} t JOIN {map} m "
             "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(state=state, rows=rows, map=MAP, rid=sql.Literal(release_id))
+        ).format(state=state, rows=rows, map=map_of(conn, release_id), rid=sql.Literal(release_id))
     )
     sets = [v for (v,) in conn.execute(sql.SQL(
         "SELECT DISTINCT vals FROM {} WHERE vals IS NOT NULL ORDER BY 1"
@@ -416,24 +435,24 @@ def rekey(
         return None
     by, pairs = how
     before = conn.execute(
-        sql.SQL("SELECT count(*) FROM {}").format(partition(release_id))
+        sql.SQL("SELECT count(*) FROM {}").format(table(release_id))
     ).fetchone()[0]
-    fresh = sql.Identifier("dbanon", partition_name(release_id) + "_next")
-    conn.execute(sql.SQL("CREATE TABLE {} (LIKE {})").format(fresh, MAP))
+    fresh = sql.Identifier("dbanon", table_name(release_id) + "_next")
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
     kept = conn.execute(
         sql.SQL(
             "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals "
             "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
-        ).format(fresh=fresh, part=partition(release_id), pairs=pairs)
+        ).format(fresh=fresh, part=table(release_id), pairs=pairs)
     ).rowcount
     _swap_in(conn, release_id, fresh)
     return Rekeyed(by, int(kept), int(before) - int(kept))
 
 
 def _swap_in(conn: psycopg.Connection, release_id: int, fresh: sql.Identifier) -> None:
-    """The fresh table becomes the release's partition of the map (the old one dropped)."""
+    """The fresh table becomes the release's map (the old one dropped)."""
     forget(conn, release_id)
-    name = partition_name(release_id)
+    name = table_name(release_id)
     conn.execute(
         sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
             fresh, sql.Identifier(f"{name}_pkey")
@@ -441,15 +460,13 @@ def _swap_in(conn: psycopg.Connection, release_id: int, fresh: sql.Identifier) -
     )
     conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
     conn.execute(
-        sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES IN ({})").format(
-            MAP, partition(release_id), sql.Literal(release_id)
-        )
+        sql.SQL("COMMENT ON TABLE {} IS {}").format(table(release_id), sql.Literal(PRIVATE))
     )
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:
-    """Drop the release's map (its partition), if it has one."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(partition(release_id)))
+    """Drop the release's map, if it has one."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table(release_id)))
 
 
 def values_needed(models: list) -> int:

@@ -29,7 +29,7 @@ from dbanon.release import ReleaseSpec, load_spec, owned
 def _release(conn: psycopg.Connection, name: str) -> tuple[int, ReleaseSpec, str, list[str]]:
     spec = load_spec(conn, name)
     rid, schema, objects = conn.execute(
-        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s FOR UPDATE",
+        "SELECT id, target_schema, objects FROM dbanon.release WHERE name = %s",  # locked
         [name],
     ).fetchone()
     return rid, spec, schema, list(objects)
@@ -58,25 +58,45 @@ def _store_grants(conn: psycopg.Connection, rid: int, grants: list[str]) -> None
     )
 
 
+LIVE_HINT = (
+    "a role granted a live view sees the counts of the rows it hides in EXPLAIN ANALYZE, and "
+    "the source's row and change counts in pg_stat_user_tables (docs/live-views.md)"
+)
+
+
+def refuse_live(name: str, views: Sequence[str], roles: Sequence[str], allowed: bool) -> None:
+    """Granting a live view to a new role is opt-in: PostgreSQL shows anyone who may read a
+    view the plan of its query, row counts of the source included, and every table's
+    statistics; only a materialised release (or a role set up as the docs say) hides them."""
+    if views and roles and not allowed:
+        raise DbanonError(
+            f"release {name!r} is a live view ({views[0]}): {LIVE_HINT}; publish it --as table "
+            f"for {roles[0]!r}, or pass --grant-live to grant it anyway"
+        )
+
+
 def _locked(conn: psycopg.Connection, name: str, wait: float, change: Any) -> dict[str, Any]:
     """Run `change` in one transaction under the release's run lock."""
     catalog.require_catalog(conn)
     load_spec(conn, name)  # exists, or a one-line error before any lock
     conn.rollback()
-    runs.lock_release(conn, name, wait)
     try:
+        runs.lock_release(conn, name, wait)  # the transaction `change` runs in holds it
         out = change()
         conn.commit()
         return out
     except BaseException:
         conn.rollback()
         raise
-    finally:
-        runs.unlock_release(conn, name)
 
 
 def grant(
-    conn: psycopg.Connection, name: str, roles: Sequence[str], wait: float = 0.0
+    conn: psycopg.Connection,
+    name: str,
+    roles: Sequence[str],
+    wait: float = 0.0,
+    *,
+    grant_live: bool = False,
 ) -> dict[str, Any]:
     """Let `roles` read release `name` from now on (and after every refresh)."""
     if not roles:
@@ -88,6 +108,11 @@ def grant(
             if not catalog.role_exists(conn, role):
                 raise DbanonError(f"role {role!r} does not exist")
         added = [r for r in dict.fromkeys(roles) if r not in spec.grants]
+        views = [
+            f"{schema}.{o}" for o in _objects(conn, name, schema, objects)
+            if catalog.find_relation(conn, f"{schema}.{o}").kind == "v"
+        ]  # fmt: skip
+        refuse_live(name, views, added, grant_live)
         for obj in _objects(conn, name, schema, objects):
             for role in added:
                 conn.execute(
@@ -95,14 +120,8 @@ def grant(
                         sql.Identifier(schema, obj), sql.Identifier(role)
                     )
                 )
-        if added:
-            runs.lock_schema(conn, schema)  # concurrent GRANTs on one schema collide
         for role in added:
-            conn.execute(
-                sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                    sql.Identifier(schema), sql.Identifier(role)
-                )
-            )
+            runs.schema_usage(conn, schema, role)
         grants = [*spec.grants, *added]
         _store_grants(conn, rid, grants)
         return {"release": name, "added": added, "grants": grants}
@@ -131,19 +150,21 @@ def revoke(
                         sql.Identifier(schema, obj), sql.Identifier(role)
                     )
                 )
-        runs.lock_schema(conn, schema)
-        for role in gone:
-            others = conn.execute(
+
+        def others(role: str) -> int:
+            return conn.execute(
                 """SELECT count(*) FROM dbanon.release WHERE target_schema = %s AND id <> %s
                      AND spec -> 'grants' ? %s""",
                 [schema, rid, role],
             ).fetchone()[0]
-            if not others:
-                conn.execute(
-                    sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}").format(
-                        sql.Identifier(schema), sql.Identifier(role)
-                    )
-                )
+
+        for role in gone:
+            if not others(role):
+                runs.schema_usage(conn, schema, role, grant=False)
+                # A grant of another release there that committed before this REVOKE got the
+                # schema's row is counted now (one that comes later waits, then grants again).
+                if others(role):
+                    runs.schema_usage(conn, schema, role)
         grants = [g for g in spec.grants if g not in gone]
         _store_grants(conn, rid, grants)
         return {"release": name, "revoked": gone, "grants": grants}

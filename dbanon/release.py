@@ -443,8 +443,11 @@ def publish(
     wait: float = 0.0,
     regroup: bool = False,
     allow_composition: bool = False,
+    existing: bool = False,
+    grant_live: bool = False,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
+    `existing`: a refresh, which must not publish anew a release dropped meanwhile.
 
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
     the roles it was granted to keep reading it unless named in `revoke`. One run at a time per
@@ -456,20 +459,31 @@ def publish(
     _resolve_options(spec, method)
     _resolve_models(spec, method)
     conn.rollback()
-    runs.lock_release(conn, spec.name, wait)
+    run_id = runs.start(conn, spec.name)
+    isolation = conn.isolation_level
+    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
-        run_id = runs.start(conn, spec.name)
+        # The lock is the transaction's first statement: its snapshot follows the previous run.
+        try:
+            locked = runs.lock_release(conn, spec.name, wait)
+        except runs.Busy:
+            runs.discard(conn, run_id)
+            raise
+        if locked is None and existing:
+            raise DbanonError(f"release {spec.name!r} does not exist (it was dropped)")
         try:
             return _publish(
-                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition
-            )
+                conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait,
+                grant_live,
+            )  # fmt: skip
         except BaseException as e:
             conn.rollback()
             runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
                       interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
-        runs.unlock_release(conn, spec.name)
+        conn.rollback()
+        conn.isolation_level = isolation
 
 
 def _publish(
@@ -481,9 +495,13 @@ def _publish(
     run_id: int | None,
     regroup: bool,
     allow_composition: bool,
+    wait: float = 0.0,
+    grant_live: bool = False,
 ) -> PublishResult:
-    """The run itself: one REPEATABLE READ transaction, so the released rows, the row counts
-    and the source fingerprint all come from one snapshot of the source."""
+    """The run itself: one REPEATABLE READ transaction (opened by the caller's lock), so the
+    released rows, the row counts and the source fingerprint all come from one snapshot of the
+    source. Everything that can be done before the swap is: readers of the previous release
+    wait only for the swap's drops and renames, the run's record and its commit."""
     say = interrupts.checkpoints(progress)  # a signal stops the run between phases too
     started = time.perf_counter()
     timings: dict[str, float] = {}
@@ -494,18 +512,22 @@ def _publish(
         timings[name] = round(now - mark[0], 4)
         mark[0] = now
 
-    isolation = conn.isolation_level
-    conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     try:
         say("validating the spec against the database")
         r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        release_id = r.release_id
+        if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
+            release_id = runs.claim(conn, spec.name, lambda: _store_spec(conn, r), wait)
         rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
         ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
+        as_view = r.options.get("as") == "view"  # known before the build, for most methods
+        _refuse_live(r, r.objects if as_view else [], grant_live)
         metrics = r.method.build(conn, r, ctx)
         built = ctx.built
+        _refuse_live(r, [b.name for b in built if b.kind == "view"], grant_live)
         if sorted(b.name for b in built) != sorted(r.objects):
             raise DbanonError(f"method {r.method.name} built {built}, not {r.objects}")
         for b in built:  # statistics before the checks' GROUP BYs: sorts stay in memory
@@ -526,6 +548,12 @@ def _publish(
             lap("exposure")
         grouped = new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
+        say("keeping the group map")
+        source_fingerprint = fingerprint(conn, r.source)
+        keep_map(conn, grouped, release_id)
+        r.method.recorded(conn, r, release_id)
+        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
+        lap("keep")
         say("swapping the release in")
         waited = swap_patiently(conn, r, built)
         lap("swap")
@@ -543,21 +571,16 @@ def _publish(
             metrics["map_rekeyed"] = rekeyed
         if allow_composition:
             metrics["allow_composition"] = True  # the override is on the record
-        pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         if pinned:
             metrics["hierarchies"] = pinned
         say("recording the run")
-        release_id = record(conn, r, metrics, timings, fingerprint(conn, r.source), run_id)
-        hierarchy_pins.pin(conn, release_id, pinned)
-        keep_map(conn, grouped, release_id)
-        r.method.recorded(conn, r, release_id)
+        record(conn, r, metrics, timings, source_fingerprint, run_id)
+        hierarchy_pins.pin(conn, release_id, pinned)  # last: it may delete shared rows
         with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
             conn.commit()
     except BaseException:
         conn.rollback()
         raise
-    finally:
-        conn.isolation_level = isolation
     return PublishResult(
         release=spec.name,
         table=catalog.qualified(r.target_schema, r.objects[0]),
@@ -571,6 +594,14 @@ def _publish(
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
     )
+
+
+def _refuse_live(r: Resolved, views: list[str], allowed: bool) -> None:
+    """A live view goes to a role it was not granted to before only if allowed."""
+    from dbanon.grants import refuse_live
+
+    names = [catalog.qualified(r.target_schema, v) for v in views]
+    refuse_live(r.spec.name, names, r.grant_changes["added"], allowed)
 
 
 class Refused(DbanonError):
@@ -666,8 +697,7 @@ def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id
 
 def _create_schema(conn: psycopg.Connection, schema: str) -> None:
     """CREATE SCHEMA, where another run may be creating it too: the second waits for the first
-    (a schema lock), and a schema that appeared meanwhile is taken as it is (a savepoint)."""
-    runs.lock_schema(conn, schema)
+    (on the name's unique index), and a schema that appeared meanwhile is taken as it is."""
     try:
         with conn.transaction():
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
@@ -749,14 +779,8 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(r.ident(b.name), sql.Identifier(role))
             )
-    if r.grants:
-        runs.lock_schema(conn, r.target_schema)  # concurrent GRANTs on one schema collide
     for role in r.grants:
-        conn.execute(
-            sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(
-                sql.Identifier(r.target_schema), sql.Identifier(role)
-            )
-        )
+        runs.schema_usage(conn, r.target_schema, role)
 
 
 def record(
@@ -768,11 +792,21 @@ def record(
     run_id: int | None = None,
 ) -> int:
     """The spec as run (options and grants resolved, column types as found) and the run."""
+    release_id = _store_spec(conn, r)
+    runs.finish(
+        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
+        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
+    )  # fmt: skip
+    return release_id
+
+
+def _store_spec(conn: psycopg.Connection, r: Resolved) -> int:
+    """Insert or update the release's catalog row with the spec as run."""
     types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
     spec = ReleaseSpec(
         **{**asdict(r.spec), "options": r.options, "grants": r.grants, "columns": types}
     )
-    release_id = conn.execute(
+    return conn.execute(
         """INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects)
            VALUES (%s, %s::jsonb, %s, %s, %s)
            ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now(),
@@ -781,11 +815,6 @@ def record(
            RETURNING id""",
         [r.spec.name, spec.to_json(), r.target_schema, r.target_name, r.objects],
     ).fetchone()[0]
-    runs.finish(
-        conn, run_id, release_id, "succeeded", source_rows=r.rows, released_rows=metrics["rows"],
-        metrics=metrics, timings=timings, fingerprint=source_fingerprint,
-    )  # fmt: skip
-    return release_id
 
 
 def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
@@ -810,7 +839,7 @@ def refresh(
     conn.rollback()
     return publish(
         conn, spec, progress, replace=True, wait=wait, regroup=regroup,
-        allow_composition=allow_composition,
+        allow_composition=allow_composition, existing=True,
     )  # fmt: skip
 
 
@@ -953,15 +982,18 @@ def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:
     return out
 
 
-def drop(conn: psycopg.Connection, name: str) -> list[str]:
-    """Drop a release's relations (those that are still its own) and its catalog entry."""
+def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
+    """Drop a release's relations (those that are still its own) and its catalog entry, under
+    the release's run lock (a run in progress: runs.Busy, or wait up to `wait` seconds)."""
     catalog.require_catalog(conn)
-    row = _release_row(conn, name)
-    if row is None:
-        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
-    release_id, _, schema, objects = row
-    dropped = []
+    conn.rollback()
     try:
+        if runs.lock_release(conn, name, wait) is None:
+            raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+        row = _release_row(conn, name)
+        assert row is not None  # locked above
+        release_id, _, schema, objects = row
+        dropped = []
         for obj in objects:
             mine = owned(conn, name, schema, obj)
             if mine is False:

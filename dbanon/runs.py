@@ -1,17 +1,26 @@
 """One run at a time per release, and a run trail that tells the truth.
 
-Locks are PostgreSQL advisory locks, so they hold across processes and machines and vanish with
-the session that took them (a killed run never leaves one behind):
-- per release, a session-level lock taken before the run's transaction starts, so the run's
-  REPEATABLE READ snapshot is taken after the previous run committed (a lock taken inside the
-  transaction would be granted to a snapshot that predates the previous run's swap);
-- per target schema, a transaction-level lock around creating the schema and granting on it
-  (two first publishes into a new schema, or two GRANTs on one schema, otherwise collide).
+The run lock is a row lock on the release's catalog row (FOR NO KEY UPDATE), taken NOWAIT as
+the first statement of the run's transaction and held until it commits or rolls back:
+- a consumer cannot take it: row locks need UPDATE on dbanon.release, which only dbanon's own
+  roles have (an advisory lock, which any role that can connect may take, let a consumer block
+  every refresh indefinitely);
+- the run's REPEATABLE READ snapshot is taken by that statement, so a lock granted after the
+  previous run committed sees that run's work; one that raced it fails to serialise and retries;
+- a first publish has no row to lock: it claims the name by inserting the row in its own
+  transaction (`claim`), which a second first publish of that name waits for, then finds taken;
+- the lock vanishes with the session (a killed run never leaves one behind);
+- NO KEY UPDATE, not UPDATE, so other sessions' rows that refer to the release (the trail's
+  foreign keys) can still be written while the run holds it.
+Per target schema, GRANT and REVOKE of USAGE serialise on the schema's own catalog row
+(`schema_usage`), and two runs creating one schema on its unique name (the second takes the
+schema the first made): no advisory lock is left for a consumer to hold.
 
 The trail: a run of an existing release is recorded `running` in a row of its own, committed
-before the work starts, and then set to `succeeded`, `failed` (with the error), `skipped` or
-`refused`. A `running` row whose backend is gone belonged to a killed process: the next run of
-the release marks it `abandoned`. A first publish that fails leaves no trace, as bad input must.
+before the run's transaction (and its lock) starts, and then set to `succeeded`, `failed`
+(with the error), `skipped` or `refused`; a run that finds the release busy deletes its row. A
+`running` row whose backend is gone belonged to a killed process: the next run of the release
+marks it `abandoned`. A first publish that fails leaves no trace, as bad input must.
 """
 
 from __future__ import annotations
@@ -21,13 +30,12 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from dbanon.errors import DbanonError
 
 # The error of a run whose backend ended without finishing it (a killed process).
 KILLED = "the run was killed: its backend ended without finishing it"
-_RELEASE_LOCK = 0x64626E01  # the lock space of releases ("dbn" 1); the key is hashtext(name)
-_SCHEMA_LOCK = 0x64626E02
 
 
 class Busy(DbanonError):
@@ -37,53 +45,129 @@ class Busy(DbanonError):
 
 
 def holder(conn: psycopg.Connection, name: str) -> int | None:
+    """The backend of the run of `name` in progress, if the trail knows it."""
     row = conn.execute(
-        """SELECT l.pid FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted
-             AND l.classid = %s::oid AND l.objid = hashtext(%s)::oid AND l.objsubid = 2""",
-        [_RELEASE_LOCK, name],
+        """SELECT u.pid FROM dbanon.run u JOIN dbanon.release r ON r.id = u.release_id
+           WHERE r.name = %s AND u.status = 'running' AND u.pid <> pg_backend_pid()
+             AND u.pid IN (SELECT pid FROM pg_stat_activity)
+           ORDER BY u.started_at DESC LIMIT 1""",
+        [name],
     ).fetchone()
     return row[0] if row else None
 
 
-def lock_release(conn: psycopg.Connection, name: str, wait: float = 0.0) -> None:
-    """Take the release's session lock, waiting up to `wait` seconds; Busy if another run has
-    it. Leaves no transaction open (the caller starts its own after)."""
+def _busy(name: str, pid: int | None) -> Busy:
+    return Busy(
+        f"release {name!r} is being published, refreshed or changed by another run"
+        f"{f' (backend {pid})' if pid else ''}; try again, or pass --wait SECONDS"
+    )
+
+
+def lock_release(conn: psycopg.Connection, name: str, wait: float = 0.0) -> int | None:
+    """Lock the release's catalog row, waiting up to `wait` seconds; Busy if another run has
+    it. Returns the release's id (None: no such release, nothing locked). The lock opens the
+    caller's transaction (at the connection's isolation level) and ends with it."""
     deadline = time.monotonic() + wait
     delay = 0.05
     while True:
-        got = conn.execute(
-            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", [_RELEASE_LOCK, name]
-        ).fetchone()[0]
-        if got:
-            conn.commit()
-            return
+        conn.rollback()
+        try:
+            row = conn.execute(
+                "SELECT id FROM dbanon.release WHERE name = %s FOR NO KEY UPDATE NOWAIT", [name]
+            ).fetchone()
+            return row[0] if row else None
+        except psycopg.errors.LockNotAvailable:
+            conn.rollback()
+        except psycopg.errors.SerializationFailure:
+            conn.rollback()  # the holder committed after this snapshot: try again at once
+            continue
         pid = holder(conn, name)
         conn.rollback()
         if time.monotonic() >= deadline:
-            raise Busy(
-                f"release {name!r} is being published or refreshed by another run"
-                f"{f' (backend {pid})' if pid else ''}; try again, or pass --wait SECONDS"
-            )
+            raise _busy(name, pid)
         time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
         delay = min(delay * 2, 1.0)
 
 
-def unlock_release(conn: psycopg.Connection, name: str) -> None:
-    if conn.closed:
+def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -> int:
+    """A first publish's lock: run `insert` (which inserts the release's row and returns its
+    id) under a lock_timeout of `wait`; another first publish of the name in progress is Busy,
+    one that committed meanwhile is an error. Rolled back with the run, it leaves no trace."""
+    old = conn.execute("SELECT current_setting('lock_timeout')").fetchone()[0]
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(wait, 0.01):.3f}s"])
+    try:
+        with conn.transaction():
+            rid = insert()
+    except psycopg.errors.LockNotAvailable:
+        raise _busy(name, None) from None
+    except (psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation):
+        raise DbanonError(
+            f"release {name!r} was published by another run meanwhile: `dbanon refresh {name}` "
+            "rebuilds it, `publish --replace` redefines it"
+        ) from None
+    conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
+    return rid
+
+
+USAGE_PATIENCE = 30.0  # seconds a GRANT or REVOKE on a schema waits for another session's
+
+
+def has_usage(conn: psycopg.Connection, schema: str, role: str) -> bool:
+    """Whether `role` was granted USAGE on `schema` itself (not through PUBLIC or a group)."""
+    return bool(conn.execute(
+        """SELECT EXISTS (SELECT FROM pg_namespace n, aclexplode(n.nspacl) a
+                          JOIN pg_roles r ON r.oid = a.grantee
+                          WHERE n.nspname = %s AND r.rolname = %s
+                            AND a.privilege_type = 'USAGE')""",
+        [schema, role],
+    ).fetchone()[0])  # fmt: skip
+
+
+def schema_usage(conn: psycopg.Connection, schema: str, role: str, grant: bool = True) -> None:
+    """GRANT (or REVOKE) USAGE on `schema` to `role` in the caller's transaction; a GRANT the
+    role already has is not repeated.
+
+    Either statement rewrites the schema's catalog row and holds it until its transaction
+    ends, and any session may hold it so (even a GRANT that grants nothing does): a second
+    GRANT or REVOKE waits for that transaction, then fails with 'tuple concurrently updated'.
+    It is retried here (in a savepoint) for up to USAGE_PATIENCE seconds, then refused with one
+    line. Refreshes of a granted release grant nothing new, so no other session can hold them
+    up here; only a new grant (or a revoke) can be kept waiting, and never indefinitely."""
+    if grant and has_usage(conn, schema, role):
         return
-    conn.rollback()
-    conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [_RELEASE_LOCK, name])
-    conn.commit()
-
-
-def lock_schema(conn: psycopg.Connection, schema: str) -> None:
-    """Serialise schema creation and grants on `schema` until the caller's transaction ends."""
-    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [_SCHEMA_LOCK, schema])
+    statement = (
+        sql.SQL("GRANT USAGE ON SCHEMA {} TO {}") if grant
+        else sql.SQL("REVOKE USAGE ON SCHEMA {} FROM {}")
+    ).format(sql.Identifier(schema), sql.Identifier(role))  # fmt: skip
+    deadline = time.monotonic() + USAGE_PATIENCE
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with conn.transaction():
+                conn.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", [f"{max(left, 0.01):.3f}s"]
+                )
+                conn.execute(statement)
+            return
+        except psycopg.errors.LockNotAvailable:
+            left = 0.0
+        except psycopg.errors.InternalError_ as e:
+            if "concurrently updated" not in str(e):
+                raise
+        if deadline - time.monotonic() <= 0 or left <= 0:
+            raise DbanonError(
+                f"another session holds the privileges of schema {schema!r} (a transaction "
+                f"that ran GRANT or REVOKE on it) for over {USAGE_PATIENCE:.0f} s; nothing "
+                "was changed: end that transaction and try again"
+            )
+        time.sleep(0.01)
 
 
 def start(conn: psycopg.Connection, release: str) -> int | None:
     """Commit a `running` row for a run of an existing release (None for a first publish), and
-    mark runs of it left `running` by a backend that is gone as `abandoned`."""
+    mark runs of it left `running` by a backend that is gone as `abandoned`. Committed before
+    the run's transaction takes the lock, so that transaction's snapshot sees (and closes) it;
+    a run that then finds the release busy discards it."""
     row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [release]).fetchone()
     if row is None:
         conn.rollback()
@@ -95,13 +179,26 @@ def start(conn: psycopg.Connection, release: str) -> int | None:
              AND (pid IS NULL OR pid NOT IN (SELECT pid FROM pg_stat_activity))""",
         [KILLED, row[0]],
     )
-    run_id = conn.execute(
-        "INSERT INTO dbanon.run (release_id, status, pid) "
-        "VALUES (%s, 'running', pg_backend_pid()) RETURNING id",
-        [row[0]],
-    ).fetchone()[0]
+    try:
+        run_id = conn.execute(
+            "INSERT INTO dbanon.run (release_id, status, pid) "
+            "VALUES (%s, 'running', pg_backend_pid()) RETURNING id",
+            [row[0]],
+        ).fetchone()[0]
+    except psycopg.errors.ForeignKeyViolation:  # dropped meanwhile: the lock will say so
+        conn.rollback()
+        return None
     conn.commit()
     return run_id
+
+
+def discard(conn: psycopg.Connection, run_id: int | None) -> None:
+    """Delete the `running` row of a run that never got the lock (it did nothing)."""
+    if run_id is None:
+        return
+    conn.rollback()
+    conn.execute("DELETE FROM dbanon.run WHERE id = %s", [run_id])
+    conn.commit()
 
 
 def finish(

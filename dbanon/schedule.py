@@ -146,17 +146,15 @@ def refresh_due(
             results.append({"release": name, "outcome": "not due", "next_due_at": s["next_due_at"]})
             continue
         try:
-            runs.lock_release(conn, name)
-            try:
-                fp = None if force else _unchanged(conn, name)
-                if fp is not None:
-                    rid = _release_id(conn, name)
+            if not force:
+                rid = runs.lock_release(conn, name)  # the skip is decided and recorded under it
+                fp = _unchanged(conn, name) if rid is not None else None
+                if fp is not None and rid is not None:
                     runs.finish(conn, None, rid, "skipped", fingerprint=fp)
                     conn.commit()
                     results.append({"release": name, "outcome": "skipped"})
                     continue
-            finally:
-                runs.unlock_release(conn, name)
+                conn.rollback()
             result = release.refresh(conn, name, progress)
             results.append({"release": name, "outcome": "refreshed", **result.summary()})
         except runs.Busy as e:

@@ -116,9 +116,9 @@ def test_hierarchy_name_taken(dsn: str) -> None:
     assert cli(dsn, "hierarchy", "import", "sex", path, "--replace").exit_code == 0
 
 
-def test_revision_0007_moves_each_map_into_a_partition_and_back(dsn: str) -> None:
-    """Upgrading to 0007 keeps every release's private map, row for row, as a partition of its
-    own; downgrading to 0006 puts the same rows back in one table."""
+def test_revisions_0007_and_0010_keep_every_map_row_for_row(dsn: str) -> None:
+    """Each release's private map survives every shape it had: one table (0006), a partition
+    of its own (0007), a table of its own (0010), and back down again."""
     rows = [(i, random.Random(i).randint(20, 60), "ab"[i % 2]) for i in range(1, 61)]
     with psycopg.connect(dsn, autocommit=True) as conn:
         make_table(conn, "m", "t", [("id", "int PRIMARY KEY"), ("age", "int"), ("s", "text")],
@@ -128,17 +128,24 @@ def test_revision_0007_moves_each_map_into_a_partition_and_back(dsn: str) -> Non
                                  "--qi", "age", "--sensitive", "s", "--k", "4",
                                  "--algorithm", "mondrian", "--target", f"mo.{name}")  # fmt: skip
             assert code == 0, out
+        ids = [r for (r,) in conn.execute("SELECT id FROM dbanon.release ORDER BY id")]
+        tables = " UNION ALL ".join(
+            f"SELECT release_id, key, gid, vals FROM dbanon.group_map_{i}" for i in ids
+        )
         query = "SELECT release_id, key, gid, vals FROM dbanon.group_map ORDER BY 1, 2"
-        before = conn.execute(query).fetchall()
+        before = conn.execute(f"{tables} ORDER BY 1, 2").fetchall()  # noqa: S608
         assert len(before) == 120
-        command.downgrade(catalog.alembic_config(dsn), "0006")
-        kind = "SELECT relkind FROM pg_class WHERE oid = 'dbanon.group_map'::regclass"
-        assert conn.execute(kind).fetchone()[0] == "r"
-        assert conn.execute(query).fetchall() == before
-        command.upgrade(catalog.alembic_config(dsn), "head")
+        kind = "SELECT relkind FROM pg_class WHERE oid = to_regclass('dbanon.group_map')"
+        assert conn.execute(kind).fetchone() is None
+        command.downgrade(catalog.alembic_config(dsn), "0009")
         assert conn.execute(kind).fetchone()[0] == "p"
         assert conn.execute(query).fetchall() == before
-        parts = conn.execute(
-            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'dbanon.group_map'::regclass"
-        ).fetchone()[0]
-        assert parts == 2
+        command.downgrade(catalog.alembic_config(dsn), "0006")
+        assert conn.execute(kind).fetchone()[0] == "r"
+        assert conn.execute(query).fetchall() == before
+        command.upgrade(catalog.alembic_config(dsn), "0009")
+        assert conn.execute(kind).fetchone()[0] == "p"
+        assert conn.execute(query).fetchall() == before
+        command.upgrade(catalog.alembic_config(dsn), "head")
+        assert conn.execute(kind).fetchone() is None
+        assert conn.execute(f"{tables} ORDER BY 1, 2").fetchall() == before  # noqa: S608

@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 import pytest
 from helpers import cli_json, make_table
+from psycopg import sql
 
 K, L = 3, 5
 DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina", "ulcer", "acne", "sepsis",
@@ -234,7 +235,8 @@ def test_the_bucket_measure_by_hand(conn: psycopg.Connection) -> None:
         second = run([(1, 1, 1), (2, 1, 2), (3, 2, 1), (4, 2, 2), (5, 2, 3)])
         assert second == composition.Composition(5, 2, 4, 2, 2)
         kept = dict(conn.execute(
-            "SELECT key, gid FROM dbanon.group_map WHERE release_id = %s", [rid]
+            sql.SQL("SELECT key, gid FROM {} WHERE release_id = %s").format(
+                sql.Identifier("dbanon", f"group_map_{rid}")), [rid],
         ).fetchall())  # fmt: skip
         assert kept["6"] == -1 and len(kept) == 6
         third = run([(k, 1, 1 + k % 3) for k in range(1, 7)])

@@ -149,7 +149,8 @@ def test_grant_reaches_every_relation_of_a_release(
                              "--qi", "age,region", *extra)  # fmt: skip
         assert code == 0, out
         assert not any(reads(dsn, a, o) for o in out["objects"])
-        assert cli_json(dsn, "grant", name, a)[0] == 0
+        live = ["--grant-live"] if name == "gv" else []  # a live view: opt-in
+        assert cli_json(dsn, "grant", name, a, *live)[0] == 0
         assert all(reads(dsn, a, o) for o in out["objects"]), out["objects"]
     assert cli_json(dsn, "revoke", "gv", a)[0] == 0
     # still USAGE on the schema: release ga there is granted to the role

@@ -133,18 +133,21 @@ def test_alpha_k_anonymity_by_hand(
 
 # --- (theta,k)-anonymity ------------------------------------------------------------------------
 
-# Categories: intervals of width 10, so 1 2 | 11 12 | 21 are categories 0 | 1 | 2, holding 2, 2
-# and 1 distinct values in the relation. With theta = 2, k = 4: floor(k/theta) = 2, need = 2, 2,
-# 1 distinct values of categories 0, 1, 2. A: 1 2 11 12 (4 rows; categories 0 and 1 full: 2 good);
-# B: 1 2 21 (3 rows; 0 and 2 good, but 3 < k); C: 1 1 11 12 21 (5; category 0 shows one value:
-# 1 and 2 good); D: 2 2 2 11 (4; none good).
+# Categories: intervals of width 10, so 1 2 | 11 12 | 21 are categories 0 | 1 | 2: 9 rows (1 x4,
+# 2 x5), 5 rows (11 x3, 12 x2) and 2 rows (21 x2) of the 16. need_c = max(1, min(floor(k/theta),
+# floor(sum min(f_v, N_c) / N_c))), N = n // k, N_c = min(N, ceil(theta N r_c / n)).
+# theta = 2, k = 4: N = 4; N_0 = 4, (4 + 4) // 4 = 2; N_1 = ceil(2.5) = 3, (3 + 2) // 3 = 1;
+# N_2 = 1: need = 2, 1, 1. A: 1 2 11 12 (4 rows; 0 and 1 good: 2); B: 1 2 21 (3 rows; 0 and 2
+# good, but 3 < k); C: 1 1 11 12 21 (5; 1 and 2 good); D: 2 2 2 11 (4; only 1 good).
+# theta = 2, k = 5: N = 3; N_0 = 3, (3 + 3) // 3 = 2; N_1 = 2, (2 + 2) // 2 = 2; N_2 = 1:
+# need = 2, 2, 1, so D has no good category.
 THETA_ROWS = [("A", 1), ("A", 2), ("A", 11), ("A", 12), ("B", 1), ("B", 2), ("B", 21),
               ("C", 1), ("C", 1), ("C", 11), ("C", 12), ("C", 21),
               ("D", 2), ("D", 2), ("D", 2), ("D", 11)]  # fmt: skip
 THETA_CASES = [
     # (theta, k): classes failing, fewest good categories, worst class (failing first, then
     # fewest good categories, then fewest rows)
-    ((2, 4), 2, 0, "g=D"),  # B (3 rows), D (no good category)
+    ((2, 4), 2, 1, "g=D"),  # B (3 rows), D (one good category)
     ((2, 5), 3, 0, "g=D"),  # A, B, D; C (5 rows, 2 good) holds
     # k = 3: floor(k/theta) = 1, need = min(1, V) = 1, so a category is good when present:
     # A 2 (0, 1), B 2 (0, 2), C 3, D 2 (0, 1). theta = 2: all hold (the fewest good categories,

@@ -11,8 +11,10 @@ from dbanon.data.salary import load_salary
 from dbanon.experiments import lag, localanatomy
 
 
-def test_localanatomy_experiment_writes_csv_and_plots(tmp_path: Path) -> None:
-    data = localanatomy.run(tmp_path, ls=(3, 4), densities=(0.2, 0.3), rows=600, n_queries=20)
+def test_localanatomy_experiment_writes_csv_and_plots(dsn: str, tmp_path: Path) -> None:
+    with psycopg.connect(dsn) as conn:  # publish's transactions, as `dbanon` opens them
+        data = localanatomy.run(conn, tmp_path, ls=(3, 4), densities=(0.2, 0.3), rows=600,
+                                n_queries=20)  # fmt: skip
     for f in [*data["files"], *data["plots"]]:
         assert Path(f).stat().st_size > 0, f
     series = {r["series"] for r in data["exposure"]}

@@ -162,11 +162,16 @@ def tables(draw: st.DrawFn) -> tuple[QIArrays, np.ndarray, np.ndarray]:
     return qi, category, value * 10 + category  # a value belongs to one category
 
 
-@settings(max_examples=120, deadline=None, derandomize=True)
+@settings(max_examples=200, deadline=None, derandomize=True)
 @given(tables(), st.integers(2, 9), st.integers(2, 4), st.integers(0, 5),
-       st.sampled_from(["category", "nearest"]))  # fmt: skip
+       st.sampled_from(["category", "nearest"]), st.sampled_from(["greedy", "paper"]))  # fmt: skip
 def test_output_satisfies_the_in_memory_model(
-    table: tuple[QIArrays, np.ndarray, np.ndarray], k: int, theta: int, seed: int, leftovers: str
+    table: tuple[QIArrays, np.ndarray, np.ndarray],
+    k: int,
+    theta: int,
+    seed: int,
+    leftovers: str,
+    construction: str,
 ) -> None:
     qi, category, value = table
     if theta > k:
@@ -182,7 +187,9 @@ def test_output_satisfies_the_in_memory_model(
         with pytest.raises(ValueError, match=f"{found} categories, fewer than θ={theta}"):
             thetak(qi, category, value, k, theta)
         return
-    gid = thetak(qi, category, value, k, theta, seed=seed, leftovers=leftovers)
+    gid = thetak(
+        qi, category, value, k, theta, seed=seed, leftovers=leftovers, construction=construction
+    )
     assert gid.dtype == np.int32 and gid.shape == (qi.n,) and gid.min() == 0
     assert set(np.bincount(gid).tolist()) - {0} == set(np.bincount(gid).tolist())  # no gaps
     model = ThetaKAnonymity(theta, k, width=1.0)  # categories come with the counts' keys
@@ -209,7 +216,9 @@ def test_same_groups_as_the_naive_rule(
             continue
         value = category * 10 + rng.integers(0, int(rng.integers(1, 6)), n)
         qi = random_table(rng, n)
-        got = thetak(qi, category, value, k, theta, seed=trial, leftovers=leftovers)
+        got = thetak(
+            qi, category, value, k, theta, seed=trial, leftovers=leftovers, construction="paper"
+        )
         want = naive_thetak(qi, category, value, k, theta, seed=trial, leftovers=leftovers)
         np.testing.assert_array_equal(got, want, err_msg=f"trial {trial}: n={n} k={k} θ={theta}")
         checked += 1
@@ -222,7 +231,7 @@ def test_groups_mix_theta_categories_with_distinct_values() -> None:
     category = np.repeat([0, 1, 2], 12)
     value = category * 10 + np.tile(np.repeat([0, 1, 2, 3], 3), 3)
     qi = QIArrays.build([np.zeros(36)], [])
-    gid, leftovers = thetak_detail(qi, category, value, 6, 3, seed=1)
+    gid, leftovers = thetak_detail(qi, category, value, 6, 3, seed=1, construction="paper")
     assert leftovers == 0 and np.bincount(gid).tolist() == [6] * 6
     for g in range(6):
         members = gid == g
@@ -241,7 +250,7 @@ def test_a_bucket_short_of_distinct_values_is_skipped_and_its_rows_left_over() -
     category = np.array([0] * 12 + [1] * 12 + [2] * 7)
     value = np.array([0, 1, 2] * 4 + [10, 11, 12] * 4 + [20] * 6 + [21])
     qi = QIArrays.build([np.arange(31, dtype=float)], [])
-    gid, leftovers = thetak_detail(qi, category, value, 6, 2, seed=0)
+    gid, leftovers = thetak_detail(qi, category, value, 6, 2, seed=0, construction="paper")
     assert leftovers == 7 and gid.max() + 1 == 4
     assert ThetaKAnonymity(2, 6, width=1.0).holds_in_memory(classes_of(gid, category, value))
     (g2,) = {int(g) for g in gid[category == 2]}  # one class shows category 2: all its rows
@@ -249,7 +258,9 @@ def test_a_bucket_short_of_distinct_values_is_skipped_and_its_rows_left_over() -
     # Category 1's leftovers joined classes showing category 1, not g2.
     assert g2 not in set(gid[category == 1].tolist())
     # With the paper's rule they join the nearest class, whatever it shows.
-    plain, _ = thetak_detail(qi, category, value, 6, 2, seed=0, leftovers="nearest")
+    plain, _ = thetak_detail(
+        qi, category, value, 6, 2, seed=0, leftovers="nearest", construction="paper"
+    )
     assert ThetaKAnonymity(2, 6, width=1.0).holds_in_memory(classes_of(plain, category, value))
 
 
@@ -258,7 +269,7 @@ def test_a_category_with_fewer_values_than_the_group_is_capped() -> None:
     category = np.repeat([0, 1, 2], 9)
     value = np.where(category == 1, 10, category * 10 + np.tile([0, 1, 2], 9))
     qi = QIArrays.build([np.zeros(27)], [])
-    gid = thetak(qi, category, value, 9, 3)
+    gid = thetak(qi, category, value, 9, 3, construction="paper")
     assert np.bincount(gid).tolist() == [9, 9, 9]
     assert ThetaKAnonymity(3, 9, width=1.0).holds_in_memory(classes_of(gid, category, value))
 
@@ -288,3 +299,59 @@ def test_errors_name_the_problem() -> None:
         thetak(qi, np.array([0, 0, 0, 1, 1, 1]), val, 3, 3)
     with pytest.raises(ValueError, match="leftovers"):
         thetak(qi, cat, val, 3, 2, leftovers="random")
+
+
+def independent_theta_k(gid: np.ndarray, category: np.ndarray, value: np.ndarray, k: int,
+                        theta: int) -> list[int]:  # fmt: skip
+    """Classes failing (θ,k) by the definition in plain Python (nothing from dbanon):
+    need_c = max(1, min(k // θ, Σ_v min(f_v, N_c) // N_c)), N = max(1, n // k),
+    N_c = min(N, ⌈θ N r_c / n⌉)."""
+    n = len(gid)
+    big_n = max(1, n // k)
+    f = Counter(zip(category.tolist(), value.tolist(), strict=True))
+    per_cat = Counter(category.tolist())
+    share = {c: min(big_n, -(-theta * big_n * r // n)) for c, r in per_cat.items()}
+    supply: Counter = Counter()
+    for (c, _), rows in f.items():
+        supply[c] += min(rows, share[c])
+    need = {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
+    members: dict[int, set] = {}
+    for g, c, v in zip(gid.tolist(), category.tolist(), value.tolist(), strict=True):
+        members.setdefault(g, set()).add((c, v))
+    bad = []
+    sizes = Counter(gid.tolist())
+    for g, pairs in members.items():
+        shown = Counter(c for c, _ in pairs)
+        if sizes[g] < k or sum(shown[c] >= need[c] for c in shown) < theta:
+            bad.append(g)
+    return bad
+
+
+def test_a_rare_value_does_not_force_itself_into_every_class() -> None:
+    # 3 categories (θ = 3: every class needs all three); category 2 has a 3-row value. The
+    # paper's cap min(⌊k/θ⌋, V_c) makes every class hold it: 3 classes swallow 600 rows. The
+    # default construction builds about n / k classes and (θ,k) holds by the plain check.
+    rng = np.random.default_rng(5)
+    n, k = 600, 12
+    category = np.repeat([0, 1, 2], 200)
+    value = category * 10 + np.tile([0, 1, 2], 200)  # V_c = 3, and 4 with the rare value
+    value[np.flatnonzero(category == 2)[:3]] = 29  # the rare value
+    qi = QIArrays.build([rng.integers(0, 90, n).astype(float)], [])
+    paper, _ = thetak_detail(qi, category, value, k, 3, seed=0, construction="paper")
+    assert paper.max() + 1 <= 3
+    gid, left = thetak_detail(qi, category, value, k, 3, seed=0)
+    assert gid.max() + 1 >= 0.9 * (n // k) and left <= n // 10
+    assert independent_theta_k(gid, category, value, k, 3) == []
+    assert independent_theta_k(paper, category, value, k, 3) == []
+
+
+@pytest.mark.parametrize("k", [21, 30])
+def test_adult_does_not_degenerate(k: int) -> None:
+    # Issue 20: the paper's construction built 9 classes on Adult at k >= 21 (every class
+    # needed the 9-row Armed-Forces value).
+    from dbanon.experiments.thetak import adult_data
+
+    qi, category, value = adult_data(30162)
+    gid, _ = thetak_detail(qi, category, value, k, 3, seed=0)
+    assert gid.max() + 1 > 100
+    assert independent_theta_k(gid, category, value, k, 3) == []

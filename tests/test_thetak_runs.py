@@ -53,16 +53,28 @@ def test_demo_hospital_loads_the_table_and_hierarchy_and_publishes(
         "FROM released.hospital_theta3_k6"
     ):
         classes[tuple(q)].append(d)
-    in_table: dict = defaultdict(set)
+    # need_c = max(1, min(⌊k/θ⌋, Σ_v min(f_v, N_c) // N_c)), N = n // k,
+    # N_c = min(N, ⌈θ N r_c / n⌉) (dbanon.models.thetak's definition)
+    f: dict = defaultdict(int)
     for ds in classes.values():
         for d in ds:
-            in_table[categories[d]].add(d)
+            f[d] += 1
+    n = sum(f.values())
+    big_n = max(1, n // 6)
+    r: dict = defaultdict(int)
+    for d, x in f.items():
+        r[categories[d]] += x
+    share = {c: min(big_n, -(-3 * big_n * x // n)) for c, x in r.items()}
+    supply: dict = defaultdict(int)
+    for d, x in f.items():
+        supply[categories[d]] += min(x, share[categories[d]])
+    need = {c: max(1, min(2, x // share[c])) for c, x in supply.items()}
     for ds in classes.values():
         per: dict = defaultdict(set)
         for d in ds:
             per[categories[d]].add(d)
         assert len(ds) >= 6
-        assert sum(len(v) >= min(2, len(in_table[c])) for c, v in per.items()) >= 3
+        assert sum(len(v) >= need[c] for c, v in per.items()) >= 3
     assert cli_json(dsn, "demo", "--dataset", "hospital", "--rows", "1500", "--k", "6")[0] == 0
     assert conn.execute(digest).fetchone()[0] == first
     result = cli(dsn, "demo", "--rows", "10")
@@ -81,7 +93,7 @@ def test_experiment_writes_both_rules_and_both_measures(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     with open(out / "results.csv") as f:
         rows = list(csv.DictReader(f))
-    rules = ("thetak", "thetak_nearest")
+    rules = ("thetak", "thetak_nearest", "thetak_paper")
     assert {(r["dataset"], r["algorithm"], int(r["k"])) for r in rows} == {
         (d, a, k) for d in ("hospital", "adult") for a in (*rules, "kmember", "pk")
         for k in (6, 9)

@@ -15,9 +15,11 @@ exact fractions where it does arithmetic (entropy, a logarithm, within 1e-9):
   values in order, divided by m - 1);
 - (alpha,k)-anonymity: k-anonymous and no value (or the one named value) above share alpha;
 - (p,k)-anonymity: k-anonymous and at least p distinct values per class;
-- (theta,k)-anonymity: k-anonymous and at least theta categories c each showing
-  min(floor(k/theta), V_c) distinct values in the class, V_c the distinct values of category c
-  in the whole relation; a value's category is floor(value / width) (`width`), or what the
+- (theta,k)-anonymity: k-anonymous and at least theta categories c each showing need_c
+  distinct values in the class, need_c = max(1, min(floor(k/theta), floor(sum over the values
+  v of c of min(f_v, N_c) / N_c))), f_v the rows of v, N = max(1, floor(n/k)) and
+  N_c = min(N, ceil(theta N r_c / n)), r_c the rows of category c, in the whole relation;
+  a value's category is floor(value / width) (`width`), or what the
   model's `categories` mapping (value -> category, from the hierarchy file) says.
 
 Models are named as a release spec stores them (`{"name": "k-anonymity", "k": 5}`), so a test
@@ -207,8 +209,21 @@ def _theta_k_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter],
         return Counter(category(v) for v in set(values))
 
     theta, k = model["theta"], model["k"]
-    in_relation = distinct_per_category(cls.overall)
-    need = {c: min(k // theta, n) for c, n in in_relation.items()}
+    # need_c = max(1, min(k // theta, sum over c's values of min(rows, N_c) // N_c)), N the
+    # most classes of k rows the relation holds, N_c = min(N, ceil(theta N r_c / n)) the
+    # category's share of them: a value of f rows can show in min(f, N_c) of those classes.
+    total = sum(n for n in cls.overall.values() if n > 0)
+    big_n = max(1, total // k)
+    per_cat: Counter = Counter()
+    for v, n in cls.overall.items():
+        if n > 0:
+            per_cat[category(v)] += n
+    share = {c: min(big_n, -(-theta * big_n * r // total)) for c, r in per_cat.items()}
+    supply: Counter = Counter()
+    for v, n in cls.overall.items():
+        if n > 0:
+            supply[category(v)] += min(n, share[category(v)])
+    need = {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
 
     def rule(c: Counter) -> bool:
         shown = distinct_per_category(v for v, n in c.items() if n > 0)

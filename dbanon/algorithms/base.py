@@ -17,6 +17,8 @@ from dbanon.hierarchy import Hierarchy
 # (θ,k)'s ways of placing rows left over (dbanon.algorithms.thetak), here so that the method's
 # options can name them without importing the numba-compiled module.
 LEFTOVERS = ("category", "nearest")
+# (θ,k)'s constructions: loss-greedy under the checked property (default), the paper's own.
+CONSTRUCTIONS = ("greedy", "paper")
 
 
 @dataclass(frozen=True)

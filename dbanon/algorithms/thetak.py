@@ -1,5 +1,11 @@
 """(θ,k)-anonymity clustering (Cheng, Liu et al. 2019): arrays in, group ids out.
 
+Two constructions (thetak_detail's `construction`):
+- "greedy" (the default): k-member's loss-greedy growth under the property dbanon.models.thetak
+  checks, whose need_c is capped by what the relation's classes can hold (so a rare value is
+  never forced into every class); see _greedy_construction;
+- "paper": the paper's algorithm as written, below.
+
 The paper's algorithm (spec theta-k.md), with g = ⌊k/θ⌋, the categories' rows hashed into one
 bucket each, and need_c = min(g, V_c), V_c the distinct values of category c in the table:
 1. while at least k rows remain and at least θ buckets are eligible (below):
@@ -28,8 +34,9 @@ Decided where the paper is silent:
   without its category would be the only row of that category there, exactly the row the
   background-knowledge attack reveals. `leftovers="nearest"` is the paper's plain rule.
 
-Proof that every class satisfies dbanon.models.thetak's property (|e| >= k and at least θ
-categories c with at least need_c distinct values in e):
+Proof that every class has |e| >= k and at least θ categories c with at least need_c =
+min(g, V_c) distinct values in e (which implies dbanon.models.thetak's property, whose need_c
+is never larger):
 - A class is started only when θ buckets are eligible, i.e. bucket c's remaining rows hold
   >= need_c distinct values. For the seed's bucket, the seed holds one value and the other rows
   hold >= need_c - 1 values besides it; so step 4 always finds a row with a value new to the
@@ -64,9 +71,20 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from dbanon.algorithms.base import LEFTOVERS, QIArrays
-from dbanon.algorithms.kmember import _absorb, _growth
+from dbanon.algorithms.base import CONSTRUCTIONS, LEFTOVERS, QIArrays
+from dbanon.algorithms.kmember import (
+    _FIRST_PICK,
+    _absorb,
+    _bracket_with,
+    _growth,
+    _less,
+    _push,
+    _select,
+    _sift_down,
+)
+from dbanon.metrics.loss import node_weights
 
+_SCARCE_SCAN = 4  # scarce rows set aside per class (x k) before the greedy takes them anyway
 _CHUNK = 64  # rows per segment at most (tuning only: any value gives the same groups)
 
 
@@ -423,6 +441,270 @@ def _cluster(
     return gid, ncl, left
 
 
+# ---------------------------------------------------------------------------------------------
+# The default construction: loss-greedy, k-member style (see thetak_detail's docstring).
+
+
+@njit(cache=True)
+def _deficit(
+    need: np.ndarray, have: np.ndarray, eligible: np.ndarray, theta: int
+) -> tuple[int, int]:
+    """(sum of the θ smallest d_c, the θ-th smallest d_c), d_c = need_c - have_c (>= 0) over the
+    eligible categories: the fewest rows that complete the class's diversity."""
+    m = need.shape[0]
+    d = np.empty(m, np.int64)
+    cnt = 0
+    for c in range(m):
+        if eligible[c]:
+            d[cnt] = max(need[c] - have[c], 0)
+            cnt += 1
+    ds = np.sort(d[:cnt])
+    return int(ds[:theta].sum()), int(ds[theta - 1])
+
+
+@njit(cache=True)
+def _greedy_thetak(
+    unum: np.ndarray,
+    ucat: np.ndarray,
+    lca: np.ndarray,
+    height: np.ndarray,
+    usens: np.ndarray,
+    vcat: np.ndarray,
+    need: np.ndarray,
+    start: np.ndarray,
+    members: np.ndarray,
+    point_of: np.ndarray,
+    grp: np.ndarray,
+    groups: tuple[np.ndarray, ...],
+    perm: np.ndarray,
+    k: int,
+    theta: int,
+    by_category: bool,
+    first_pick: int,
+) -> tuple[np.ndarray, int, int]:
+    """k-member's greedy loop (dbanon.algorithms.kmember._greedy) with (θ,k) admissibility;
+    returns (group ids, classes, leftover rows)."""
+    n = members.shape[0]
+    npts = unum.shape[0]
+    nn, nq = unum.shape[1], ucat.shape[1]
+    m = need.shape[0]
+    nval = vcat.shape[0]
+    gstart = groups[0]
+    hcost = groups[5]
+    ngroups = gstart.shape[0] - 1
+    gid = np.full(n, -1, np.int32)
+    removed = np.zeros(n, np.bool_)
+    nxt = start[:-1].copy()
+    low = np.empty(npts, np.int64)
+    for u in range(npts):
+        low[u] = members[nxt[u]]
+    cnt = start[1:] - start[:-1]
+    gpts = np.arange(npts)
+    where = np.arange(npts)
+    gact = gstart[1:] - gstart[:-1]
+    agroups = np.arange(ngroups)
+    gwhere = np.arange(ngroups)
+    nag = ngroups
+    remaining = n
+    vleft = np.zeros(nval, np.int64)  # rows left per value
+    for u in range(npts):
+        vleft[usens[u]] += cnt[u]
+    avail = np.zeros(m, np.int64)  # values with rows left, per category
+    for v in range(nval):
+        if vleft[v] > 0:
+            avail[vcat[v]] += 1
+    in_cluster = np.full(nval, -1, np.int64)
+    have = np.zeros(m, np.int64)  # distinct values per category in the growing class
+    eligible = np.zeros(m, np.bool_)
+
+    ccap = n // k + 1
+    c_hi = np.empty((ccap, nn))
+    c_lo = np.empty((ccap, nn))
+    c_state = np.empty((ccap, nq), np.int64)
+    c_size = np.zeros(ccap, np.int64)
+    c_has = np.zeros((ccap, m), np.bool_)  # class holds a row of the category
+    ncl = np.int64(0)
+
+    sel = np.full(npts, -1, np.int64)
+    ver = np.zeros(npts, np.int64)
+    gver = 0
+    kb = np.empty(npts)
+    ki = np.empty(npts, np.int64)
+    tb = np.empty(npts)
+    ti = np.empty(npts, np.int64)
+    side_b = np.empty(npts)
+    side_i = np.empty(npts, np.int64)
+    scarce_b = np.empty(npts)
+    scarce_i = np.empty(npts, np.int64)
+    perm_ptr = 0
+
+    while remaining >= k:
+        ne = 0
+        for c in range(m):
+            eligible[c] = avail[c] >= need[c]
+            if eligible[c]:
+                ne += 1
+            have[c] = 0
+        if ne < theta:
+            break
+        while removed[perm[perm_ptr]]:
+            perm_ptr += 1
+        r = perm[perm_ptr]
+        c = ncl
+        ncl += 1
+        hi = c_hi[c]
+        lo = c_lo[c]
+        state = c_state[c]
+        u = point_of[r]
+        seed_point = u
+        for i in range(nn):
+            hi[i] = unum[u, i]
+            lo[i] = unum[u, i]
+        for j in range(nq):
+            state[j] = ucat[u, j]
+        size = 0
+        deficit, dth = _deficit(need, have, eligible, theta)
+        hsize = np.int64(0)
+        nside = 0
+        nscarce = 0
+        spend = False
+        cap = np.int64(0)
+        rb, ri = np.inf, n
+        cur = 0.0
+        while True:
+            gid[r] = c
+            removed[r] = True
+            size += 1
+            remaining -= 1
+            v = usens[u]
+            vleft[v] -= 1
+            if vleft[v] == 0:
+                avail[vcat[v]] -= 1
+            c_has[c, vcat[v]] = True
+            if in_cluster[v] != c:
+                in_cluster[v] = c
+                have[vcat[v]] += 1
+                deficit, dth = _deficit(need, have, eligible, theta)
+            cnt[u] -= 1
+            if cnt[u] == 0:
+                g = grp[u]
+                gact[g] -= 1
+                last = gpts[gstart[g] + gact[g]]
+                gpts[where[u]] = last
+                where[last] = where[u]
+                if gact[g] == 0:
+                    nag -= 1
+                    lastg = agroups[nag]
+                    agroups[gwhere[g]] = lastg
+                    gwhere[lastg] = gwhere[g]
+            elif r == low[u]:
+                nxt[u] += 1
+                while removed[members[nxt[u]]]:
+                    nxt[u] += 1
+                low[u] = members[nxt[u]]
+            _absorb(u, unum, ucat, lca, hi, lo, state)
+            gver += 1
+            if size > 1 and cnt[u] > 0:
+                hsize = _push(kb, ki, hsize, cur, low[u], False)
+            if deficit == 0 and nside > 0:
+                for s in range(nside):
+                    hsize = _push(kb, ki, hsize, side_b[s], side_i[s], False)
+                nside = 0
+            if size >= k and deficit == 0:
+                break
+            # Only rows that shrink the deficit while the slots left just cover it.
+            restricted = k - size <= deficit
+            while True:
+                if hsize == 0 or not _less(kb[0], ki[0], rb, ri):
+                    cap = min(max(2 * cap, first_pick, 1), npts)
+                    mm, rb, ri = _select(
+                        c, hi, lo, state, grp[seed_point], cap, tb, ti, sel, low, unum, gpts,
+                        gact, agroups, nag, groups, n,
+                    )  # fmt: skip
+                    if mm == 0 and hsize == 0:
+                        if restricted or nscarce == 0:
+                            raise RuntimeError("thetak: no candidate left (internal error)")
+                        for s in range(nscarce):
+                            hsize = _push(kb, ki, hsize, scarce_b[s], scarce_i[s], False)
+                        nscarce = 0
+                        spend = True
+                    for x in range(mm):
+                        w = point_of[ti[x]]
+                        sel[w] = c
+                        ver[w] = gver
+                        hsize = _push(kb, ki, hsize, tb[x], ti[x], False)
+                    continue
+                b, i = kb[0], ki[0]
+                hsize -= 1
+                if hsize > 0:
+                    kb[0], ki[0] = kb[hsize], ki[hsize]
+                    _sift_down(kb, ki, hsize, 0, False)
+                w = point_of[i]
+                wv = usens[w]
+                wc = vcat[wv]
+                d = need[wc] - have[wc]
+                if not (eligible[wc] and in_cluster[wv] != c and 0 < d <= dth):
+                    # A row that does not shrink the deficit: not while the slots are tight;
+                    # and when every class needs every eligible category (exactly θ), not if
+                    # its value is scarce (no more rows left than classes still to build),
+                    # for the first _SCARCE_SCAN * k of them or until nothing else is left:
+                    # later classes need those rows.
+                    if restricted:
+                        side_b[nside] = b
+                        side_i[nside] = i
+                        nside += 1
+                        continue
+                    if not spend and ne == theta and vleft[wv] <= remaining // k:
+                        scarce_b[nscarce] = b
+                        scarce_i[nscarce] = i
+                        nscarce += 1
+                        if nscarce < _SCARCE_SCAN * k:
+                            continue
+                        # Looked far enough: the nearest of them after all (bounds the scan).
+                        for s in range(nscarce):
+                            hsize = _push(kb, ki, hsize, scarce_b[s], scarce_i[s], False)
+                        nscarce = 0
+                        spend = True
+                        continue
+                if ver[w] != gver:
+                    b = _bracket_with(w, unum, ucat, hcost, hi, lo, state)
+                    ver[w] = gver
+                    hsize = _push(kb, ki, hsize, b, i, False)
+                    continue
+                break
+            r, u, cur = i, w, b
+        c_size[c] = size
+
+    # Leftovers, in permutation order, to the class of least IL growth; with by_category
+    # only classes already holding the row's category, while one exists.
+    left = 0
+    for t in range(n):
+        r = perm[t]
+        if removed[r]:
+            continue
+        left += 1
+        u = point_of[r]
+        rc = vcat[usens[u]]
+        restrict = False
+        if by_category:
+            for c in range(ncl):
+                if c_has[c, rc]:
+                    restrict = True
+                    break
+        best, best_d = -1, 0.0
+        for c in range(ncl):
+            if restrict and not c_has[c, rc]:
+                continue
+            d = _growth(u, unum, ucat, hcost, height, c_hi[c], c_lo[c], c_state[c], c_size[c])
+            if best < 0 or d < best_d:
+                best, best_d = c, d
+        gid[r] = best
+        removed[r] = True
+        _absorb(u, unum, ucat, lca, c_hi[best], c_lo[best], c_state[best])
+        c_size[best] += 1
+    return gid, ncl, left
+
+
 def _segments(num: np.ndarray, cat: np.ndarray, catg: np.ndarray, m: int) -> tuple[np.ndarray, ...]:
     """Rows sorted by (category, categorical QIs, numeric QIs) and cut into segments that share
     their category and categorical values, at most _CHUNK rows each (tight numeric boxes):
@@ -456,12 +738,15 @@ def thetak_detail(
     *,
     seed: int = 0,
     leftovers: str = "category",
+    construction: str = "greedy",
 ) -> tuple[np.ndarray, int]:
     """(group ids 0..g-1 in creation order, number of rows placed by the leftover step).
 
     `category` and `value` give each row's sensitive category and value (any comparable
-    codes; a value is identified together with its category). Raises ValueError for input
-    that has no (θ,k)-anonymous grouping by this construction.
+    codes; a value is identified together with its category). `construction` "paper" is the
+    paper's algorithm (module docstring); "greedy" (the default) is k-member's loss-greedy
+    growth under the (θ,k) property of dbanon.models.thetak (see _greedy_construction). Raises
+    ValueError for input that has no (θ,k)-anonymous grouping by the construction.
     """
     n = qi.n
     if theta < 2:
@@ -472,6 +757,10 @@ def thetak_detail(
         raise ValueError(f"(θ,k)-anonymity needs at least k={k} rows, the table has {n}")
     if leftovers not in LEFTOVERS:
         raise ValueError(f"leftovers must be one of {', '.join(LEFTOVERS)}, got {leftovers!r}")
+    if construction not in CONSTRUCTIONS:
+        raise ValueError(
+            f"construction must be one of {', '.join(CONSTRUCTIONS)}, got {construction!r}"
+        )
     category = np.asarray(category).reshape(-1)
     value = np.asarray(value).reshape(-1)
     if len(category) != n or len(value) != n:
@@ -488,20 +777,101 @@ def thetak_detail(
     num = np.ascontiguousarray(qi.num, dtype=np.float64) + 0.0
     if np.isnan(num).any():
         raise ValueError("numeric quasi-identifiers contain NaN; remove or impute them first")
-    qcat = np.ascontiguousarray(qi.cat, dtype=np.int64)
-    lca = np.ascontiguousarray(qi.lca, dtype=np.int64)
-    height = np.ascontiguousarray(qi.height, dtype=np.float64)
-    q = qcat.shape[1]
-    hcost = np.ascontiguousarray(height[np.arange(q)[:, None, None], lca])
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
     catg = catg.reshape(-1).astype(np.int64)
-    gid, ncl, left = _cluster(
-        num, qcat, lca, hcost, height, catg, code.reshape(-1).astype(np.int64), vstart, perm,
-        _segments(num, qcat, catg, len(cats)), int(k), int(theta), leftovers == "category",
-    )  # fmt: skip
-    if ncl == 0:  # unreachable after the checks above (see the proof); kept as a guard
+    code = code.reshape(-1).astype(np.int64)
+    if construction == "greedy":
+        gid, ncl, left = _greedy_construction(
+            qi, num, catg, code, pairs[0].astype(np.int64), perm, int(k), int(theta),
+            leftovers == "category",
+        )  # fmt: skip
+    else:
+        qcat = np.ascontiguousarray(qi.cat, dtype=np.int64)
+        lca = np.ascontiguousarray(qi.lca, dtype=np.int64)
+        height = np.ascontiguousarray(qi.height, dtype=np.float64)
+        q = qcat.shape[1]
+        hcost = np.ascontiguousarray(height[np.arange(q)[:, None, None], lca])
+        gid, ncl, left = _cluster(
+            num, qcat, lca, hcost, height, catg, code, vstart, perm,
+            _segments(num, qcat, catg, len(cats)), int(k), int(theta), leftovers == "category",
+        )  # fmt: skip
+    if ncl == 0:  # unreachable after the checks above (see the proofs); kept as a guard
         raise ValueError("no (θ,k)-anonymous class could be built")
     return gid, int(left)
+
+
+def needs(catg: np.ndarray, code: np.ndarray, vcat: np.ndarray, k: int, theta: int) -> np.ndarray:
+    """need_c of dbanon.models.thetak per category code, from the rows' value codes."""
+    from dbanon.models.thetak import theta_k_needs
+
+    f = np.bincount(code, minlength=len(vcat))
+    got = theta_k_needs({(int(vcat[v]), v): int(f[v]) for v in range(len(vcat))}, k, theta)
+    return np.array([got.get(c, 1) for c in range(int(catg.max()) + 1)], np.int64)
+
+
+def _greedy_construction(
+    qi: QIArrays,
+    num: np.ndarray,
+    catg: np.ndarray,
+    code: np.ndarray,
+    vcat: np.ndarray,
+    perm: np.ndarray,
+    k: int,
+    theta: int,
+    by_category: bool,
+) -> tuple[np.ndarray, int, int]:
+    """The default construction: k-member's greedy rule under the (θ,k) property.
+
+    need_c as dbanon.models.thetak defines it (so the release satisfies exactly the checked
+    property, and a rare value is never forced into every class). While at least k rows
+    remain and at least θ categories still hold need_c distinct values among their rows
+    (eligible):
+    1. seed a class with the first remaining row of the permutation;
+    2. grow it by the remaining row of least information-loss growth (k-member's rule, ties to
+       the lower row), restricted, while the slots left to k do not exceed the deficit (the
+       fewest rows that give θ eligible categories need_c distinct values each), to rows that
+       shrink the deficit; stop at >= k rows with no deficit.
+    Rows left join the class of least loss growth (with `leftovers="category"`, among the
+    classes already holding their category, while one exists).
+
+    Why every class holds: a category eligible at the class's start stays reachable (taking a
+    row of a value new to the class raises the class's count and lowers the values left
+    outside it by one each), so while the deficit is positive a row that shrinks it exists;
+    a class therefore ends with >= k rows and θ categories at need_c values, and leftovers
+    only add rows. At least one class is built: initially every category with rows is
+    eligible (Σ min(f_v, N) / N <= V_c), and the callers refuse fewer than θ categories.
+    """
+    n = len(catg)
+    cat = np.ascontiguousarray(qi.cat, dtype=np.int64)
+    need = needs(catg, code, vcat, k, theta)
+    # Collapse rows identical in QI and sensitive value into points (as k-member does):
+    # categorical columns first, so points sharing them are contiguous.
+    key = np.hstack([cat.astype(np.float64), num, code.reshape(n, 1).astype(np.float64)])
+    first, point_of = np.unique(key, axis=0, return_index=True, return_inverse=True)[1:]
+    point_of = point_of.reshape(-1).astype(np.int64)
+    members = np.argsort(point_of, kind="stable").astype(np.int64)
+    start = np.zeros(len(first) + 1, np.int64)
+    np.cumsum(np.bincount(point_of, minlength=len(first)), out=start[1:])
+    unum, ucat = np.ascontiguousarray(num[first]), np.ascontiguousarray(cat[first])
+    new_group = np.r_[True, (ucat[1:] != ucat[:-1]).any(axis=1)]
+    run_start = np.maximum.accumulate(np.where(new_group, np.arange(len(first)), 0))
+    new_group |= (np.arange(len(first)) - run_start) % _CHUNK == 0
+    gfirst = np.flatnonzero(new_group)
+    gstart = np.r_[gfirst, len(first)].astype(np.int64)
+    grp = (np.cumsum(new_group) - 1).astype(np.int64)
+    gmin = np.minimum.reduceat(unum, gfirst, axis=0) if unum.shape[1] else unum[gfirst]
+    gmax = np.maximum.reduceat(unum, gfirst, axis=0) if unum.shape[1] else unum[gfirst]
+    gminrow = np.minimum.reduceat(members[start[:-1]], gfirst).astype(np.int64)
+    lca = np.ascontiguousarray(qi.lca, dtype=np.int64)
+    height = np.ascontiguousarray(node_weights(qi, "height"))
+    q = cat.shape[1]
+    hcost = np.ascontiguousarray(height[np.arange(q)[:, None, None], lca])
+    groups = (gstart, np.ascontiguousarray(ucat[gfirst]), np.ascontiguousarray(gmin),
+              np.ascontiguousarray(gmax), gminrow, hcost)  # fmt: skip
+    return _greedy_thetak(
+        unum, ucat, lca, height, code[first].astype(np.int64), vcat, need, start, members,
+        point_of, grp, groups, perm, k, theta, by_category, _FIRST_PICK * k,
+    )  # fmt: skip
 
 
 def thetak(
@@ -513,6 +883,9 @@ def thetak(
     *,
     seed: int = 0,
     leftovers: str = "category",
+    construction: str = "greedy",
 ) -> np.ndarray:
-    """int32[n] group ids of the (θ,k) construction (see the module docstring)."""
-    return thetak_detail(qi, category, value, k, theta, seed=seed, leftovers=leftovers)[0]
+    """int32[n] group ids of the (θ,k) construction (see thetak_detail)."""
+    return thetak_detail(
+        qi, category, value, k, theta, seed=seed, leftovers=leftovers, construction=construction
+    )[0]

@@ -265,13 +265,15 @@ def _localanatomy(s: Session, out_dir: str, rows: int, ls: list | None, densitie
                   n_queries: int, seed: int) -> dict[str, Any]:  # fmt: skip
     from dbanon.experiments.localanatomy import DENSITIES, LS, run
 
-    return run(out_dir, ls=[int(x) for x in ls or LS], densities=densities or DENSITIES,
-               rows=rows, n_queries=n_queries, seed=seed, progress=s.say)  # fmt: skip
+    return run(s.db.conn, out_dir, ls=[int(x) for x in ls or LS],
+               densities=densities or DENSITIES, rows=rows, n_queries=n_queries, seed=seed,
+               progress=s.say)  # fmt: skip
 
 
 def _localanatomy_report(data: dict[str, Any]) -> Report:
     t = Table(["series", "density", "l", "exposure semi", "exposure salary"])
-    t.rows = [[r["series"], f"{r['density']:.0%}", str(r["l"]), f"{r['semi_sensitive']:.4f}",
+    t.rows = [[r["series"], f"{r['density']:.0%}", str(r["l"]),
+               "infeasible" if r["semi_sensitive"] is None else f"{r['semi_sensitive']:.4f}",
                f"{r['sensitive']:.4f}"] for r in data["exposure"]]  # fmt: skip
     q = Table(["series", "density", "l", "query error"])
     q.rows = [[r["series"], f"{r['density']:.0%}", str(r["l"]), f"{r['query_error']:.4f}"]

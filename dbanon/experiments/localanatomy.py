@@ -3,11 +3,17 @@
 Setting (Table 4.5, with the cross-bucket issue's salary stand-in on Adult, dbanon.data.salary,
 for the thesis's IPUMS extract): 17,629 rows; QI sex, relationship, marital status, race,
 education, hours per week; semi-sensitive age and occupation, a share `density` of each flagged
-by the seeded generator (dbanon.flags.draw); salary sensitive (every value). Everything runs in
-memory on the pure algorithms, and each release is read as the metrics read a published one
-(dbanon.metrics: boxes and buckets for the shared query workload, 1,000 queries; the
-personalised attacker for exposure, dbanon.metrics.personal). Categorical QIs generalise flat
-(a value, or '*' once a group mixes values): the thesis gives no hierarchies (§6.2 item 17).
+by the seeded generator (dbanon.flags.draw) and kept as a flags relation; salary sensitive
+(every value). Every local-anatomy release is published through dbanon's lifecycle (`publish
+--method localanatomy`: validation, the method, the independent gate) from a table of the
+sample, and its released relations are read back (dbanon.metrics: boxes and buckets for the
+shared query workload, 1,000 queries; the personalised attacker for exposure, matching the
+source's people to the released rows as dbanon.metrics.personal defines it). l is never capped:
+an attribute whose flagged values are not l-eligible is infeasible at that l, left out of the
+release, and reported as such (`feasible_<column>` false, no exposure: a gap in the plots).
+The baselines (Anatomy, Mondrian) are computed in memory on the pure algorithms. Categorical
+QIs generalise flat (a value, or '*' once a group mixes values): the thesis gives no
+hierarchies (§6.2 item 17).
 
 Series:
 - exposure vs l (Figs 4.3/4.4), density 20 %: Anatomy with the semi-sensitive attributes as QI
@@ -28,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psycopg
+from psycopg import sql
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.localanatomy import Principle, deal, local_anatomy
@@ -171,13 +179,22 @@ def la_release(
     principles: dict[str, Principle] | None = None, rows: np.ndarray | None = None,
 ) -> tuple[dict[int, np.ndarray], np.ndarray, dict[str, Principle]]:  # fmt: skip
     """Local anatomy's buckets per flagged attribute (column -> ids), the salary's, and the
-    principle each attribute got (l capped where its flagged values allow less)."""
+    principle each attribute got. l is never capped: an attribute whose flagged values are
+    not l-eligible is infeasible at this l, absent from the principles returned, and its
+    flagged cells are released as one bucket of all of them (results report no exposure for
+    it: a gap, with `feasible_<column>` false)."""
     keep = np.ones(data.n, dtype=bool) if rows is None else rows
     cols = {name: (data.codes[keep, data.column(name)], flags[name][keep]) for name in flags}
     cols[SALARY] = (data.salary[keep], np.ones(int(keep.sum()), dtype=bool))
-    rule = {name: (principles or {}).get(name, Principle("l", min(ell, eligible_l(*cols[name]))))
-            for name in cols}  # fmt: skip
-    got = local_anatomy(cols, rule, heuristic, seed)
+    given = principles or {}
+    rule = {name: given.get(name, Principle("l", ell)) for name in cols
+            if name in given or eligible_l(*cols[name]) >= ell}  # fmt: skip
+    if SALARY not in rule:
+        raise ValueError(f"the salary is not {ell}-eligible")
+    got = local_anatomy({n: c for n, c in cols.items() if n in rule}, rule, heuristic, seed)
+    for name in cols:
+        if name not in rule:
+            got[name] = cols[name][1].astype(np.int64)  # one bucket: every flagged cell
     out = {}
     for name in flags:
         ids = np.zeros(data.n, dtype=np.int64)
@@ -188,9 +205,201 @@ def la_release(
     return out, salary, rule
 
 
+# --- the real release path: every local-anatomy release is published and read back -----------
+
+SCHEMA = "dbanon_exp_la"  # the experiment's source tables and flags (never `anon`)
+TARGET = "dbanon_exp_la_release"  # where its releases are published
+KEY = "id"
+
+
+def load_source(conn: psycopg.Connection, data: Data) -> str:
+    """The sample as a table SCHEMA.la_<n>_<digest> (id, QIs, semi-sensitive, salary)."""
+    import hashlib
+
+    digest = hashlib.sha1(np.ascontiguousarray(data.codes).tobytes()).hexdigest()[:10]
+    table = f"la_{data.n}_{digest}"
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+    exists = conn.execute("SELECT to_regclass(%s)", [f"{SCHEMA}.{table}"]).fetchone()[0]
+    if exists is None:
+        cols = [sql.SQL("{} {}").format(sql.Identifier(a.name),
+                                        sql.SQL("float8" if a.numeric else "text"))
+                for a in data.attrs]  # fmt: skip
+        conn.execute(sql.SQL("CREATE TABLE {} ({} int PRIMARY KEY, {}, {} float8)").format(
+            sql.Identifier(SCHEMA, table), sql.Identifier(KEY), sql.SQL(", ").join(cols),
+            sql.Identifier(SALARY)))  # fmt: skip
+        names = [KEY, *(a.name for a in data.attrs), SALARY]
+        values = [data.attrs[j].domain[data.codes[:, j]] for j in range(len(data.attrs))]
+        with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN").format(
+                sql.Identifier(SCHEMA, table),
+                sql.SQL(", ").join(map(sql.Identifier, names)))) as copy:  # fmt: skip
+            for i in range(data.n):
+                copy.write_row([i, *(v[i] for v in values), float(data.salary[i])])
+    conn.commit()
+    return f"{SCHEMA}.{table}"
+
+
+def load_flags(conn: psycopg.Connection, source: str, flags: dict[str, np.ndarray],
+               tag: str) -> str:  # fmt: skip
+    """The flags relation (id, column_name) of one draw, as a DBA would keep it."""
+    table = f"{source.split('.')[1]}_flags_{tag}"
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, table)))
+    conn.execute(sql.SQL("CREATE TABLE {} ({} int, column_name text)").format(
+        sql.Identifier(SCHEMA, table), sql.Identifier(KEY)))  # fmt: skip
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} FROM STDIN").format(
+            sql.Identifier(SCHEMA, table))) as copy:  # fmt: skip
+        for col, mask in flags.items():
+            for i in np.flatnonzero(mask).tolist():
+                copy.write_row([i, col])
+    conn.commit()
+    return f"{SCHEMA}.{table}"
+
+
+@dataclass
+class Published:
+    """A local-anatomy release read back from its relations: per released row the codes it
+    shows (-1 where the cell is flagged, NULL), per bucketised column (index, or SALARY) each
+    row's bucket (0: none) and per bucket its values' codes (the ST), and the attributes that
+    were released bucketised under l (the feasible ones)."""
+
+    shown: np.ndarray  # int64 (rows, d)
+    ids: dict[object, np.ndarray]
+    st: dict[object, dict[int, list[int]]]
+    used: dict[str, Principle]
+
+
+def publish_la(
+    conn: psycopg.Connection, source: str, flags_rel: str, data: Data,
+    flags: dict[str, np.ndarray], ell: int, heuristic: bool, seed: int,
+    principles: dict[str, Principle] | None = None,
+) -> Published:  # fmt: skip
+    """Publish local anatomy of the source through dbanon's lifecycle (validation, the
+    method, the independent gate) and read the released relations back. l is never capped:
+    an attribute whose flagged values are not l-eligible is not released at this l (its
+    column left out of the release and of its flags), reported infeasible by the caller."""
+    from dbanon.release import ReleaseSpec, publish
+
+    given = principles or {}
+    feasible = [c for c in flags if c in given
+                or eligible_l(data.codes[:, data.column(c)], flags[c]) >= ell]  # fmt: skip
+    view_name = sql.Identifier(SCHEMA, "flags_now")
+    conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(view_name))
+    conn.execute(sql.SQL("CREATE VIEW {} AS SELECT * FROM {} WHERE column_name = ANY({})").format(
+        view_name, sql.Identifier(*flags_rel.split(".")), sql.Literal(feasible)))  # fmt: skip
+    conn.commit()
+    qi = [a.name for a in data.attrs if a.name not in flags or a.name in feasible]
+    options: dict[str, Any] = {"flags": f"{SCHEMA}.flags_now", "heuristic": heuristic,
+                               "seed": seed}  # fmt: skip
+    if given:
+        options["principle"] = ",".join(f"{c}={p.kind}:{p.value:g}" for c, p in given.items())
+    name = "exp_la"
+    spec = ReleaseSpec.from_options(
+        name, source, KEY, qi, sensitive=[SALARY], method="localanatomy", l=ell,
+        options=options, target=f"{TARGET}.{name}",
+    )  # fmt: skip
+    publish(conn, spec, replace=True)
+    return read_release(conn, data, name, qi, [*feasible, SALARY],
+                        {c: given.get(c, Principle("l", ell)) for c in feasible})  # fmt: skip
+
+
+def read_release(conn: psycopg.Connection, data: Data, name: str, qi: list[str],
+                 bucketised: list[str], used: dict[str, Principle]) -> Published:  # fmt: skip
+    """The released relations NAME, NAME_<col>_idt and NAME_<col>_st as codes."""
+    rel = sql.Identifier(TARGET, name)
+    rows = conn.execute(sql.SQL("SELECT row_id, {} FROM {}").format(
+        sql.SQL(", ").join(map(sql.Identifier, qi)), rel)).fetchall()  # fmt: skip
+    where = {int(r[0]): i for i, r in enumerate(rows)}
+    shown = np.full((len(rows), len(data.attrs)), -1, dtype=np.int64)
+    for j, a in enumerate(data.attrs):
+        if a.name not in qi:
+            continue
+        col = qi.index(a.name) + 1
+        index = {float(v) if a.numeric else str(v): i for i, v in enumerate(a.domain.tolist())}
+        shown[:, j] = [-1 if r[col] is None else index[float(r[col]) if a.numeric else r[col]]
+                       for r in rows]  # fmt: skip
+    salary_domain = np.unique(data.salary)
+    ids: dict[object, np.ndarray] = {}
+    st: dict[object, dict[int, list[int]]] = {}
+    for c in bucketised:
+        key: object = SALARY if c == SALARY else data.column(c)
+        dom = salary_domain if c == SALARY else data.attrs[data.column(c)].domain
+        index = {float(v) if c == SALARY or data.attrs[int(key)].numeric else str(v): i
+                 for i, v in enumerate(dom.tolist())}  # type: ignore[arg-type]  # fmt: skip
+        num = c == SALARY or data.attrs[int(key)].numeric  # type: ignore[arg-type]
+        got = np.zeros(len(rows), dtype=np.int64)
+        for r, b in conn.execute(sql.SQL("SELECT row_id, bucket_id FROM {}").format(
+                sql.Identifier(TARGET, f"{name}_{c}_idt"))):  # fmt: skip
+            got[where[int(r)]] = int(b)
+        ids[key] = got
+        st[key] = {}
+        for b, v in conn.execute(sql.SQL("SELECT bucket_id, {} FROM {}").format(
+                sql.Identifier(c), sql.Identifier(TARGET, f"{name}_{c}_st"))):  # fmt: skip
+            st[key].setdefault(int(b), []).append(index[float(v) if num else str(v)])
+    conn.rollback()
+    return Published(shown, ids, st, used)
+
+
+def completed(
+    data: Data, pub: Published
+) -> tuple[Data, np.ndarray, np.ndarray, dict[int, np.ndarray], np.ndarray]:
+    """The release as the in-memory metrics read one: each bucket's values (its ST) dealt to
+    its rows in any order, which changes no box, bucket or multiset (query error reads only
+    those). Returns (rows as Data, their low and high codes, bucket ids per QI column, salary
+    buckets); an attribute left out of the release reads as its whole domain ('*')."""
+    codes = pub.shown.copy()
+    salary_domain = np.unique(data.salary)
+    salary = np.empty(len(codes))
+    for key, ids in pub.ids.items():
+        for b, vals in pub.st[key].items():
+            members = np.flatnonzero(ids == b)
+            if key == SALARY:
+                salary[members] = salary_domain[vals]
+            else:
+                codes[members, int(key)] = vals  # type: ignore[call-overload]
+    lo, hi = codes.copy(), codes.copy()
+    for j, a in enumerate(data.attrs):
+        if (pub.shown[:, j] == -1).all() and j not in pub.ids:
+            lo[:, j], hi[:, j] = 0, len(a.domain) - 1
+            codes[:, j] = 0
+    buckets = {int(k): v for k, v in pub.ids.items() if k != SALARY}  # type: ignore[call-overload]
+    return Data(data.attrs, codes, salary, {}), lo, hi, buckets, pub.ids[SALARY]
+
+
+def released_exposure(data: Data, known: np.ndarray, pub: Published,
+                      attacker: str) -> dict[object, float]:  # fmt: skip
+    """Mean p(t, s_t) per bucketised attribute (dbanon.metrics.personal's definition) for the
+    people of the source against the published rows: matches by the people's known values
+    (attacker (a), or (b) with elimination), a flagged value's chance its bucket share."""
+    from dbanon.metrics.personal import View, candidates, eliminate
+
+    released = [j for j in range(len(data.attrs)) if not (pub.shown[:, j] == -1).all()
+                or j in pub.ids]  # fmt: skip
+    lo = np.where(pub.shown[:, released] >= 0, pub.shown[:, released], np.nan).astype(float)
+    view = View(data.codes[:, released], known[:, released], lo, lo.copy(), {})
+    cls, cands = candidates(view)
+    if attacker == "b":
+        cands = eliminate(cls, cands)
+    truth: dict[object, np.ndarray] = {SALARY: np.unique(data.salary, return_inverse=True)[1]}
+    out: dict[object, float] = {}
+    for key, ids in pub.ids.items():
+        s_of = truth[SALARY] if key == SALARY else data.codes[:, int(key)]  # type: ignore[call-overload]
+        share = {(b, v): n / len(vals) for b, vals in pub.st[key].items()
+                 for v, n in zip(*np.unique(vals, return_counts=True), strict=True)}  # fmt: skip
+        targets = (np.arange(data.n) if key == SALARY
+                   else np.flatnonzero(~known[:, int(key)]))  # type: ignore[call-overload]  # fmt: skip
+        total = 0.0
+        for t in targets.tolist():
+            rows = cands[cls[t]]
+            rows = rows[ids[rows] > 0]
+            if len(rows):
+                s = int(s_of[t])
+                total += float(np.mean([share.get((int(b), s), 0.0) for b in ids[rows]]))
+        out[key] = total / len(targets) if len(targets) else float("nan")
+    return out
+
+
 def eligible_l(values: np.ndarray, flagged: np.ndarray) -> int:
-    """The largest l the flagged values are l-eligible for: an attribute whose flagged values
-    cannot take the run's l takes this one instead (recorded as `capped` in the results)."""
+    """The largest l the flagged values are l-eligible for: above it the attribute is
+    infeasible (reported as such, never capped)."""
     counts = np.unique(values[flagged], return_counts=True)[1]
     return int(counts.sum() // counts.max()) if len(counts) else 0
 
@@ -287,12 +496,21 @@ def prepare(
 
 
 def run(
-    out_dir: str | Path, ls: Sequence[int] = LS, densities: Sequence[float] = DENSITIES,
-    rows: int = ROWS, n_queries: int = QUERIES, seed: int = 0,
-    progress: Callable[[str], None] | None = None,
+    conn: psycopg.Connection, out_dir: str | Path, ls: Sequence[int] = LS,
+    densities: Sequence[float] = DENSITIES, rows: int = ROWS, n_queries: int = QUERIES,
+    seed: int = 0, progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Every series of the module docstring; writes CSVs and PNGs into `out_dir`."""
+    """Every series of the module docstring; writes CSVs and PNGs into `out_dir`. Every
+    local-anatomy release is published through dbanon's lifecycle in `conn` and read back."""
     say, out, data, work = prepare(out_dir, rows, [*QI, *SEMI], n_queries, seed, progress)
+    source = load_source(conn, data)
+
+    def released(flags: dict[str, np.ndarray], flags_rel: str, ell: int, heuristic: bool,
+                 principles: dict[str, Principle] | None = None) -> tuple[Published, Bucketed]:
+        pub = publish_la(conn, source, flags_rel, data, flags, ell, heuristic, seed, principles)
+        got, lo, hi, buckets, sal = completed(data, pub)
+        return pub, bucketed(got, lo, hi, buckets, sal)
+
     semi = [data.column(c) for c in SEMI]
     exposure_rows: list[dict[str, Any]] = []
     error_rows: list[dict[str, Any]] = []
@@ -300,33 +518,35 @@ def run(
     def qerr(b: Bucketed) -> float:
         return round(queries.query_error(b, data.attrs, work, SALARY)["query_error"], 5)
 
-    def semi_mean(exp: dict[object, float]) -> float:
-        return round(float(np.mean([exp[j] for j in semi if j in exp])), 5)
+    def semi_mean(exp: dict[object, float],
+                  used: dict[str, Principle] | None = None) -> float | None:  # fmt: skip
+        """Mean over the semi-sensitive attributes (with `used`, the feasible ones; None, a
+        gap, when none is)."""
+        got = [exp[j] for c, j in zip(SEMI, semi, strict=True)
+               if j in exp and (used is None or c in used)]  # fmt: skip
+        return round(float(np.mean(got)), 5) if got else None
 
     for density in densities:
         flags = draw(data.n, SEMI, density, seed)
+        flags_rel = load_flags(conn, source, flags, f"d{round(density * 100)}_s{seed}")
         known = np.ones_like(data.codes, dtype=bool)
         for c in SEMI:
             known[flags[c], data.column(c)] = False
         for ell in ls:
-            say(f"density {density:.0%}, l={ell}")
-            buckets, sal, used = la_release(data, flags, ell, True, seed)
-            v = view(data, known, data.codes, data.codes, buckets, sal)
+            say(f"density {density:.0%}, l={ell}: publish")
+            pub, b = released(flags, flags_rel, ell, True)
             for attacker in ("a", "b") if density == 0.2 else ("a",):
-                e = exposure(v, attacker)
+                e = released_exposure(data, known, pub, attacker)
                 exposure_rows.append({"series": f"LocalAnatomy_{attacker}", "density": density,
-                                      "l": ell, "semi_sensitive": semi_mean(e),
+                                      "l": ell, "semi_sensitive": semi_mean(e, pub.used),
                                       "sensitive": round(e[SALARY], 5),
-                                      **per_attribute(data, e, used)})  # fmt: skip
+                                      **per_attribute(data, e, pub.used, True)})  # fmt: skip
             error_rows.append({"series": "HeuristicLocalAnatomy", "density": density, "l": ell,
-                               "query_error": qerr(bucketed(data, data.codes, data.codes,
-                                                            buckets, sal))})  # fmt: skip
+                               "query_error": qerr(b)})  # fmt: skip
             if density != 0.2:
                 continue
-            plain, psal, _ = la_release(data, flags, ell, False, seed)
             error_rows.append({"series": "LocalAnatomy", "density": density, "l": ell,
-                               "query_error": qerr(bucketed(data, data.codes, data.codes,
-                                                            plain, psal))})  # fmt: skip
+                               "query_error": qerr(released(flags, flags_rel, ell, False)[1])})
             asal = anatomy_release(data, ell, seed)
             av = view(data, known, data.codes, data.codes, {}, asal)
             e = exposure(av, "a")
@@ -345,13 +565,13 @@ def run(
     t_rows: list[dict[str, Any]] = []
     for density in densities:
         flags = draw(data.n, ["sex", *SEMI], density, seed + 1)
+        flags_rel = load_flags(conn, source, flags, f"t{round(density * 100)}_s{seed}")
         for ell in ls:
-            say(f"t-closeness extension: density {density:.0%}, l={ell}")
-            buckets, sal, _ = la_release(data, flags, ell, True, seed,
-                                         principles={"sex": Principle("t", T)})  # fmt: skip
+            say(f"t-closeness extension: density {density:.0%}, l={ell}: publish")
+            pub, b = released(flags, flags_rel, ell, True, {"sex": Principle("t", T)})
             t_rows.append({"series": f"density {density:.0%}", "density": density, "l": ell,
-                           "query_error": qerr(bucketed(data, data.codes, data.codes, buckets,
-                                                        sal))})  # fmt: skip
+                           "query_error": qerr(b),
+                           **{f"feasible_{c}": c in pub.used for c in SEMI}})  # fmt: skip
     files = [_write(out, "exposure", exposure_rows), _write(out, "query_error", error_rows),
              _write(out, "tcloseness", t_rows)]  # fmt: skip
     at20 = [r for r in exposure_rows if r["density"] == 0.2]
@@ -381,13 +601,17 @@ def run(
             "findings": findings(exposure_rows, error_rows, ls)}  # fmt: skip
 
 
-def per_attribute(data: Data, e: dict[object, float], used: dict[str, Principle]
-                  ) -> dict[str, Any]:  # fmt: skip
-    """Exposure of each semi-sensitive attribute and the l its buckets were built for."""
+def per_attribute(data: Data, e: dict[object, float], used: dict[str, Principle],
+                  local: bool = False) -> dict[str, Any]:  # fmt: skip
+    """Exposure of each semi-sensitive attribute and the l its buckets were built for; for a
+    local-anatomy release, an attribute infeasible at the run's l has no exposure (a gap)."""
     out: dict[str, Any] = {}
     for c in SEMI:
-        out[f"exposure_{c}"] = round(e.get(data.column(c), float("nan")), 5)
+        feasible = c in used or not local
+        out[f"exposure_{c}"] = round(e.get(data.column(c), float("nan")), 5) if feasible else None
         out[f"l_{c}"] = int(used[c].value) if c in used else None
+        if local:
+            out[f"feasible_{c}"] = feasible
     return out
 
 
@@ -405,14 +629,19 @@ def findings(exposure_rows: list[dict[str, Any]], error_rows: list[dict[str, Any
     below = [ell for ell in ls if err["HeuristicLocalAnatomy"].get(ell, 1e9)
              < err["Anatomy"].get(ell, -1)]  # fmt: skip
     def within(series: str, density: float | None = None) -> bool:
-        """Every attribute's exposure within 1/l of the l its buckets were built for."""
+        """Every feasible attribute's exposure within 1/l of the l asked for (infeasible ones
+        are reported, not judged)."""
         return all(
-            r[f"exposure_{c}"] <= 1 / r[f"l_{c}"] + 1e-9 and r["sensitive"] <= 1 / r["l"] + 1e-9
+            (not r[f"feasible_{c}"] or r[f"exposure_{c}"] <= 1 / r["l"] + 1e-9)
+            and r["sensitive"] <= 1 / r["l"] + 1e-9
             for r in exposure_rows for c in SEMI
             if r["series"] == series and (density is None or r["density"] == density)
         )
 
+    infeasible = {c: sorted({r["l"] for r in exposure_rows
+                             if r.get(f"feasible_{c}") is False}) for c in SEMI}  # fmt: skip
     return {
+        "infeasible_l": infeasible,  # per attribute, the l its flagged values cannot reach
         "anatomy_semi_exposure": anat,
         "la_within_1_over_l_a": within("LocalAnatomy_a", 0.2),
         "la_within_1_over_l_b": within("LocalAnatomy_b", 0.2),

@@ -10,9 +10,11 @@ and information loss (fig. 5) against k. Substitutes, as the data is private:
 - adult: UCI Adult's 30,162 training rows, QI age, education-num, workclass, marital-status,
   race, sex, native-country, occupation sensitive, categories from ARX's occupation hierarchy
   (Technical / Nontechnical / Other).
-Algorithms, all in memory (the time is the algorithm's alone): `thetak` (θ=3) with dbanon's
-leftover rule (`--leftovers category`), `thetak_nearest` with the paper's own rule (a leftover
-joins the class of least information-loss growth), `kmember` (greedy k-member: k-anonymity) and
+Algorithms, all in memory (the time is the algorithm's alone): `thetak` (θ=3, the default
+loss-greedy construction) with dbanon's leftover rule (`--leftovers category`),
+`thetak_nearest` with the paper's own leftover rule (a leftover joins the class of least
+information-loss growth), `thetak_paper` the paper's construction and leftover rule as written
+(`--construction paper --leftovers nearest`), `kmember` (greedy k-member: k-anonymity) and
 `kmember --p 3` ((p,k)-anonymity). Every setting runs over SEEDS seeds; each figure is the mean
 with its 95 % interval, and each claim is judged on the paired differences per seed (holds /
 fails / undecided, dbanon.experiments.stats). Vulnerabilities are dbanon.metrics.vulnerability's
@@ -47,11 +49,15 @@ THETA = 3
 P = 3
 SEEDS = 5
 DATASETS = ("hospital", "adult")
-ALGORITHMS = ("thetak", "thetak_nearest", "kmember", "pk")
-RULES = {"thetak": "category", "thetak_nearest": "nearest"}  # (θ,k)'s leftover rules
+ALGORITHMS = ("thetak", "thetak_nearest", "thetak_paper", "kmember", "pk")
+# (θ,k)'s variants: (construction, leftover rule)
+RULES = {"thetak": ("greedy", "category"), "thetak_nearest": ("greedy", "nearest"),
+         "thetak_paper": ("paper", "nearest")}  # fmt: skip
 BASELINES = ("kmember", "pk")
-LABELS = {"thetak": "(θ,k) θ=3, category leftovers", "thetak_nearest": "(θ,k) θ=3, nearest "
-          "(the paper's)", "kmember": "k-anonymity (k-member)", "pk": "(p,k) p=3"}  # fmt: skip
+LABELS = {"thetak": "(θ,k) θ=3, greedy, category leftovers",
+          "thetak_nearest": "(θ,k) θ=3, greedy, nearest leftovers",
+          "thetak_paper": "(θ,k) θ=3, the paper's construction and leftovers",
+          "kmember": "k-anonymity (k-member)", "pk": "(p,k) p=3"}  # fmt: skip
 MEASURES = ("background_vulnerability", "similarity_vulnerability",
             "majority_category_vulnerability", "gcp", "seconds")  # fmt: skip
 ADULT_NUMERIC = ["age", "education_num"]
@@ -81,7 +87,9 @@ def _run(name: str, data: Data, k: int, seed: int) -> tuple[np.ndarray, int | No
 
     qi, category, value = data
     if name in RULES:
-        return thetak_detail(qi, category, value, k, THETA, seed=seed, leftovers=RULES[name])
+        construction, rule = RULES[name]
+        return thetak_detail(qi, category, value, k, THETA, seed=seed, leftovers=rule,
+                             construction=construction)  # fmt: skip
     codes = np.unique(value, return_inverse=True)[1].reshape(-1)
     return kmember(qi, k, seed=seed, sensitive=codes, p=P if name == "pk" else 1), None
 
@@ -216,7 +224,7 @@ def _plot(results: list[dict[str, Any]], field: str, label: str, path: Path) -> 
     fig, axes = plt.subplots(1, len(datasets), figsize=(5.5 * len(datasets), 4), squeeze=False)
     for ax, dataset in zip(axes[0], datasets, strict=True):
         rows = [r for r in results if r["dataset"] == dataset]
-        for name, marker in zip(ALGORITHMS, "os^D", strict=True):
+        for name, marker in zip(ALGORITHMS, "osv^D", strict=True):
             pts = [(r["k"], r[field]) for r in rows if r["algorithm"] == name]
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, label=LABELS[name])
         ax.set_xlabel("k")

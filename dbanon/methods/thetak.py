@@ -1,6 +1,7 @@
 """Method `thetak`: (θ,k)-anonymity clustering (Cheng, Liu et al. 2019), generalised like the
 other grouping methods; its run records the similarity and background-knowledge
-vulnerability of the release (dbanon.metrics.vulnerability)."""
+vulnerability of the release (dbanon.metrics.vulnerability). `--construction greedy` (the
+default) or `paper`: see dbanon.algorithms.thetak and docs/thetak.md."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.algorithms.base import LEFTOVERS, QIArrays
+from dbanon.algorithms.base import CONSTRUCTIONS, LEFTOVERS, QIArrays
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
@@ -34,9 +35,9 @@ class ThetaK(GroupingMethod):
     name = "thetak"
     summary = (
         "(θ,k)-anonymity (Cheng, Liu et al. 2019): every class mixes θ categories of the "
-        "sensitive hierarchy, ⌊k/θ⌋ distinct values of each (capped by the values the category "
-        "has), rows nearest a random seed; records similarity and background-knowledge "
-        "vulnerability"
+        "sensitive hierarchy, ⌊k/θ⌋ distinct values of each (capped by what the relation's "
+        "classes can hold), grown by least information loss; records similarity and "
+        "background-knowledge vulnerability"
     )
     promises = ("k-anonymity", "theta-k-anonymity")
     attacker = (
@@ -53,6 +54,14 @@ class ThetaK(GroupingMethod):
             "Where rows left after the last class go: the nearest class showing their "
             "category (category) or the nearest class (nearest, the paper's rule).",
             LEFTOVERS,
+        ),
+        Option(
+            "construction", str, "greedy",
+            "How classes are built: k-member's loss-greedy growth under the checked (θ,k) "
+            "property (greedy), or the paper's algorithm as written (paper: ⌊k/θ⌋ values "
+            "from each of the θ largest buckets, capped by the values a category has; it "
+            "degenerates when a rare value must sit in every class).",
+            CONSTRUCTIONS,
         ),
     )  # fmt: skip
 
@@ -89,6 +98,7 @@ class ThetaK(GroupingMethod):
             qi, category, value, model.k, model.theta,
             seed=r.seed,  # type: ignore[arg-type]
             leftovers=r.options["leftovers"],
+            construction=r.options["construction"],
         )  # fmt: skip
         return gid, {"leftover_rows": leftovers}
 

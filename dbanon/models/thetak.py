@@ -4,15 +4,24 @@ The paper describes a construction (split every class into θ groups of semantic
 sensitive values, the groups mutually dissimilar), not a property. dbanon checks this one:
 
     Let the categories be those of dbanon.models.categories (a hierarchy level, or numeric
-    intervals), V_c the number of distinct sensitive values of category c in the whole
-    relation, and need_c = min(⌊k/θ⌋, V_c). A class e is (θ,k)-anonymous when |e| >= k and
-    at least θ categories c each hold at least need_c distinct values in e.
+    intervals), n the rows of the relation, N = max(1, ⌊n/k⌋) the most classes of k rows it
+    can hold, r_c the rows of category c, f_v the rows of sensitive value v, and
+        N_c = min(N, ⌈θ N r_c / n⌉)    (c's proportional share of the θ N class-category slots)
+        need_c = max(1, min(⌊k/θ⌋, ⌊Σ_{v in c} min(f_v, N_c) / N_c⌋)).
+    A class e is (θ,k)-anonymous when |e| >= k and at least θ categories c each hold at least
+    need_c distinct values in e.
 
 So an attacker who learns a row's class sees at least θ categories, each well represented
 (similarity attack), and one who also knows the row's category among those θ still faces at
-least need_c values (background-knowledge attack). The cap V_c says "as diverse as the relation
-allows": a category with only two values in the whole relation cannot show three in any class,
-and knowing such a category discloses no more than the relation itself does. The property only
+least need_c values (background-knowledge attack). The paper asks for ⌊k/θ⌋ distinct values of
+each category (its groups of ⌊k/θ⌋ rows with different values); the cap says "as diverse as the
+relation allows when cut into classes of k rows": if c serves its share N_c of the classes, a
+value of f_v rows can sit in at most min(f_v, N_c) of them, so those classes cannot all show
+more than Σ min(f_v, N_c) / N_c values of c. A 9-row value (Adult's Armed-Forces) thus counts
+for 9 classes, not for all, and no class is forced to hold it. With N = 1 (n < 2k) it is
+min(⌊k/θ⌋, V_c), V_c the distinct values of c, and it never exceeds that: any grouping
+satisfying the paper's rule (capped by V_c) satisfies this one. A category too small for
+its share needs one value, i.e. only to be present. The property only
 gets easier as rows join a class, so the algorithm's leftover step cannot break it; the proof
 that dbanon.algorithms.thetak's output satisfies it is in that module. θ must be in [2, k]:
 θ = 1 adds nothing to k-anonymity and θ > k leaves no room for θ groups in a class of k.
@@ -75,9 +84,19 @@ class ThetaKAnonymity(PrivacyModel):
         cells = sql.SQL(
             "(SELECT {q}, cat, count(DISTINCT v) AS d, {rows} AS n FROM {src} GROUP BY {q}, cat)"
         ).format(q=q, rows=target.rows, src=src)
+        # N and N_c over the whole relation (docstring); per category the capped diversity.
         need = sql.SQL(
-            "(SELECT cat, least({g}, count(DISTINCT v)) AS need FROM {src} GROUP BY cat)"
-        ).format(g=sql.Literal(self.group), src=src)
+            """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / max(nc)))) AS need
+               FROM (SELECT f.*, least(t.big_n, ceil({theta} * t.big_n * f.rc / t.n)) AS nc
+                     FROM (SELECT cat, v, {rows} AS f, sum({rows}) OVER (PARTITION BY cat) AS rc
+                           FROM {src} GROUP BY cat, v) f,
+                          (SELECT {rows} AS n, greatest(1, floor({rows} / {k})) AS big_n
+                           FROM {src}) t) x
+               GROUP BY cat)"""
+        ).format(
+            g=sql.Literal(self.group), theta=sql.Literal(self.theta), k=sql.Literal(self.k),
+            rows=target.rows, src=src,
+        )
         return ClassTest(
             source=sql.SQL(
                 "(SELECT cells.*, need.need FROM {} cells JOIN {} need USING (cat)) x"
@@ -126,13 +145,29 @@ class ThetaKAnonymity(PrivacyModel):
         c = positive(counts)
         if sum(c.values()) < self.k:
             return False
-        in_relation: dict = defaultdict(set)
-        for cat, value in positive(overall):
-            in_relation[cat].add(value)
+        need = self.needs(positive(overall))
         here: dict = defaultdict(set)
         for cat, value in c:
             here[cat].add(value)
-        diverse = sum(
-            len(vals) >= min(self.group, len(in_relation[cat])) for cat, vals in here.items()
-        )
+        diverse = sum(len(vals) >= need[cat] for cat, vals in here.items())
         return diverse >= self.theta
+
+    def needs(self, overall: Counts) -> dict:
+        """need_c per category, from the whole relation's rows per (category, value)."""
+        return theta_k_needs(overall, self.k, self.theta)
+
+
+def theta_k_needs(overall: Counts, k: int, theta: int) -> dict:
+    """need_c per category from rows per (category, value) (ThetaKAnonymity's docstring)."""
+    n = sum(int(f) for f in overall.values() if f > 0)
+    big_n = max(1, n // k)
+    rows: dict = defaultdict(int)
+    for (cat, _), f in overall.items():
+        if f > 0:
+            rows[cat] += int(f)
+    share = {c: min(big_n, -(-theta * big_n * r // n)) for c, r in rows.items()}
+    supply: dict = defaultdict(int)
+    for (cat, _), f in overall.items():
+        if f > 0:
+            supply[cat] += min(int(f), share[cat])
+    return {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
