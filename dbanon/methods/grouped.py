@@ -262,7 +262,7 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
             rows=rows,
             src=r.source.ident,
             key=r.key.ident,
-            map=composition.MAP,
+            map=composition.map_of(conn, r.release_id),
         ),
         {"rid": r.release_id},
     )
