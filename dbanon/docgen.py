@@ -144,6 +144,26 @@ def _cli() -> str:
     return "\n".join(out)
 
 
+@block("swap")
+def _swap() -> str:
+    """The longest reader wait while a release is refreshed (docs/locking/, `dbanon bench swap`)."""
+    rows = []
+    for name, what in (("bench_swap_200000.json", "this code"),
+                       ("bench_swap_200000_loaded.json", "this code, machine loaded"),
+                       ("bench_swap_200000_before_735a797.json", "before (735a797)")):  # fmt: skip
+        path = ROOT / "docs" / "locking" / name
+        if not path.exists():
+            continue
+        d = json.loads(path.read_text())
+        under = sum(r["longest_reader_wait_seconds"] < 0.1 for r in d["runs"])
+        rows.append([what, f"{d['rows']:,}", str(len(d["runs"])),
+                     f"{d['longest_reader_wait_seconds'] * 1000:.0f} ms",
+                     f"{under} of {len(d['runs'])}",
+                     f"{d['longest_lock_held_seconds'] * 1000:.0f} ms"])  # fmt: skip
+    return _table(["code", "rows", "refreshes", "longest reader wait", "refreshes under 100 ms",
+                   "exclusive lock held at most"], rows)  # fmt: skip
+
+
 @block("timings")
 def _timings() -> str:
     """The README's two commands, timed on a fresh clone (docs/timings/readme.json)."""

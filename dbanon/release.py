@@ -445,8 +445,11 @@ def publish(
     allow_composition: bool = False,
     existing: bool = False,
     grant_live: bool = False,
+    skip_if: Callable[[psycopg.Connection], str | None] | None = None,
 ) -> PublishResult:
     """Build, verify and swap in a release; on any error the database is left as it was.
+    `skip_if`: asked under the run's lock; a fingerprint it returns records the run `skipped`
+    and raises Unchanged (refresh --due: the source has not changed since the latest success).
     `existing`: a refresh, which must not publish anew a release dropped meanwhile.
 
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
@@ -471,6 +474,11 @@ def publish(
             raise
         if locked is None and existing:
             raise DbanonError(f"release {spec.name!r} does not exist (it was dropped)")
+        fp = skip_if(conn) if skip_if is not None and locked is not None else None
+        if fp is not None:  # decided under the lock: another run cannot have changed it since
+            runs.finish(conn, run_id, locked, "skipped", fingerprint=fp)
+            conn.commit()
+            raise Unchanged(spec.name)
         try:
             return _publish(
                 conn, spec, progress, replace, revoke, run_id, regroup, allow_composition, wait,
@@ -602,6 +610,10 @@ def _refuse_live(r: Resolved, views: list[str], allowed: bool) -> None:
 
     names = [catalog.qualified(r.target_schema, v) for v in views]
     refuse_live(r.spec.name, names, r.grant_changes["added"], allowed)
+
+
+class Unchanged(Exception):  # noqa: N818 - an outcome, not an error
+    """A refresh found its source unchanged since the latest success: recorded `skipped`."""
 
 
 class Refused(DbanonError):
@@ -833,13 +845,15 @@ def refresh(
     wait: float = 0.0,
     regroup: bool = False,
     allow_composition: bool = False,
+    skip_if: Callable[[psycopg.Connection], str | None] | None = None,
 ) -> PublishResult:
-    """Rebuild a release from its stored spec against the source as it is now."""
+    """Rebuild a release from its stored spec against the source as it is now (`skip_if`: see
+    publish)."""
     spec = load_spec(conn, name)
     conn.rollback()
     return publish(
         conn, spec, progress, replace=True, wait=wait, regroup=regroup,
-        allow_composition=allow_composition, existing=True,
+        allow_composition=allow_composition, existing=True, skip_if=skip_if,
     )  # fmt: skip
 
 

@@ -146,17 +146,13 @@ def refresh_due(
             results.append({"release": name, "outcome": "not due", "next_due_at": s["next_due_at"]})
             continue
         try:
-            if not force:
-                rid = runs.lock_release(conn, name)  # the skip is decided and recorded under it
-                fp = _unchanged(conn, name) if rid is not None else None
-                if fp is not None and rid is not None:
-                    runs.finish(conn, None, rid, "skipped", fingerprint=fp)
-                    conn.commit()
-                    results.append({"release": name, "outcome": "skipped"})
-                    continue
-                conn.rollback()
-            result = release.refresh(conn, name, progress)
+            # Whether the source changed is decided under the run's own lock, so two
+            # overlapping `--due` runs cannot both refresh one change.
+            skip = None if force else (lambda c, name=name: _unchanged(c, name))
+            result = release.refresh(conn, name, progress, skip_if=skip)
             results.append({"release": name, "outcome": "refreshed", **result.summary()})
+        except release.Unchanged:
+            results.append({"release": name, "outcome": "skipped"})
         except runs.Busy as e:
             results.append({"release": name, "outcome": "busy", "error": str(e)})
         except (DbanonError, psycopg.Error) as e:

@@ -37,6 +37,15 @@ thus (k,l) hold by construction:
   region's median point, ties to the lower row number.
 - T_gen order before Algorithm 3.4: a kd order (split at the median of the widest attribute,
   left half first, recursively), so that contiguous groups are QI-close (§6.2 item 4).
+- Placement (issue 24): the thesis deals a T_gen's kd-ordered rows into buckets by stride k, so
+  the row's QI rank inside its group names its bucket, and an attacker who knows a target's QIs
+  and the rule reads p = 1/(bucket size) instead of 1/|T_gen|. With a generator (`rng`, drawn
+  from the run's secret seed), each group keeps the stride's multiset of bucket labels (so
+  every group has one row, two at most, in each of k buckets, and the bucket sizes are the
+  stride's) but which member takes which label is a random permutation; bucket ids are a random
+  permutation of 1..B (not the T_gen order) and rows enter in a random order (so "ties to the
+  lower row number" is a random tie-break, not the source's order). Without `rng` the stride
+  is the thesis's, deterministic (to reproduce its Table 3.6).
 """
 
 from __future__ import annotations
@@ -234,18 +243,42 @@ class CBGResult:
     tgens: int
     suppressed: int
     uneven_tgens: int  # T_gens whose size k does not divide (groups of k..2k-1 rows)
+    tgen: np.ndarray  # int64 per row: its T_gen (0..), -1 if suppressed (bucket ids hide it)
 
 
-def cross_bucket(x: np.ndarray, sa: np.ndarray, k: int, l: int) -> CBGResult:  # noqa: E741
-    """Algorithm 3.1: T_gens of distinct sensitive values, grouped and bucketed."""
-    n = len(sa)
+def cross_bucket(
+    x: np.ndarray, sa: np.ndarray, k: int, l: int,  # noqa: E741
+    rng: np.random.Generator | None = None,
+) -> CBGResult:  # fmt: skip
+    """Algorithm 3.1: T_gens of distinct sensitive values, grouped and bucketed. With `rng`,
+    every choice the release does not reveal is drawn from it (see the module)."""
     if k < 2 or l < 2:
         raise ValueError(f"k and l must be at least 2, got k={k}, l={l}")
+    if rng is None:
+        return _cross_bucket(x, sa, k, l, None)
+    perm = rng.permutation(len(sa))
+    res = _cross_bucket(np.asarray(x)[perm], np.asarray(sa)[perm], k, l, rng)
+    gid = np.empty_like(res.gid)
+    bid = np.empty_like(res.bid)
+    tgen = np.empty_like(res.tgen)
+    gid[perm] = res.gid
+    tgen[perm] = res.tgen
+    relabel = np.concatenate([[-1], rng.permutation(int(res.bid.max(initial=0))) + 1])
+    bid[perm] = relabel[np.maximum(res.bid, 0)]
+    return CBGResult(gid, bid, res.tgens, res.suppressed, res.uneven_tgens, tgen)
+
+
+def _cross_bucket(
+    x: np.ndarray, sa: np.ndarray, k: int, l: int,  # noqa: E741
+    rng: np.random.Generator | None,
+) -> CBGResult:  # fmt: skip
+    n = len(sa)
     sa = np.ascontiguousarray(sa, dtype=np.int64)
     x = np.ascontiguousarray(x, dtype=np.float64)
     m = int(sa.max()) + 1 if n else 0
     gid = np.full(n, -1, dtype=np.int64)
     bid = np.full(n, -1, dtype=np.int64)
+    tgen = np.full(n, -1, dtype=np.int64)
     alive_mask = np.ones(n, dtype=bool)
     lex = np.empty(n, dtype=np.int64)
     lex[np.lexsort(x.T[::-1])] = np.arange(n)
@@ -267,14 +300,18 @@ def cross_bucket(x: np.ndarray, sa: np.ndarray, k: int, l: int) -> CBGResult:  #
         for _ in range(alpha):
             rows, stamp = _pick(x, sa, alive, need, beta, seen, stamp, tmp)
             rows = kd_order(x, rows)
+            labels = tgens * k + np.arange(beta) % k + 1  # the stride (Algorithm 3.5)
             pos = 0
             for size in group_sizes(beta, k):
                 groups += 1
                 gid[rows[pos : pos + size]] = groups
+                if rng is not None:  # who in the group takes which of its labels: secret
+                    labels[pos : pos + size] = rng.permutation(labels[pos : pos + size])
                 pos += size
-            bid[rows] = tgens * k + np.arange(beta) % k + 1
+            bid[rows] = labels
+            tgen[rows] = tgens
             tgens += 1
             uneven += beta % k != 0
             alive_mask[rows] = False
             alive = alive[alive_mask[alive]]
-    return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven)
+    return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven, tgen)

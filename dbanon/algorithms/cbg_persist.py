@@ -6,8 +6,9 @@ every release learns, for a person who persists, only the values every one of he
 buckets held. Regrouping from scratch at each refresh lets those sets shrink to a single value.
 
 So a refresh keeps every persisting row in its *unit*: a set of rows that is cut into groups and
-buckets as one T_gen is (kd order, contiguous groups of k..2k-1 rows, buckets dealt by stride k:
-every group has a row in every bucket of its unit), so a class holds every value of its unit.
+buckets as one T_gen is (kd order, contiguous groups of k..2k-1 rows, buckets dealt by stride k
+with the members of each group taking its labels in an order drawn from `rng`: every group has
+a row in every bucket of its unit), so a class holds every value of its unit.
 Units start as the T_gens of `cross_bucket`; a refresh
 1. keeps each persisting row in its unit (deleted rows leave it; its groups and buckets are
    dealt again within the unit, which changes nothing a consumer can intersect: every class of
@@ -45,15 +46,25 @@ class Layout:
     suppressed: int
 
 
-def deal(x: np.ndarray, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def deal(
+    x: np.ndarray, rows: np.ndarray, k: int, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """A unit's rows (sorted indexes) cut into groups (contiguous in kd order, k..2k-1 rows;
     one group if fewer than k rows) and buckets (kd position modulo k), as `cross_bucket`
-    cuts a T_gen; local ids, in the order of `rows`."""
+    cuts a T_gen; local ids, in the order of `rows`. With `rng`, as `cross_bucket` with one
+    (issue 24): each group keeps the stride's bucket labels, but which member takes which is
+    drawn from it, so a member's QI rank in her group does not name her bucket."""
     pos = np.empty(len(rows), dtype=np.int64)
     pos[np.searchsorted(rows, kd_order(x, rows))] = np.arange(len(rows))
     sizes = group_sizes(len(rows), k) if len(rows) >= k else [len(rows)]
     group_at = np.searchsorted(np.cumsum(sizes), np.arange(len(rows)), side="right")
-    return group_at[pos], pos % k
+    label = np.arange(len(rows)) % k  # by kd position
+    if rng is not None:
+        start = 0
+        for size in sizes:
+            label[start : start + size] = rng.permutation(label[start : start + size])
+            start += size
+    return group_at[pos], label[pos]
 
 
 def odds(groups: np.ndarray, buckets: np.ndarray, sa: np.ndarray, k: int) -> float:
@@ -115,8 +126,10 @@ def persist_units(
     members = _members(unit, units)
     dealt: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # each unit's groups and buckets
 
+    rng = rng or np.random.default_rng()
+
     def holds(u: int) -> bool:
-        dealt[u] = deal(x, members[u], k)
+        dealt[u] = deal(x, members[u], k, rng)
         return _holds(sa, members[u], dealt[u], plausible, sets, need, k, l)
 
     failing = {u for u in members if not holds(u)}
@@ -147,7 +160,7 @@ def persist_units(
         else:
             failing.add(into)
             heapq.heappush(queue, (len(rows), into))
-    order = (rng or np.random.default_rng()).permutation(np.array(sorted(members)))
+    order = rng.permutation(np.array(sorted(members)))
     return _layout(members, dealt, order, n, k, merged)
 
 

@@ -192,6 +192,10 @@ def generalise(
             local = ncp_split(part, k, rng)
         gid[rows] = local + next_id
         next_id += int(local.max()) + 1
+    # Group ids: a permutation drawn from the seed, not the order of the subsets and cuts (which
+    # follows the QI space), so a group id tells nothing the generalised values do not.
+    relabel = np.concatenate([[-1], rng.permutation(next_id)])
+    gid = relabel[gid + 1]
     figures = {"subsets": int(len(patterns)), "suppressed_subsets": suppressed,
                "suppressed_rows": suppressed_rows}  # fmt: skip
     return gid, figures

@@ -16,7 +16,9 @@ in, a bucket id per flagged value out. Buckets of different attributes are indep
   whose every bucket keeps its value shares within t of the attribute's flagged values (Earth
   Mover's Distance with equal ground distance: half the L1 distance of the shares).
 Categorical values are ordered alphabetically (numeric ones by value): the thesis needs an order
-for `s <= median` and gives none.
+for `s <= median` and gives none. Ties in the deal and the bucket ids are drawn from the run's
+seed (issue 24): which row of a value lands in which bucket, and what a bucket is called, follow
+neither the source's order nor the values' order.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def bucketise(
     if principle.kind == "t":
         if len(codes) < 2:
             raise ValueError(f"has {len(codes)} flagged value, fewer than 2")
-        return closeness(codes, principle.value, rng) + 1
+        return _relabel(closeness(codes, principle.value, rng), rng) + 1
     ell = int(principle.value)
     bad = ineligible(codes, ell)
     if bad == -1:
@@ -161,7 +163,13 @@ def bucketise(
             f"(at most {len(codes) // ell} allowed)"
         )
     ids = heuristic(codes, ell, rng) if use_heuristic else deal(codes, ell, rng)
-    return ids + 1
+    return _relabel(ids, rng) + 1
+
+
+def _relabel(ids: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Bucket ids as a permutation drawn from the seed: the deal numbers buckets in value order
+    (and the heuristic's parts in median-split order); the release shows neither."""
+    return rng.permutation(int(ids.max()) + 1)[ids] if len(ids) else ids
 
 
 def local_anatomy(

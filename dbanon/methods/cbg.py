@@ -23,7 +23,10 @@ The thesis's Table 3.2 (k=2, l=4) publishes as its Table 3.6: groups {101,103}, 
     29-35  M      43309        4                   4         Gastritis  1
 
 so Helen (F, 31, 43312) matches the class (31-34, F, 43312), whose two rows lie in buckets 3
-and 4: each of their four diseases is hers with probability 1/4.
+and 4: each of their four diseases is hers with probability 1/4. dbanon publishes the same
+groups and buckets up to what the release does not show: which member of a group takes which of
+its buckets, and the bucket ids, are drawn from the run's secret seed (issue 24: the thesis's
+stride let an attacker who knows a target's QIs name her bucket; docs/attacker.md).
 
 The verification gate checks k-anonymity of QIT and cross-bucket l-diversity (3.22) of QIT with
 ST (dbanon.models.crossbucket). A refresh under the default `persist` policy keeps every
@@ -80,6 +83,7 @@ class CrossBucket(Method):
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
     options = (RANGES, POLICY)
+    randomised = True  # placement inside a group, bucket ids, ties: from the run's secret seed
     shape = "cbg"
     keeps = False
     sensitive_apart = True
@@ -142,8 +146,8 @@ class CrossBucket(Method):
             state = composition.previous_state(conn, r.release_id, keys)
         figures: dict[str, Any] = {}
         if state is None or not (state[0] >= 0).any():
-            result = cross_bucket(x, sa, k, ell)
-            gid, bid, unit = result.gid, result.bid, (result.bid - 1) // k
+            result = cross_bucket(x, sa, k, ell, np.random.default_rng(r.seed))
+            gid, bid, unit = result.gid, result.bid, result.tgen
             figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens}
             suppressed = result.suppressed
         else:

@@ -66,19 +66,26 @@ class KMember(GroupingMethod):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         from dbanon.algorithms.blocks import DEFAULT_BLOCK_SIZE, kmember_blocks, partitioned
         from dbanon.algorithms.kmember import kmember
+        from dbanon.algorithms.persist import subset
+        from dbanon.algorithms.ties import restore, secret_order
 
         pk = r.model("p-k-anonymity")
         p = pk.p if pk is not None else 1  # type: ignore[attr-defined]
         size = r.options.get("block_size")
         common = {"seed": r.seed, "seeding": r.options["seeding"], "cost": r.options["cost"]}
         codes_ = None if sensitive is None or p == 1 else codes(sensitive)[0]
+        # Ties go to the lowest row: rows in an order drawn from the seed, not the source's.
+        order = secret_order(r.seed, qi.n)
+        qi = subset(qi, order)
+        codes_ = None if codes_ is None else codes_[order]
         if partitioned(qi.n, size, bool(r.options.get("exact"))):
             size = size or DEFAULT_BLOCK_SIZE
             gid, figures = kmember_blocks(
                 qi, r.k, block_size=size, progress=r.say, sensitive=codes_, p=p,  # type: ignore[arg-type]
                 **common,  # type: ignore[arg-type]
             )
-            return gid, {"clustering": "partitioned", "block_size": size, **figures}
+            return restore(order, gid), {"clustering": "partitioned", "block_size": size,
+                                         **figures}
         gid = kmember(
             qi,
             r.k,  # type: ignore[arg-type]
@@ -86,7 +93,7 @@ class KMember(GroupingMethod):
             p=p,
             **common,  # type: ignore[arg-type]
         )
-        return gid, {"clustering": "exact"}
+        return restore(order, gid), {"clustering": "exact"}
 
 
 register(KMember())

@@ -90,17 +90,21 @@ class ThetaK(GroupingMethod):
     def cluster(
         self, r: Resolved, qi: QIArrays, sensitive: Any
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        from dbanon.algorithms.persist import subset
         from dbanon.algorithms.thetak import thetak_detail
+        from dbanon.algorithms.ties import restore, secret_order
 
         model = _model(r)
         category, value = sensitive
+        # Ties to the lower row index: rows in an order drawn from the seed, not the source's.
+        order = secret_order(r.seed, qi.n)
         gid, leftovers = thetak_detail(
-            qi, category, value, model.k, model.theta,
-            seed=r.seed,  # type: ignore[arg-type]
+            subset(qi, order), np.asarray(category)[order], np.asarray(value)[order], model.k,
+            model.theta, seed=r.seed,  # type: ignore[arg-type]
             leftovers=r.options["leftovers"],
             construction=r.options["construction"],
         )  # fmt: skip
-        return gid, {"leftover_rows": leftovers}
+        return restore(order, gid), {"leftover_rows": leftovers}
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]

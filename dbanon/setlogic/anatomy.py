@@ -20,8 +20,11 @@ g = floor(n/l) is also the most groups any l-diverse bucketization can have (eac
 
 Reproducibility: rows are sorted by their content before random() draws the tie-breakers after
 setseed(seed), so the same content and seed give the same tables whatever the physical order
-or plan. QIT rows are ordered by (group_id, QI values): a function of the published content, so
-the order carries neither the source order nor the SA values. Neither table holds the row key.
+or plan. Group ids are a permutation of 1..g drawn after the deal (issue 24): the deal's
+position mod g is not published as it is (it is recomputable from the ST's counts anyway, but a
+pseudonymous id follows no order of the data). QIT rows are ordered by (group_id, QI values):
+a function of the published content, so the order carries neither the source order nor the SA
+values. Neither table holds the row key.
 """
 
 from __future__ import annotations
@@ -206,14 +209,21 @@ def build_anatomy(
         if not rows or top * l > rows:  # the source changed since check_eligible
             conn.execute(sql.SQL("DROP TABLE {}").format(stage))
             raise DbanonError(f"{source} changed during the build and is no longer {l}-eligible")
+        # Group ids: a permutation of 1..groups drawn after the deal's draws (issue 24), so a
+        # group's id is not its place in the deal.
+        perm = conn.execute(
+            "SELECT coalesce(array_agg(i ORDER BY random(), i), '{}') "
+            "FROM generate_series(1, %s) i", [groups]
+        ).fetchone()[0]
         # ST by a sort and a streaming count: a hash table of n groups is slower than the sort
         # its ORDER BY needs anyway.
         with local_settings(conn, enable_hashagg="off"):
             conn.execute(
                 sql.SQL(
-                    """CREATE TABLE {qit} AS SELECT {q_out}, g AS {gid} FROM {stage}
-                       ORDER BY g, {q_list}"""
+                    """CREATE TABLE {qit} AS SELECT {q_out}, ({perm}::int4[])[g] AS {gid}
+                       FROM {stage} ORDER BY {gid}, {q_list}"""
                 ).format(
+                    perm=sql.Placeholder("perm"),
                     qit=qit,
                     q_out=sql.SQL(", ").join(
                         sql.SQL("{} AS {}").format(q, c.ident)
@@ -222,20 +232,23 @@ def build_anatomy(
                     gid=sql.Identifier(GROUP_ID),
                     stage=stage,
                     q_list=q_list,
-                )
+                ),
+                {"perm": perm},
             )
             conn.execute(
                 sql.SQL(
                     """CREATE TABLE {st} AS
-                       SELECT g AS {gid}, s AS {sa}, count(*)::int AS {count} FROM {stage}
-                       GROUP BY g, s ORDER BY g, s"""
+                       SELECT ({perm}::int4[])[g] AS {gid}, s AS {sa}, count(*)::int AS {count}
+                       FROM {stage} GROUP BY g, s ORDER BY 1, s"""
                 ).format(
+                    perm=sql.Placeholder("perm"),
                     st=st,
                     gid=sql.Identifier(GROUP_ID),
                     sa=sensitive.ident,
                     count=sql.Identifier(COUNT),
                     stage=stage,
-                )
+                ),
+                {"perm": perm},
             )
         conn.execute(sql.SQL("DROP TABLE {}").format(stage))
     return AnatomyResult(groups=groups, rows=rows, residual_rows=rows - groups * l)

@@ -1,0 +1,24 @@
+"""Tie-breaks from the run's secret seed (issue 24 item 2).
+
+Greedy algorithms break ties by the lowest row index, and rows come out of the source in its
+physical order (usually its key or insertion order): a tie then follows the source's order.
+Running the algorithm on the rows in an order drawn from the seed makes every "lowest row" tie
+a draw from the seed, without touching the algorithm (whose reference tests stay exact)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+STREAM = 24  # a stream of its own: the algorithm's own draws from the same seed stay unchanged
+
+
+def secret_order(seed: int | None, n: int) -> np.ndarray:
+    """A permutation of 0..n-1 drawn from the seed: run the algorithm on rows[order]."""
+    return np.random.default_rng([int(seed or 0), STREAM]).permutation(n)
+
+
+def restore(order: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Per-row results of the algorithm run on rows[order], back in the source's row order."""
+    out = np.empty_like(ids)
+    out[order] = ids
+    return out
