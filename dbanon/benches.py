@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from dbanon.bench_scale import METHODS as SCALE_METHODS
+from dbanon.bench_soak import METHODS as SOAK_METHODS
 from dbanon.errors import DbanonError
 from dbanon.runners import Param, Report, Runner, Session, Table, bench
 
@@ -234,6 +235,40 @@ bench(Runner(
                f"l={d['setting'][2]}, density {d['setting'][3]:.0%}: {v['seconds']:.2f} s "
                f"({v['timings']}), NCP {v['ncp']:.4f}, {v['groups']} classes"
                for variant, v in d["variants"].items()],
+))  # fmt: skip
+
+
+def _soak(
+    s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str
+) -> dict:
+    from dbanon.bench_soak import soak, write
+
+    data = soak(s.db, tuple(methods), rows, refreshes, k=k, seed=seed, say=s.say)
+    write(data, out)
+    failed = [m for m, v in data["methods"].items() if any("error" in r for r in v["runs"])]
+    return {**data, "out": out, "exit": 4 if failed else 0}
+
+
+def _soak_report(d: dict[str, Any]) -> Report:
+    t = Table(["method", "refreshes", "NCP first", "NCP last", "seconds", "failure"])
+    for name, m in d["methods"].items():
+        done = [r for r in m["runs"] if "error" not in r]
+        failed = [r["error"] for r in m["runs"] if "error" in r]
+        t.rows.append([name, f"{len(done) - 1} of {d['refreshes']}", f"{done[0]['ncp']:.3f}",
+                       f"{done[-1]['ncp']:.3f}", str(m["seconds"]),
+                       failed[0] if failed else "-"])  # fmt: skip
+    return [t, f"wrote {d['out']}/soak.json and {d['out']}/soak.png"]
+
+
+bench(Runner(
+    "soak", "Each grouping method's release refreshed under churn (5 % inserts, 3 % deletes, "
+    "2 % QI updates before each refresh; schema dbanon_soak): every run's outcome and NCP, "
+    "written as soak.json and a plot (docs/refresh.md).",
+    (Param("rows", "int", 20_000, low=100), Param("refreshes", "int", 20, low=1),
+     Param("methods", "words", ",".join(SOAK_METHODS), "Comma-separated subset to run."),
+     Param("k", "int", 5, low=2), Param("seed", "int", 0),
+     Param("out", "path", "docs/refresh-soak", "Where soak.json and soak.png go.")),
+    _soak, _soak_report,
 ))  # fmt: skip
 
 

@@ -19,7 +19,7 @@ from psycopg import sql
 
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import DbanonError, offenders
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, offenders
 
 COLUMN = "column_name"
 
@@ -37,11 +37,35 @@ def relation_of(conn: psycopg.Connection, name: str, key: Column) -> Relation:
     return rel
 
 
+def _live(flags: Relation, source: Relation, key: Column) -> sql.Composable:
+    """The flag rows whose key the source still has."""
+    return sql.SQL(
+        "SELECT f.* FROM {f} f "
+        "WHERE EXISTS (SELECT 1 FROM {src} s WHERE s.{sk}::text = f.{k}::text)"
+    ).format(f=flags.ident, src=source.ident, sk=key.ident, k=sql.Identifier(key.name))
+
+
+def stale(conn: psycopg.Connection, flags: Relation, source: Relation, key: Column) -> int:
+    """How many flag rows name a key the source no longer has (ignored by a refresh)."""
+    return int(
+        conn.execute(
+            sql.SQL(
+                "SELECT count(*) FROM {f} f WHERE NOT EXISTS "
+                "(SELECT 1 FROM {src} s WHERE s.{sk}::text = f.{k}::text)"
+            ).format(f=flags.ident, src=source.ident, sk=key.ident, k=sql.Identifier(key.name))
+        ).fetchone()[0]
+    )
+
+
 def validate(
-    conn: psycopg.Connection, flags: Relation, source: Relation, key: Column, qi: list[Column]
-) -> dict[str, int]:
-    """Flagged values per QI column; a one-line error for a flag naming a key the source lacks
-    or a column that is not a quasi-identifier (how many rows, and which), or a NULL."""
+    conn: psycopg.Connection, flags: Relation, source: Relation, key: Column, qi: list[Column],
+    refresh: bool = False,
+) -> dict[str, int]:  # fmt: skip
+    """Flagged values per QI column; a one-line error for a NULL, or a flag naming a column
+    that is not a quasi-identifier or a value twice (how many, and which). A flag naming a key
+    the source lacks is an error at a first publish (the relation likely keys another table),
+    and ignored by a refresh (`refresh`): its row was deleted since, and consent kept with the
+    data need not be cleaned first; `stale` counts those for the run record."""
     k, c = sql.Identifier(key.name), sql.Identifier(COLUMN)
     nulls = conn.execute(
         sql.SQL("SELECT count(*) FROM {f} WHERE {k} IS NULL OR {c} IS NULL").format(
@@ -50,37 +74,46 @@ def validate(
     ).fetchone()[0]
     if nulls:
         raise DbanonError(f"flags relation {flags} has {nulls} rows with a NULL key or column")
-    unknown_keys = conn.execute(
-        sql.SQL(
-            """SELECT count(*), (array_agg(DISTINCT f.{k}::text ORDER BY f.{k}::text))[1:6]
-               FROM {f} f
-               WHERE NOT EXISTS (SELECT 1 FROM {src} s WHERE s.{sk}::text = f.{k}::text)"""
-        ).format(f=flags.ident, k=k, src=source.ident, sk=key.ident)
-    ).fetchone()
-    if unknown_keys[0]:
-        raise DbanonError(
-            f"flags relation {flags} names {unknown_keys[0]} keys that {source} lacks: "
-            f"{offenders(list(unknown_keys[1]))}"
-        )
+    if not refresh:
+        unknown, rows, sample = conn.execute(
+            sql.SQL(
+                """SELECT count(DISTINCT f.{k}), count(*),
+                          (array_agg(DISTINCT f.{k}::text ORDER BY f.{k}::text))[1:{n}]
+                   FROM {f} f
+                   WHERE NOT EXISTS (SELECT 1 FROM {src} s WHERE s.{sk}::text = f.{k}::text)"""
+            ).format(
+                f=flags.ident, k=k, src=source.ident, sk=key.ident, n=sql.Literal(SHOWN_OFFENDERS)
+            )
+        ).fetchone()
+        if unknown:
+            listed = ", ".join(repr(v) for v in sample)
+            more = f", ... ({unknown} in all)" if unknown > len(sample) else ""
+            raise DbanonError(
+                f"flags relation {flags} names {unknown} keys that {source} lacks, in {rows} "
+                f"flag rows: {listed}{more}"
+            )
+    live = _live(flags, source, key)
     per_column = dict(
         conn.execute(
-            sql.SQL("SELECT {c}::text, count(*) FROM {f} GROUP BY 1 ORDER BY 1").format(
-                c=c, f=flags.ident
+            sql.SQL("SELECT {c}::text, count(*) FROM ({live}) f GROUP BY 1 ORDER BY 1").format(
+                c=c, live=live
             )
         ).fetchall()
     )
     names = {q.name for q in qi}
-    unknown = sorted(col for col in per_column if col not in names)
-    if unknown:
-        rows = sum(per_column[col] for col in unknown)
+    unknown_cols = sorted(col for col in per_column if col not in names)
+    if unknown_cols:
+        rows = sum(per_column[col] for col in unknown_cols)
         raise DbanonError(
-            f"flags relation {flags} names {len(unknown)} columns that are not quasi-identifiers "
-            f"(--qi) of {source} in {rows} rows: {offenders(unknown)}"
+            f"flags relation {flags} names {len(unknown_cols)} columns that are not "
+            f"quasi-identifiers (--qi) of {source} in {rows} rows: {offenders(unknown_cols)}"
         )
     twice = conn.execute(
-        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {f} GROUP BY {k}, {c} HAVING count(*) > 1) d")
-        .format(f=flags.ident, k=k, c=c)
-    ).fetchone()[0]  # fmt: skip
+        sql.SQL(
+            "SELECT count(*) FROM "
+            "(SELECT 1 FROM ({live}) f GROUP BY {k}, {c} HAVING count(*) > 1) d"
+        ).format(live=live, k=k, c=c)
+    ).fetchone()[0]
     if twice:
         raise DbanonError(f"flags relation {flags} flags {twice} values more than once")
     return {col: int(n) for col, n in per_column.items()}

@@ -653,10 +653,17 @@ def compose(
             f"{found.rows_below_l} persisting rows to fewer than {needed} plausible sensitive "
             f"values (as few as {found.min_plausible_values})"
         )
+    if r.regroup or r.options.get("refresh_policy") == "regroup":
+        advice = "refresh with the persist policy, which merges groups until the promise holds"
+    else:  # persisting groups were merged as far as merging helps (dbanon.algorithms.persist)
+        advice = (
+            "no merge of groups can fix it: too few rows of the whole table still hold the "
+            "values those rows had in every earlier release"
+        )
     raise Refused(
         f"release {r.spec.name!r}: a consumer who keeps the earlier releases could narrow "
-        f"{' and '.join(problems)}; the previous release is kept (refresh with the "
-        "persist policy, or --allow-composition to publish anyway)"
+        f"{' and '.join(problems)}; the previous release is kept ({advice}; "
+        "--allow-composition publishes anyway, recorded in the run)"
     )
 
 

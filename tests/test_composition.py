@@ -199,7 +199,10 @@ def test_persisting_rows_keep_their_groups_and_small_groups_merge() -> None:
     for old in (0, 2):
         assert len(set(gid[previous == old].tolist())) == 1
     assert len(set(gid[[17, 18, 19]].tolist())) == 1  # group 1's survivors, merged as one
-    assert gid[17] in (gid[0], gid[20], gid[10])  # into a neighbour (or the new group)
+    # The survivors took the two nearest new rows (nearer than any other group) rather than
+    # merging with a whole group; the other new rows form a group of their own.
+    assert gid[17] == gid[16] == gid[15] and gid[17] not in (gid[0], gid[20], gid[10])
+    assert len(set(gid[10:15].tolist())) == 1
 
 
 def test_new_rows_that_cannot_group_alone_join_the_nearest_group() -> None:

@@ -201,7 +201,7 @@ def test_t_principle_for_a_binary_attribute(conn: psycopg.Connection, dsn: str) 
     ("flags_rows", "extra", "message"),
     [
         ([(1001, "age"), (999, "age"), (998, "gender")], (),
-         "names 2 keys that toy.t41 lacks: '998', '999'"),
+         "names 2 keys that toy.t41 lacks, in 2 flag rows: '998', '999'"),
         ([(1001, "age"), (1002, "salary"), (1003, "name")], (),
          "names 2 columns that are not quasi-identifiers (--qi) of toy.t41 in 2 rows: "
          "'name', 'salary'"),

@@ -5,13 +5,26 @@ If a refresh regroups from scratch, the two classes share few rows and the inter
 single a person out; if every row that persists stays with the rows it was grouped with, the
 intersection is its old group again. So a refresh under the `persist` policy:
 1. keeps every persisting row in its previous group (deleted rows simply leave it);
-2. groups the new rows among themselves with the method's own algorithm (when it can: there
-   are at least k of them and they can satisfy the model on their own), and puts the rest in
-   the nearest group;
-3. merges every group that no longer satisfies the promised models (it lost rows, or a new row
-   broke its l-diversity) into its nearest group, smallest first, until all satisfy them.
-Groups never split, so information loss can only grow over refreshes; `--regroup` starts over
-(and dbanon's composition check then says whether the intersection still keeps the promise).
+2. lets each group that no longer keeps its promise (below) take a few of the nearest new
+   rows, when that makes it keep it; groups the other new rows among themselves with the
+   method's own algorithm (when it can: there are at least k of them and they can satisfy
+   the model on their own), and puts the rest in the nearest group;
+3. merges every group that no longer keeps its promise into a near group, smallest first,
+   until all keep it. A group keeps its promise when it satisfies the promised models (it may
+   have lost rows, or a new row broke its l-diversity) and, for a consumer who kept every
+   earlier release (`History`), still leaves each of its persisting rows k plausible rows and
+   l plausible values: rows whose sensitive value every earlier class of that row held.
+   Deletes, new values and updated sensitive values all shrink those counts; a merge only ever
+   grows them, so merging ends. Of the few nearest groups (by the distance below) the nearest
+   whose union keeps the promise is taken, else the nearest.
+4. regroups every group of 2k rows or more with the method's algorithm, and keeps the split
+   when each part keeps the promise, so merges of earlier refreshes come undone where the
+   intersection allows.
+Information loss still grows over refreshes; `--regroup` starts over (and dbanon's
+composition check then says whether the intersection still keeps the promise).
+A persisting row whose plausible values fewer than k rows of the whole table still hold cannot
+be helped by any merge: the guard leaves it out (`History.fixable`) and the composition check
+refuses the run, naming the override.
 
 Pure arrays in, group ids out; the distance between groups is the k-member one (numeric ranges
 normalised by the domain width, categorical LCA heights) between group centres.
@@ -20,6 +33,7 @@ normalised by the domain width, categorical LCA heights) between group centres.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,6 +42,69 @@ from dbanon.algorithms.base import QIArrays
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
 _CHUNK = 2048  # rows per block when placing leftover rows (bounded memory: block x groups)
+_CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
+
+
+@dataclass(frozen=True)
+class History:
+    """What a consumer who kept every earlier release knows of the persisting rows.
+
+    `tag[i]`: a code of row i's sensitive value now; `history[i]`: the id of row i's running
+    intersection of values (-1 for a new row); `values[h]`: the sorted codes of history h's
+    plausible values. The figures are dbanon.composition's: k plausible rows (rows of the
+    class whose value is plausible) and `needed` plausible values (l, or p)."""
+
+    tag: np.ndarray
+    history: np.ndarray
+    values: list[np.ndarray]
+    k: int
+    needed: int
+
+    def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
+        """The histories (of those given) that the rows leave short of k rows or l values."""
+        tags = self.tag[rows]
+        present = np.unique(tags)
+        return np.array(
+            [h for h in histories.tolist()
+             if np.isin(tags, self.values[h]).sum() < self.k
+             or len(np.intersect1d(present, self.values[h], assume_unique=True)) < self.needed],
+            dtype=np.int64,
+        )  # fmt: skip
+
+    def _codes(self) -> int:
+        """One more than the largest value code in use."""
+        most = [int(v.max()) for v in self.values if len(v)]
+        return max([*most, int(self.tag.max(initial=-1))]) + 1
+
+    def fixable(self) -> History:
+        """This history without the rows no merge can help (their plausible values are held
+        by fewer than k rows, or fewer than l values are left, in the whole table): the
+        composition check reports those."""
+        counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
+        counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
+        hopeless = np.array(
+            [h for h, v in enumerate(self.values)
+             if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed],
+            dtype=np.int64,
+        )  # fmt: skip
+        if not len(hopeless):
+            return self
+        history = np.where(np.isin(self.history, hopeless), -1, self.history)
+        return History(self.tag, history, self.values, self.k, self.needed)
+
+    def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
+        """Which candidate rows hold a value some persisting row of the group may have."""
+        here = self.history[rows]
+        known = np.unique(here[here >= 0])
+        if not len(known):
+            return np.ones(len(candidates), dtype=bool)
+        return np.isin(self.tag[candidates], np.concatenate([self.values[h] for h in known]))
+
+    def holds(self, rows: np.ndarray) -> bool:
+        """Whether every persisting row of the group keeps k plausible rows and l values."""
+        here = self.history[rows]
+        known = np.unique(here[here >= 0])
+        return not len(known) or not len(self._short(rows, known))
 
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
@@ -60,19 +137,34 @@ def _distance(
 
 
 def persist_groups(
-    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2
-) -> np.ndarray:
+    qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
+    history: History | None = None, replace_moved: bool = True,
+) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
-    they cannot be grouped on their own). Raises ValueError when no grouping satisfies the
-    models."""
+    they cannot be grouped on their own); with `history`, groups also keep the intersection
+    promise for every persisting row a merge can help; with `replace_moved` (methods whose
+    groups gather near rows) rows that moved far from their group are placed again. Raises
+    ValueError when no grouping satisfies the models."""
+    if history is not None:
+        guard = history.fixable()
+        models = holds
+
+        def holds(rows: np.ndarray) -> bool:
+            return models(rows) and guard.holds(rows)
+
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
+    if replace_moved and old.any():  # the guard (or class size) keeps a moved row's promise
+        gid[moved(qi, gid)] = -1
+        gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
+        old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
-    new = np.flatnonzero(~old)
+    _fill_short(qi, gid, groups, holds, guard if history is not None else None, k)
+    new = np.flatnonzero(gid < 0)
     if len(new) >= k:
         try:
             sub = np.asarray(cluster(new))
@@ -88,11 +180,105 @@ def persist_groups(
         for start in range(0, len(left), _CHUNK):
             rows = left[start : start + _CHUNK]
             gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-    return _merge_failing(qi, gid, groups, holds)
+    gid = _merge_failing(qi, gid, groups, holds)
+    return _split_large(gid, cluster, holds, k)
+
+
+def _split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
+    """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
+    when every part keeps the promise (models and guard): merges of earlier refreshes are
+    undone where the intersection allows it, so information loss need not only grow."""
+    sizes = np.bincount(gid)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.r_[0, np.cumsum(sizes)]
+    nxt = len(sizes)
+    for g in np.flatnonzero(sizes >= 2 * k).tolist():
+        rows = order[bounds[g] : bounds[g + 1]]
+        try:
+            sub = np.unique(np.asarray(cluster(rows)), return_inverse=True)[1].reshape(-1)
+        except ValueError:
+            continue
+        parts = int(sub.max()) + 1
+        if parts < 2 or not all(holds(rows[sub == p]) for p in range(parts)):
+            continue
+        for p in range(1, parts):
+            gid[rows[sub == p]] = nxt
+            nxt += 1
+    return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+def _fill_short(
+    qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, guard: History | None, k: int
+) -> None:
+    """Let each persisting group that fails its promise (it lost rows, mostly) take up to k
+    of the nearest loose rows (new or moved) nearer than any other group, those holding a
+    value its persisting rows may have first, when that makes it hold: a short group gains a
+    row or two, where merging it would generalise it with a whole other group. In place, on
+    `gid`."""
+    loose = np.flatnonzero(gid < 0)
+    if not len(loose) or not groups:
+        return
+    placed = np.flatnonzero(gid >= 0)
+    order = placed[np.argsort(gid[placed], kind="stable")]
+    bounds = np.searchsorted(gid[order], np.arange(groups + 1))
+    members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
+    failing = [g for g in range(groups) if len(members[g]) and not holds(members[g])]
+    if not failing:
+        return
+    cnum, ccat = _centres(subset(qi, placed), gid[placed], groups)
+    free = np.ones(len(loose), dtype=bool)
+    for g in sorted(failing, key=lambda x: (len(members[x]), x)):
+        d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], qi.num[loose], qi.cat[loose])[0]
+        others = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
+        others[g] = np.inf
+        d[~free | (d >= others.min())] = np.inf  # a merge with the nearest group is cheaper
+        near = np.argsort(d, kind="stable")[: 4 * k]
+        near = near[np.isfinite(d[near])]
+        if guard is not None and len(near):
+            near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
+        rows, taken = members[g], []
+        for c in near[:k].tolist():
+            rows = np.append(rows, loose[c])
+            taken.append(c)
+            if holds(rows):
+                gid[loose[taken]] = g
+                free[taken] = False
+                break
+
+
+def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
+    """Persisting rows (gid >= 0) whose QIs moved away from their group: a row's distance to
+    its group's centre (without it) is over twice its distance to the nearest other centre,
+    and over the group's own spread. Keeping such a row (a QI update, mostly) would stretch
+    its group's generalisation over the space between; placed as a new row, the merges of
+    the guard keep its intersection promise instead."""
+    rows = np.flatnonzero(gid >= 0)
+    groups = int(gid.max(initial=-1)) + 1
+    if not len(rows) or groups < 2:
+        return np.zeros(0, dtype=np.int64)
+    g = gid[rows]
+    sizes = np.bincount(g, minlength=groups)
+    cnum, ccat = _centres(subset(qi, rows), g, groups)
+    own = np.abs(qi.num[rows] - cnum[g]).sum(axis=1)  # each row to its own group's centre
+    for j in range(qi.cat.shape[1]):
+        own += qi.height[j][qi.lca[j][qi.cat[rows, j], ccat[g, j]]]
+    # Numeric centres without the row itself: the mean moves away from the row by d / (n - 1).
+    alone = sizes[g] > 1
+    own = np.where(alone, own * sizes[g] / np.maximum(sizes[g] - 1, 1), 0.0)
+    spread = np.bincount(g, weights=own, minlength=groups) / np.maximum(sizes, 1)
+    candidates = np.flatnonzero(alone & (own > 2 * spread[g]) & (own > 0))
+    out = []
+    for start in range(0, len(candidates), _CHUNK):
+        c = candidates[start : start + _CHUNK]
+        d = _distance(qi, qi.num[rows[c]], qi.cat[rows[c]], cnum, ccat)
+        d[np.arange(len(c)), g[c]] = np.inf
+        out.append(c[own[c] > 2 * d.min(axis=1)])
+    return rows[np.concatenate(out)] if out else np.zeros(0, dtype=np.int64)
 
 
 def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
-    """Merge groups that fail the models into their nearest group, smallest first."""
+    """Merge groups that fail their promise into a near group, smallest first: of the
+    `_CANDIDATES` nearest, the nearest whose union holds, else the nearest."""
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = {
@@ -106,7 +292,12 @@ def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> 
         g = min(failing, key=lambda x: (len(members[x]), x))
         alive = np.array(sorted(h for h in members if h != g))
         d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
-        into = int(alive[int(np.argmin(d))])
+        near = alive[np.argsort(d, kind="stable")[:_CANDIDATES]].tolist()
+        into, ok = near[0], False
+        for h in near:
+            if holds(np.concatenate([members[h], members[g]])):
+                into, ok = h, True
+                break
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
         failing.discard(g)
@@ -115,7 +306,7 @@ def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> 
         for j in range(qi.cat.shape[1]):
             vals, counts = np.unique(qi.cat[rows, j], return_counts=True)
             ccat[into, j] = vals[np.argmax(counts)]
-        if holds(rows):
+        if ok:
             failing.discard(into)
         else:
             failing.add(into)

@@ -22,7 +22,7 @@ from psycopg import sql
 
 from dbanon import composition, generalise
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.persist import persist_groups, subset
+from dbanon.algorithms.persist import History, persist_groups, subset
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
@@ -230,6 +230,79 @@ def materialise(
     )
 
 
+HISTORY = sql.Identifier("dbanon_persist_history")  # (pos, t, vals) of this run's rows
+TAGS = sql.Identifier("dbanon_persist_tags")  # (t, code): every sensitive value in play
+RUNS = sql.Identifier("dbanon_persist_runs")  # (vals, hid): every running intersection
+
+
+def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None:
+    """What a consumer who kept every earlier release knows of each row (persist.History):
+    its sensitive value now, and its running intersection of plausible values in the
+    release's map, both as small integer codes (tags as dbanon.composition writes them). None
+    without a sensitive column (a persisting row's plausible rows are then its class)."""
+    if not r.sensitive or r.release_id is None:
+        return None
+    rows = sql.Identifier("dbanon_persist_rows")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
+    )  # gid: the row's position in `keys`
+    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
+    conn.execute(
+        sql.SQL(
+            """CREATE TEMP TABLE {hist} ON COMMIT DROP AS
+               SELECT t.gid AS pos, {tag} AS t,
+                      CASE WHEN m.vals IS NOT NULL
+                           THEN ARRAY(SELECT DISTINCT v FROM unnest(m.vals) v ORDER BY 1) END
+                          AS vals
+               FROM {rows} t JOIN {src} s ON s.{key}::text = t.key
+               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = t.key"""
+        ).format(
+            hist=HISTORY,
+            tag=composition.tag(r.sensitive[0]),
+            rows=rows,
+            src=r.source.ident,
+            key=r.key.ident,
+            map=composition.map_of(conn, r.release_id),
+        ),
+        {"rid": r.release_id},
+    )
+    conn.execute(
+        sql.SQL(
+            """CREATE TEMP TABLE {tags} ON COMMIT DROP AS
+               SELECT t, (row_number() OVER (ORDER BY t) - 1)::int4 AS code FROM (
+                   SELECT t FROM {hist} UNION SELECT unnest(vals) FROM {hist}) d;
+               CREATE TEMP TABLE {runs} ON COMMIT DROP AS
+               SELECT vals, (row_number() OVER (ORDER BY vals) - 1)::int4 AS hid
+               FROM (SELECT DISTINCT vals FROM {hist} WHERE vals IS NOT NULL) d"""
+        ).format(tags=TAGS, hist=HISTORY, runs=RUNS)
+    )
+    pos, tag, hid = copy_columns(
+        conn,
+        sql.SQL(
+            "SELECT h.pos::float8, g.code::float8, coalesce(u.hid, -1)::float8 FROM {hist} h "
+            "JOIN {tags} g USING (t) LEFT JOIN {runs} u ON u.vals = h.vals"
+        ).format(hist=HISTORY, tags=TAGS, runs=RUNS),
+        ["float8", "float8", "float8"],
+    )
+    n, at = len(keys), np.asarray(pos, dtype=np.int64)
+    tags, hids = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+    tags[at], hids[at] = np.asarray(tag, dtype=np.int64), np.asarray(hid, dtype=np.int64)
+    values: list[list[int]] = [[] for _ in range(int(hids.max(initial=-1)) + 1)]
+    for h, code in conn.execute(
+        sql.SQL(
+            "SELECT u.hid, g.code FROM {runs} u CROSS JOIN LATERAL unnest(u.vals) v(t) "
+            "JOIN {tags} g USING (t) ORDER BY 1, 2"
+        ).format(runs=RUNS, tags=TAGS)
+    ):
+        values[h].append(code)
+    for table in (rows, HISTORY, TAGS, RUNS):
+        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    return History(
+        tags, hids, [np.asarray(v, dtype=np.int64) for v in values],
+        r.k or 1, composition.values_needed(r.models),
+    )  # fmt: skip
+
+
 def _ids(out: np.ndarray | tuple[np.ndarray, dict[str, Any]]) -> np.ndarray:
     return out[0] if isinstance(out, tuple) else out
 
@@ -255,6 +328,9 @@ class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
     options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
+    # Whether groups gather near rows, so that a persisting row far from its group's centre has
+    # moved (a QI update) and a refresh places it again (dbanon.algorithms.persist.moved).
+    compact: ClassVar[bool] = True
     releases = (
         "`NAME`: each QI generalised over its group (numbers and dates `[min, max]`, categories "
         "the LCA in their hierarchy or the set of values present), then `--sensitive` and "
@@ -299,7 +375,7 @@ class GroupingMethod(Method):
                 out = persist_groups(
                     qi, previous,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
-                    self._holds(r, sensitive), r.k or 2,
+                    self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None

@@ -27,7 +27,7 @@ from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import copy_out
 from dbanon.errors import DbanonError
-from dbanon.flags import COLUMN, masks, relation_of
+from dbanon.flags import COLUMN, masks, relation_of, stale
 from dbanon.flags import validate as validate_flags
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
@@ -178,7 +178,7 @@ class LocalAnatomy(Method):
             raise DbanonError(str(e)) from None
         if r.options.get("flags"):
             rel = relation_of(conn, r.options["flags"], r.key)
-            validate_flags(conn, rel, r.source, r.key, r.qi)
+            validate_flags(conn, rel, r.source, r.key, r.qi, refresh=r.release_id is not None)
         _no_null_sensitive(conn, r)
         attrs = {a.column for a in self.attributes(r)}
         stray = sorted(set(principles) - attrs)
@@ -249,6 +249,9 @@ class LocalAnatomy(Method):
             materialise_buckets(conn, r, a, i, r.ident(idt.build), r.ident(st.build))
         ctx.lap("materialise")
         metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
+        if r.options.get("flags"):  # flags of rows deleted since: ignored, counted
+            rel = relation_of(conn, r.options["flags"], r.key)
+            metrics["stale_flags"] = stale(conn, rel, r.source, r.key)
         for a in attrs:
             ids = buckets[a.column]
             metrics[f"{a.column}_flagged"] = int((ids > 0).sum())

@@ -31,6 +31,7 @@ def _model(r: Resolved) -> ThetaKAnonymity:
 
 
 class ThetaK(GroupingMethod):
+    compact = False  # classes mix categories: a row far from its class's centre is normal
     name = "thetak"
     summary = (
         "(θ,k)-anonymity (Cheng, Liu et al. 2019): every class mixes θ categories of the "

@@ -1,0 +1,231 @@
+"""`dbanon bench soak`: releases left running on a churning table, as a DBA leaves them.
+
+Per grouping method, a table of N rows (schema dbanon_soak, made by this bench: id, age, region,
+income; dx sensitive) is published once and then refreshed R times by the method's default
+policy, with ordinary churn before each refresh: 5 % of the rows inserted, 3 % deleted and the
+QIs of 2 % updated (shares of the table's size at the time). Every run is recorded: whether it
+succeeded, its information loss (the run's `gcp`: NCP over the QIs), classes, persisting rows
+and the intersection figures dbanon measured. Groups never split under the persist policy, so
+the loss can only grow; the figures say how fast. `on_release` lets a caller (the soak test)
+check every release independently as it appears.
+
+The churn is drawn from a numpy generator seeded by `seed` (and the method's position), so
+each method sees the same sequence of tables and two runs of the bench the same figures.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.errors import DbanonError
+from dbanon.spec import ReleaseSpec
+
+if TYPE_CHECKING:
+    from dbanon.api import Database
+    from dbanon.release import PublishResult
+
+SCHEMA = "dbanon_soak"
+METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
+REGIONS = ["north", "south", "east", "west", "centre", "isles"]
+# Sensitive values and their (θ,k) category (a two-level hierarchy imported as HIERARCHY).
+CATEGORY = {
+    "flu": "respiratory", "asthma": "respiratory", "copd": "respiratory",
+    "diabetes": "metabolic", "gout": "metabolic",
+    "angina": "cardiac", "arrhythmia": "cardiac",
+    "cancer": "oncology", "lymphoma": "oncology", "hiv": "infection",
+}  # fmt: skip
+DX = list(CATEGORY)
+HIERARCHY = "dbanon_soak_dx"
+COLUMNS = ("id", "age", "region", "income", "dx")
+
+OnRelease = Callable[[str, int, "PublishResult", str], None]  # method, step, result, source
+
+
+def spec(method: str, source: str, k: int) -> ReleaseSpec:
+    """The release each method is soaked with: QIs age, region, income; dx sensitive."""
+    qi = ["age", "region", "income"]
+    common: dict[str, Any] = {"sensitive": ["dx"], "method": method, "k": k}
+    name = f"soak_{method}"
+    if method == "kmember":
+        return ReleaseSpec.from_options(name, source, "id", qi, **common)
+    if method == "mondrian":
+        return ReleaseSpec.from_options(name, source, "id", qi, l=2, **common)
+    if method == "thetak":
+        return ReleaseSpec.from_options(
+            name, source, "id", qi, theta=2, sensitive_hierarchies={"dx": HIERARCHY}, **common
+        )
+    if method == "cbg":
+        return ReleaseSpec.from_options(name, source, "id", qi, l=4, **common)
+    if method == "lag":
+        return ReleaseSpec.from_options(
+            name, source, "id", qi, l=3, options={"flags": f"{source}_flags"}, **common
+        )
+    raise DbanonError(f"bench soak knows methods {', '.join(METHODS)}, not {method!r}")
+
+
+def people(rng: np.random.Generator, ids: np.ndarray) -> list[tuple]:
+    """Rows (id, age, region, income, dx) for the given ids."""
+    n = len(ids)
+    age = rng.integers(18, 91, n)
+    region = rng.integers(0, len(REGIONS), n)
+    income = rng.integers(10, 201, n) * 500
+    dx = rng.integers(0, len(DX), n)
+    return [
+        (int(i), int(a), REGIONS[r], int(m), DX[d])
+        for i, a, r, m, d in zip(ids, age, region, income, dx, strict=True)
+    ]
+
+
+def make_source(conn: psycopg.Connection, table: str, rows: int, rng: np.random.Generator) -> None:
+    """CREATE the bench's table (dropping the bench's own earlier one) and its flags (20 % of
+    the rows flag their age, 20 % their region: lag's consent)."""
+    conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+    for t in (table, f"{table}_flags"):
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(SCHEMA, t)))
+    ident = sql.Identifier(SCHEMA, table)
+    conn.execute(
+        sql.SQL(
+            "CREATE TABLE {} (id int PRIMARY KEY, age int, region text, income int, dx text)"
+        ).format(ident)
+    )
+    _copy(conn, ident, people(rng, np.arange(1, rows + 1)))
+    flags = sql.Identifier(SCHEMA, f"{table}_flags")
+    conn.execute(sql.SQL("CREATE TABLE {} (id int, column_name text)").format(flags))
+    flagged = [
+        (int(i), col)
+        for col in ("age", "region")
+        for i in np.flatnonzero(rng.random(rows) < 0.2) + 1
+    ]
+    _copy(conn, flags, flagged)
+
+
+def _copy(conn: psycopg.Connection, table: sql.Identifier, rows: Sequence[tuple]) -> None:
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} FROM STDIN").format(table)) as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def churn(
+    conn: psycopg.Connection, table: str, rng: np.random.Generator, next_id: int,
+    inserts: float, deletes: float, updates: float,
+) -> tuple[int, dict[str, int]]:  # fmt: skip
+    """Delete, update the QIs of, and insert shares of the table's rows; (next id, counts)."""
+    ident = sql.Identifier(SCHEMA, table)
+    ids = np.array(
+        [r[0] for r in conn.execute(sql.SQL("SELECT id FROM {} ORDER BY id").format(ident))]
+    )
+    n = len(ids)
+    gone = rng.choice(ids, round(n * deletes), replace=False)
+    conn.execute(sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(ident), [gone.tolist()])
+    left = np.setdiff1d(ids, gone)
+    moved = people(rng, rng.choice(left, round(n * updates), replace=False))
+    with conn.cursor() as cur:
+        cur.executemany(
+            sql.SQL("UPDATE {} SET age = %s, region = %s, income = %s WHERE id = %s").format(ident),
+            [(a, r, m, i) for i, a, r, m, _ in moved],
+        )
+    added = round(n * inserts)
+    _copy(conn, ident, people(rng, np.arange(next_id, next_id + added)))
+    return next_id + added, {"inserted": added, "deleted": len(gone), "updated": len(moved)}
+
+
+def _figures(step: int, result: PublishResult, changes: dict[str, int]) -> dict[str, Any]:
+    m = result.metrics
+    return {
+        "step": step, "rows": result.rows, "ncp": m.get("gcp"), "classes": result.classes,
+        "min_class_size": result.min_class_size, "seconds": result.seconds,
+        "composition": m.get("composition"), "stale_flags": m.get("stale_flags"), **changes,
+    }  # fmt: skip
+
+
+def soak(
+    db: Database, methods: Sequence[str] = METHODS, rows: int = 20_000, refreshes: int = 20,
+    inserts: float = 0.05, deletes: float = 0.03, updates: float = 0.02, k: int = 5,
+    seed: int = 0, on_release: OnRelease | None = None, say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Publish and refresh each method's release under churn; the figures of every run. A run
+    that fails is recorded with its error and ends that method's soak."""
+    say = say or (lambda _m: None)
+    conn = db.conn
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "dx.csv"
+        path.write_text("".join(f"{v};{c};*\n" for v, c in CATEGORY.items()))
+        db.import_hierarchy(HIERARCHY, path, replace=True, force=True)
+    out: dict[str, Any] = {
+        "rows": rows, "refreshes": refreshes, "k": k, "seed": seed,
+        "churn": {"inserts": inserts, "deletes": deletes, "updates": updates}, "methods": {},
+    }  # fmt: skip
+    for method in methods:  # each method's data from (seed, its place in METHODS)
+        rng = np.random.default_rng([seed, METHODS.index(method) if method in METHODS else 99])
+        table = f"bank_{method}"
+        source = f"{SCHEMA}.{table}"
+        s = spec(method, source, k)
+        if conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [s.name]).fetchone():
+            conn.rollback()
+            db.drop(s.name)  # the bench's own release of an earlier run
+        conn.rollback()
+        make_source(conn, table, rows, rng)
+        conn.commit()
+        runs: list[dict[str, Any]] = []
+        out["methods"][method] = {"runs": runs}
+        started = time.perf_counter()
+        next_id, changes = rows + 1, {}
+        for step in range(refreshes + 1):
+            try:
+                result = db.publish(s) if step == 0 else db.refresh(s.name)
+            except DbanonError as e:
+                runs.append({"step": step, "error": str(e), **changes})
+                say(f"{method}: step {step} failed: {e}")
+                break
+            runs.append(_figures(step, result, changes))
+            say(f"{method}: step {step}, NCP {result.metrics.get('gcp')}, {result.rows} rows")
+            if on_release is not None:
+                on_release(method, step, result, source)
+            if step < refreshes:
+                next_id, changes = churn(conn, table, rng, next_id, inserts, deletes, updates)
+                conn.commit()
+        out["methods"][method]["seconds"] = round(time.perf_counter() - started, 1)
+    return out
+
+
+def write(data: dict[str, Any], directory: str | Path) -> tuple[Path, Path]:
+    """soak.json and soak.png (NCP against refreshes, one line per method) in `directory`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / "soak.json"
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for method, m in data["methods"].items():
+        steps = [r["step"] for r in m["runs"] if r.get("ncp") is not None]
+        ax.plot(steps, [r["ncp"] for r in m["runs"] if r.get("ncp") is not None],
+                marker="o", markersize=3, label=method)  # fmt: skip
+    c = data["churn"]
+    ax.set_title(
+        f"{data['rows']:,} rows, k={data['k']}: {c['inserts']:.0%} inserts, "
+        f"{c['deletes']:.0%} deletes, {c['updates']:.0%} QI updates per refresh"
+    )
+    ax.set_xlabel("refresh (0: first publish)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel("NCP (information loss)")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    png = directory / "soak.png"
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return out, png

@@ -1,0 +1,125 @@
+"""Churn between refreshes, and an intersection attacker that reads only released relations.
+
+Imports nothing from dbanon: the attacker is the consumer who kept every release. For a person
+present in every release (key never deleted), whose current QIs it knows (it sees a QI update only
+in the releases after it), its candidate rows in each release are those whose released QIs cover
+the person's QIs at that time; its plausible values are the sensitive values every release's
+candidates hold; its plausible rows are the newest release's candidates holding such a value.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import psycopg
+
+DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina", "ulcer", "copd", "hiv", "lupus"]
+REGIONS = ["north", "south", "east", "west", "centre", "isles"]
+COLUMNS = [("id", "int PRIMARY KEY"), ("age", "int"), ("region", "text"), ("income", "int"),
+           ("dx", "text")]  # fmt: skip
+
+
+def person(rng: random.Random, i: int) -> tuple:
+    return (i, rng.randint(18, 90), rng.choice(REGIONS), rng.randint(10, 200) * 500,
+            rng.choice(DX))  # fmt: skip
+
+
+def churn(
+    conn: psycopg.Connection, rng: random.Random, table: str, next_id: int,
+    inserts: float = 0.05, deletes: float = 0.03, updates: float = 0.02,
+) -> int:  # fmt: skip
+    """Delete, update the QIs of, and insert the given shares of the table's rows (as a
+    fraction of its size before); returns the next free id."""
+    ids = [r[0] for r in conn.execute(f"SELECT id FROM {table}").fetchall()]  # noqa: S608
+    n = len(ids)
+    gone = rng.sample(ids, round(n * deletes))
+    conn.execute(f"DELETE FROM {table} WHERE id = ANY(%s)", [gone])  # noqa: S608
+    left = sorted(set(ids) - set(gone))
+    for i in rng.sample(left, round(n * updates)):
+        _, age, region, income, _ = person(rng, i)
+        conn.execute(
+            f"UPDATE {table} SET age = %s, region = %s, income = %s WHERE id = %s",  # noqa: S608
+            [age, region, income, i],
+        )
+    with conn.cursor() as cur, cur.copy(f"COPY {table} FROM STDIN") as copy:  # noqa: S608
+        for _ in range(round(n * inserts)):
+            copy.write_row(person(rng, next_id))
+            next_id += 1
+    return next_id
+
+
+def _range(cell: Any) -> tuple[float, float]:
+    """A released numeric cell ('36', '36-40', '[36,40]' or '*') as (low, high)."""
+    s = str(cell).strip("[]()")
+    if s == "*":
+        return -np.inf, np.inf
+    parts = s.split(",", 1) if "," in s else s.split("-", 1)
+    return float(parts[0]), float(parts[-1])
+
+
+def _regions(cell: Any, regions: list[str]) -> int:
+    """A released region cell (a value, '{a,b}' or '*') as a bit mask over `regions`."""
+    s = str(cell)
+    if s == "*":
+        return (1 << len(regions)) - 1
+    names = {p.strip().strip('"') for p in s.strip("{}").split(",")}
+    return sum(1 << i for i, r in enumerate(regions) if r in names)
+
+
+class Attacker:
+    """The consumer who keeps every release of the churning table (age, region, income; dx)."""
+
+    def __init__(self, dx: list[str] = DX, regions: list[str] = REGIONS) -> None:
+        self.dx, self.regions = dx, regions
+        self.values: dict[int, int] = {}  # person -> bit mask of plausible dx values so far
+        self.alive: set[int] | None = None  # people present in every release so far
+
+    def observe(
+        self, people: list[tuple], released: list[tuple],
+        buckets: dict[Any, set] | None = None,
+    ) -> tuple[int, int, int]:  # fmt: skip
+        """One more release: `people` are the source's rows (id, age, region, income, dx) at
+        its time, `released` its rows (age, region, income, dx), or with `buckets` (cbg: the
+        ST's values of each bucket) QIT rows (age, region, income, bucket). A person's
+        candidate rows cover her QIs; her plausible values are those every release's
+        candidates may hold; her plausible rows the newest candidates that may hold one.
+        Returns (people present in every release, fewest plausible rows, fewest values)."""
+        dxs, regions = self.dx, self.regions
+        counts: dict[tuple, int] = {}
+        for row in released:
+            counts[tuple(row)] = counts.get(tuple(row), 0) + 1
+        cells = list(counts)  # (QIs..., value or bucket): rows that may hold the same values
+        age = np.array([_range(c[0]) for c in cells]).reshape(-1, 2)
+        region = np.array([_regions(c[1], regions) for c in cells], dtype=np.int64)
+        income = np.array([_range(c[2]) for c in cells]).reshape(-1, 2)
+        size = np.array([counts[c] for c in cells], dtype=np.int64)
+        may = np.zeros((len(cells), len(dxs)), dtype=np.int64)  # class -> values it may hold
+        for i, c in enumerate(cells):
+            for v in (buckets[c[3]] if buckets is not None else {c[3]}):
+                may[i, dxs.index(v)] = 1
+        now = {p[0]: p for p in people}
+        alive = set(now) if self.alive is None else self.alive & set(now)
+        ids = sorted(alive)
+        fewest_rows = fewest_values = 10**9
+        bits = 1 << np.arange(len(dxs), dtype=np.int64)
+        for start in range(0, len(ids), 2000):
+            chunk = [now[i] for i in ids[start : start + 2000]]
+            a = np.array([p[1] for p in chunk], dtype=float)[:, None]
+            g = np.array([1 << regions.index(p[2]) for p in chunk], dtype=np.int64)[:, None]
+            m = np.array([p[3] for p in chunk], dtype=float)[:, None]
+            cover = ((age[:, 0] <= a) & (a <= age[:, 1]) & ((region & g) != 0)
+                     & (income[:, 0] <= m) & (m <= income[:, 1])).astype(np.int64)  # fmt: skip
+            held = (cover @ may) > 0  # (people, values) their candidates may hold
+            before = np.array([self.values.get(p[0], -1) for p in chunk], dtype=np.int64)
+            plausible = held & ((before[:, None] & bits[None, :]) != 0)
+            masks = (plausible * bits[None, :]).sum(axis=1)
+            for p, mask in zip(chunk, masks.tolist(), strict=True):
+                self.values[p[0]] = mask
+            rows = (cover * ((plausible.astype(np.int64) @ may.T) > 0)) @ size
+            fewest_rows = min(fewest_rows, int(rows.min(initial=10**9)))
+            fewest_values = min(fewest_values, int(plausible.sum(axis=1).min(initial=10**9)))
+        self.alive = alive
+        self.values = {i: v for i, v in self.values.items() if i in alive}
+        return len(alive), fewest_rows, fewest_values

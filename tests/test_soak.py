@@ -1,0 +1,156 @@
+"""Soak (issue 19 item 1): every grouping method's release refreshed under ordinary churn (5 %
+inserts, 3 % deletes, 2 % QI updates before each refresh) with its default policy.
+
+Every refresh must succeed; every release is checked as it appears, independently of dbanon:
+its model by a GROUP BY of the released relation (tests/verify.py, verify_cbg.py,
+verify_local.py), and for the methods that release one generalised table (kmember, mondrian,
+thetak) churn.Attacker, the consumer who kept every release, finds no person present in all of
+them with fewer than k plausible rows or l plausible values. cbg and lag regroup from scratch at
+each refresh here (their intersection guard is issue 22's); for them the soak shows that refresh
+never jams, stale flags included. CI runs 5 refreshes of 1,000 rows; the 20-refresh soak of
+20,000 rows is marked slow (`dbanon bench soak` writes its figures to docs/refresh-soak/).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import psycopg
+import pytest
+import verify
+import verify_cbg
+import verify_local
+from churn import Attacker
+
+from dbanon import bench_soak
+from dbanon.api import Database
+from dbanon.release import PublishResult
+
+QI = ["age", "region", "income"]
+K = 5
+LS = {"mondrian": 2, "cbg": 4, "lag": 3}
+
+
+def models(method: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"name": "k-anonymity", "k": K}]
+    if method == "mondrian":
+        out.append({"name": "distinct-l-diversity", "l": LS[method]})
+    if method == "thetak":
+        out.append({"name": "theta-k-anonymity", "theta": 2, "k": K,
+                    "categories": bench_soak.CATEGORY})  # fmt: skip
+    if method == "cbg":
+        out.append({"name": "cross-bucket-l-diversity", "l": LS[method]})
+    return out
+
+
+class Checker:
+    """Checks each release of the soak as it appears, on its own connection."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True)
+        self.attackers: dict[str, Attacker] = {}
+        self.checked: dict[str, int] = {}
+        self.fewest: dict[str, tuple[int, int, int]] = {}
+
+    def __call__(self, method: str, step: int, result: PublishResult, source: str) -> None:
+        rows = self.conn.execute(f"SELECT * FROM {source}").fetchall()  # noqa: S608
+        if method in ("kmember", "mondrian", "thetak"):
+            verify.verify(self.conn, result.table, QI, models(method), sensitive="dx")
+            attacker = self.attackers.setdefault(
+                method, Attacker(bench_soak.DX, bench_soak.REGIONS)
+            )
+            released = self.conn.execute(
+                f"SELECT age, region, income, dx FROM {result.table}"  # noqa: S608
+            ).fetchall()
+            alive, fewest_rows, fewest_values = attacker.observe(rows, released)
+            assert fewest_rows >= K, (method, step, fewest_rows)
+            assert fewest_values >= LS.get(method, 1), (method, step, fewest_values)
+            self.fewest[method] = (alive, fewest_rows, fewest_values)
+        elif method == "cbg":
+            cb = verify_cbg.fetch(self.conn, *result.objects, QI, "dx")
+            assert verify_cbg.problems(cb, K, LS["cbg"]) == []
+            qit, st = result.objects
+            buckets: dict[Any, set] = {}
+            for b, v in self.conn.execute(f"SELECT bucket_id, dx FROM {st}"):  # noqa: S608
+                buckets.setdefault(b, set()).add(v)
+            released = self.conn.execute(
+                f"SELECT age, region, income, bucket_id FROM {qit}"  # noqa: S608
+            ).fetchall()
+            attacker = self.attackers.setdefault(
+                method, Attacker(bench_soak.DX, bench_soak.REGIONS)
+            )
+            alive, fewest_rows, fewest_values = attacker.observe(rows, released, buckets)
+            assert fewest_rows >= K, (method, step, fewest_rows)
+            assert fewest_values >= LS[method], (method, step, fewest_values)
+            self.fewest[method] = (alive, fewest_rows, fewest_values)
+        else:
+            flags: dict[str, set] = {"age": set(), "region": set()}
+            for i, col in self.conn.execute(f"SELECT * FROM {source}_flags"):  # noqa: S608
+                flags[col].add(i)
+            source_rows = [dict(zip(bench_soak.COLUMNS, r, strict=True)) for r in rows]
+            live = {r["id"] for r in source_rows}
+            flagged = {c: ids & live for c, ids in flags.items()}
+            schema, name = result.table.split(".")
+            verify_local.verify_release(
+                self.conn, schema, name, QI, {"age": ("l", 3), "region": ("l", 3),
+                                             "dx": ("l", 3)},
+                source_rows, {**flagged, "dx": live}, k=K,
+            )  # fmt: skip
+        self.checked[method] = self.checked.get(method, 0) + 1
+
+
+def soak(
+    dsn: str, rows: int, refreshes: int, methods: tuple[str, ...] = bench_soak.METHODS
+) -> tuple[dict[str, Any], Checker]:
+    check = Checker(dsn)
+    with Database(dsn) as db:
+        data = bench_soak.soak(db, methods, rows=rows, refreshes=refreshes, k=K, seed=19,
+                               on_release=check)  # fmt: skip
+    for method, m in data["methods"].items():
+        failed = [r for r in m["runs"] if "error" in r]
+        assert not failed, (method, failed)
+        assert check.checked[method] == refreshes + 1
+        for r in m["runs"][1:]:
+            if r["composition"] is not None:
+                assert r["composition"]["rows_below_k"] == 0
+                assert r["composition"]["rows_below_l"] == 0
+    for method in {"kmember", "mondrian", "thetak", "cbg"} & set(methods):
+        alive = check.fewest[method][0]
+        assert alive > rows * (0.97**refreshes) * 0.9  # people present in every release
+    check.conn.close()
+    return data, check
+
+
+@pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+def test_five_refreshes_of_every_grouping_method_under_churn(dsn: str) -> None:
+    data, _ = soak(dsn, rows=1_000, refreshes=5)
+    assert set(data["methods"]) == set(bench_soak.METHODS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+def test_twenty_refreshes_of_20000_rows(dsn: str) -> None:
+    """With DBANON_SOAK_OUT set, the checked figures are written there as soak.json and
+    soak.png (how docs/refresh-soak/ was made); DBANON_SOAK_METHODS=a,b soaks only those."""
+    chosen = os.environ.get("DBANON_SOAK_METHODS")
+    data, _ = soak(dsn, 20_000, 20, tuple(chosen.split(",")) if chosen else bench_soak.METHODS)
+    if os.environ.get("DBANON_SOAK_OUT"):
+        bench_soak.write(data, os.environ["DBANON_SOAK_OUT"])
+
+
+def test_the_attacker_catches_classes_that_share_too_few_values() -> None:
+    """Two releases in which person 1's classes share one value and, in the newest, one row
+    holding it: the attacker must see 1 plausible row and 1 value (it can fail)."""
+    people = [(i, 30 + i, "north", 1000, "flu" if i == 1 else "gout") for i in range(1, 6)]
+    first = [("31-33", "north", "1000", "flu"), ("31-33", "north", "1000", "gout"),
+             ("31-33", "north", "1000", "cancer"), ("34-35", "north", "1000", "hiv"),
+             ("34-35", "north", "1000", "hiv")]  # fmt: skip
+    second = [("31-32", "north", "1000", "flu"), ("31-32", "north", "1000", "lupus"),
+              ("33-35", "north", "1000", "gout"), ("33-35", "north", "1000", "gout"),
+              ("33-35", "north", "1000", "gout")]  # fmt: skip
+    a = Attacker(bench_soak.DX + ["lupus"], bench_soak.REGIONS)
+    assert a.observe(people, first)[1:] == (2, 1)  # person 4 or 5: 2 rows, 1 value (hiv)
+    a = Attacker(bench_soak.DX + ["lupus"], bench_soak.REGIONS)
+    a.observe(people[:3], first)
+    assert a.observe(people[:3], second)[1:] == (1, 1)  # person 1: flu only, one row
