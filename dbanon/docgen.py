@@ -164,6 +164,26 @@ def _swap() -> str:
                    "exclusive lock held at most"], rows)  # fmt: skip
 
 
+@block("soak")
+def _soak() -> str:
+    """Refresh under churn (docs/refresh-soak/soak.json, `dbanon bench soak`): every method's
+    loss at publish and after the last refresh, and the refreshes that succeeded."""
+    d = json.loads((ROOT / "docs" / "refresh-soak" / "soak.json").read_text())
+    rows = []
+    for name, m in d["methods"].items():
+        runs = [r for r in m["runs"] if "error" not in r]  # a failed step ends the method's run
+        below = [r["composition"] for r in runs if r.get("composition")]
+        rows.append([name, f"{len(runs) - 1} of {d['refreshes']}", f"{runs[0]['ncp']:.3f}",
+                     f"{runs[-1]['ncp']:.3f}",
+                     str(sum(c["rows_below_k"] + c["rows_below_l"] for c in below))
+                     if below else "not measured"])  # fmt: skip
+    churn = d["churn"]
+    head = (f"{d['rows']:,} rows, {d['refreshes']} refreshes, each after "
+            + ", ".join(f"{v:.0%} {k}" for k, v in churn.items()) + ":\n\n")  # fmt: skip
+    return head + _table(["method", "refreshes that succeeded", "NCP at publish",
+                          "NCP after the last", "persisting rows below k or l"], rows)  # fmt: skip
+
+
 @block("timings")
 def _timings() -> str:
     """The README's two commands, timed on a fresh clone (docs/timings/readme.json)."""
