@@ -107,9 +107,10 @@ def test_check_reads_qit_with_st(conn: psycopg.Connection, dsn: str, toy: None) 
     code, out = cli_json(dsn, *base, "--l", "5")
     assert code == 1 and out["classes_above_1_over_l"] == 4, out
     conn.execute("UPDATE released.toy_st SET disease = 'Flu' WHERE bucket_id = 1")
-    conn.commit()  # bucket 1 now holds Flu twice: the class (16-24, F) gets Flu with 1/2
+    conn.commit()  # bucket 1 (whichever it is: ids are secret) now holds only Flu, so a class
+    # with a row in it gets Flu with at least 1/2
     code, out = cli_json(dsn, *base, "--l", "4")
-    assert code == 1 and out["max_disclosure"] == pytest.approx(0.5), out
+    assert code == 1 and out["max_disclosure"] >= 0.5 - 1e-9, out
 
 
 def test_a_broken_build_is_refused(

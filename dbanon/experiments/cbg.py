@@ -71,10 +71,13 @@ def prepare(conn: psycopg.Connection, rows: int, seed: int) -> str:
 def publish_one(
     conn: psycopg.Connection, source: str, method: str, k: int | None, ell: int
 ) -> tuple[str, dict[str, Any]]:
-    """Publish one release of the salary table; returns its name and the run's figures."""
-    from dbanon.release import ReleaseSpec, publish
+    """Publish one release of the salary table, afresh (an earlier one of the name is dropped:
+    a replace would keep its groups and measure against it); returns its name and figures."""
+    from dbanon.release import ReleaseSpec, drop, publish
 
     name = f"exp_{method}_k{k or 0}_l{ell}"
+    if conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [name]).fetchone():
+        drop(conn, name)
     spec = ReleaseSpec.from_options(
         name, source, SALARY_KEY, SALARY_QI, sensitive=["salary"], method=method, k=k, l=ell,
         l_kind="frequency" if method == "mondrian" else None,
