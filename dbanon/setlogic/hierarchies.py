@@ -28,34 +28,6 @@ Interval and calendar levels read as dbanon.generalise writes them (`--ranges te
 `1.5-<2`, `2020-Q1`, `*`; `--ranges typed`: the range type of the column's type, as for every
 method, '*' being the unbounded range '(,)').
 
-
-Hierarchies of the lattice, per QI:
-- a stored `Hierarchy` (categorical or not: Adult's age has one) — labels from the catalog's
-  `dbanon.hierarchy_map`, the table search and release both read, so they cannot disagree;
-- numeric QIs (integer, numeric, real, double precision) without one — an `IntervalHierarchy`:
-  level 0 the value itself, then up to `INTERVAL_LEVELS` levels of half-open intervals aligned
-  at 0, then '*'. Their widths are round: the chain 1, 5, 10, 50, 100, ... (1 and 5 times a
-  power of ten). A width must divide the next one for intervals aligned at 0 to nest (each
-  interval lies in one interval of the next level), as a hierarchy must; the 1-2-5 series does
-  not nest (2 does not divide 5), and of its two nesting halves, 1-2-10-20 and 1-5-10-50, the
-  second gives the bands people use: 5- and 10-year age groups, amounts in 5s, 10s and 50s.
-  The widest level is the narrowest width of the chain >= (max - min) / 5, so it splits the
-  current values into 2 to 6 intervals (each step of the chain is at most x5); below it come
-  the next narrower widths. For integers width 1 is the value itself, and a level that merges
-  no two values or intervals of the one below is a copy of it: such levels are left out and
-  wider ones tried above instead, while any could still merge (age 17-90: 5, 10, 50, 100;
-  -5..3: 5 only, wider intervals cut it at 0 as 5 does). Aligned at 0, any value has an
-  interval, including values inserted after the release was made;
-- date and timestamp QIs (with or without time zone) without one — a `CalendarHierarchy`: the
-  value, (for timestamps) its day, month, quarter, year, decade, then '*'. A level is a function
-  of the value alone, so later values generalise too; a timestamptz's periods are those of the
-  time zone of the session that made the hierarchy (fixed in the SQL, so a live view's classes
-  do not depend on its reader's TimeZone);
-- any other QI without one — flat: the value (as text), then '*'.
-Interval and calendar levels read as dbanon.generalise writes them (`--ranges text`: `30-39`,
-`1.5-<2`, `2020-Q1`, `*`; `--ranges typed`: the range type of the column's type, as for every
-method, '*' being the unbounded range '(,)').
-
 """
 
 from __future__ import annotations
