@@ -40,9 +40,11 @@ def main(which: list[str]) -> None:
         for name in which:
             cmd = commands()[name]
             t0 = time.monotonic()
-            subprocess.run(["sh", "-c", cmd], cwd=clone, env=env, check=True,
-                           stdout=subprocess.DEVNULL)  # fmt: skip
+            done = subprocess.run(["sh", "-c", cmd], cwd=clone, env=env, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
             seconds = time.monotonic() - t0
+            if done.returncode:  # nothing is recorded for a command that failed
+                sys.exit(f"{name}: exit {done.returncode}\n{done.stdout[-6000:]}")
             data["timings"] = [t for t in data["timings"] if t["name"] != name] + [{
                 "name": name, "what": LABELS[name],
                 "seconds": round(seconds, 1),
