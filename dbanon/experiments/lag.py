@@ -81,7 +81,8 @@ def run(
                     )  # fmt: skip
                     b = bucketed(data, lo, hi, buckets, sal)
                     err = queries.query_error(b, data.attrs, work, SALARY)["query_error"]
-                    caps = {f"l_{c}": int(used[c].value) for c in ("age", "occupation")}
+                    # an attribute whose flagged values cannot reach l is left out, never capped
+                    caps = {f"feasible_{c}": c in used for c in ("age", "occupation")}
                     results.append({**base, "l": ell, "query_error": round(err, 5), **caps})
                     if k == 10 and ell == 10 and density == 0.2:
                         known = ~flagged
