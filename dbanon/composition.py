@@ -287,6 +287,22 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     _swap_in(conn, release_id, fresh)  # after the read of the old map above
 
 
+def _stage_keys(conn: psycopg.Connection, keys: Keys) -> sql.Identifier:
+    """A temp table of this run's keys with each one's position in `keys` (as gid), analysed,
+    for joining to the map; dropped by the caller (or at commit)."""
+    import numpy as np
+
+    from dbanon.db.stream import copy_in_ids
+
+    rows = sql.Identifier("dbanon_refresh_rows")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
+    )
+    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
+    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    return rows
+
+
 def previous_groups(
     conn: psycopg.Connection, release_id: int | None, keys: Keys
 ) -> np.ndarray | None:
@@ -296,16 +312,11 @@ def previous_groups(
     the memory of a first publish)."""
     import numpy as np
 
-    from dbanon.db.stream import copy_columns, copy_in_ids
+    from dbanon.db.stream import copy_columns
 
     if not has_map(conn, release_id):
         return None
-    rows = sql.Identifier("dbanon_refresh_rows")
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
-    )  # gid: the row's position in `keys`
-    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
-    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    rows = _stage_keys(conn, keys)
     at, old = copy_columns(
         conn,
         sql.SQL(
@@ -328,16 +339,11 @@ def previous_state(
     tagged value sets (few: rows of one class share theirs); None without a map."""
     import numpy as np
 
-    from dbanon.db.stream import copy_columns, copy_in_ids
+    from dbanon.db.stream import copy_columns
 
     if not has_map(conn, release_id):
         return None
-    rows = sql.Identifier("dbanon_refresh_rows")
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
-    )  # gid: the row's position in `keys`
-    copy_in_ids(conn, rows, keys, np.arange(len(keys)))
-    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    rows = _stage_keys(conn, keys)
     state = sql.Identifier("dbanon_refresh_state")  # (position, map gid, map values)
     conn.execute(
         sql.SQL(
