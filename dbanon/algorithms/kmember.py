@@ -112,6 +112,69 @@ def _absorb(
 
 
 @njit(cache=True)
+def _index(start: np.ndarray, members: np.ndarray, gstart: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The candidate index that _take keeps, with every row live: per point the position in
+    `members` of its lowest remaining row (nxt), that row (low) and its rows left (cnt); the
+    live points of group g, gpts[gstart[g]:gstart[g] + gact[g]], with where[u] = u's position;
+    the live groups, agroups[:nag], with gwhere[g] = g's position."""
+    npts = start.shape[0] - 1
+    ngroups = gstart.shape[0] - 1
+    nxt = start[:-1].copy()
+    low = np.empty(npts, np.int64)
+    for u in range(npts):
+        low[u] = members[nxt[u]]
+    cnt = start[1:] - start[:-1]
+    gpts = np.arange(npts)
+    where = np.arange(npts)
+    gact = gstart[1:] - gstart[:-1]
+    agroups = np.arange(ngroups)
+    gwhere = np.arange(ngroups)
+    return nxt, low, cnt, gpts, where, gact, agroups, gwhere
+
+
+@njit(cache=True)
+def _take(
+    r: int,
+    u: int,
+    removed: np.ndarray,
+    members: np.ndarray,
+    nxt: np.ndarray,
+    low: np.ndarray,
+    cnt: np.ndarray,
+    grp: np.ndarray,
+    gstart: np.ndarray,
+    gact: np.ndarray,
+    gpts: np.ndarray,
+    where: np.ndarray,
+    agroups: np.ndarray,
+    gwhere: np.ndarray,
+    nag: int,
+) -> int:
+    """Row r (already marked removed) of point u leaves the candidate index: the point leaves
+    its group's live points when it has no row left (the group leaves the live groups when it
+    has no point left), else its lowest remaining row moves on. Returns the live groups' count.
+    Shared by k-member's and (θ,k)'s greedy loops, which keep the same index."""
+    cnt[u] -= 1
+    if cnt[u] == 0:
+        g = grp[u]
+        gact[g] -= 1
+        last = gpts[gstart[g] + gact[g]]
+        gpts[where[u]] = last
+        where[last] = where[u]
+        if gact[g] == 0:
+            nag -= 1
+            lastg = agroups[nag]
+            agroups[gwhere[g]] = lastg
+            gwhere[lastg] = gwhere[g]
+    elif r == low[u]:
+        nxt[u] += 1
+        while removed[members[nxt[u]]]:
+            nxt[u] += 1
+        low[u] = members[nxt[u]]
+    return nag
+
+
+@njit(cache=True)
 def _less(b1: float, i1: int, b2: float, i2: int) -> bool:
     """Key order: cost, then row index (the tie-break of the greedy rule)."""
     return b1 < b2 or (b1 == b2 and i1 < i2)
@@ -304,17 +367,7 @@ def _greedy(
     ngroups = gstart.shape[0] - 1
     gid = np.full(n, -1, np.int32)
     removed = np.zeros(n, np.bool_)
-    nxt = start[:-1].copy()  # position in `members` of each point's lowest remaining row
-    low = np.empty(npts, np.int64)
-    for u in range(npts):
-        low[u] = members[nxt[u]]
-    cnt = start[1:] - start[:-1]
-    # Remaining points of group g: gpts[gstart[g]:gstart[g] + gact[g]]; where[u] = position.
-    gpts = np.arange(npts)
-    where = np.arange(npts)
-    gact = gstart[1:] - gstart[:-1]
-    agroups = np.arange(ngroups)  # groups with remaining points; gwhere[g] = position
-    gwhere = np.arange(ngroups)
+    nxt, low, cnt, gpts, where, gact, agroups, gwhere = _index(start, members, gstart)
     nag = ngroups
     remaining = n
     sens_left = np.zeros(nsens, np.int64)
@@ -386,23 +439,8 @@ def _greedy(
             if in_cluster[v] != c:
                 in_cluster[v] = c
                 distinct += 1
-            cnt[u] -= 1
-            if cnt[u] == 0:
-                g = grp[u]
-                gact[g] -= 1
-                last = gpts[gstart[g] + gact[g]]
-                gpts[where[u]] = last
-                where[last] = where[u]
-                if gact[g] == 0:
-                    nag -= 1
-                    lastg = agroups[nag]
-                    agroups[gwhere[g]] = lastg
-                    gwhere[lastg] = gwhere[g]
-            elif r == low[u]:
-                nxt[u] += 1
-                while removed[members[nxt[u]]]:
-                    nxt[u] += 1
-                low[u] = members[nxt[u]]
+            nag = _take(r, u, removed, members, nxt, low, cnt, grp, gstart, gact, gpts, where,
+                        agroups, gwhere, nag)  # fmt: skip
             _absorb(u, unum, ucat, lca, hi, lo, state)
             gver += 1
             if size > 1 and cnt[u] > 0:

@@ -77,10 +77,12 @@ from dbanon.algorithms.kmember import (
     _absorb,
     _bracket_with,
     _growth,
+    _index,
     _less,
     _push,
     _select,
     _sift_down,
+    _take,
 )
 from dbanon.metrics.loss import node_weights
 
@@ -494,16 +496,7 @@ def _greedy_thetak(
     ngroups = gstart.shape[0] - 1
     gid = np.full(n, -1, np.int32)
     removed = np.zeros(n, np.bool_)
-    nxt = start[:-1].copy()
-    low = np.empty(npts, np.int64)
-    for u in range(npts):
-        low[u] = members[nxt[u]]
-    cnt = start[1:] - start[:-1]
-    gpts = np.arange(npts)
-    where = np.arange(npts)
-    gact = gstart[1:] - gstart[:-1]
-    agroups = np.arange(ngroups)
-    gwhere = np.arange(ngroups)
+    nxt, low, cnt, gpts, where, gact, agroups, gwhere = _index(start, members, gstart)
     nag = ngroups
     remaining = n
     vleft = np.zeros(nval, np.int64)  # rows left per value
@@ -585,23 +578,8 @@ def _greedy_thetak(
                 in_cluster[v] = c
                 have[vcat[v]] += 1
                 deficit, dth = _deficit(need, have, eligible, theta)
-            cnt[u] -= 1
-            if cnt[u] == 0:
-                g = grp[u]
-                gact[g] -= 1
-                last = gpts[gstart[g] + gact[g]]
-                gpts[where[u]] = last
-                where[last] = where[u]
-                if gact[g] == 0:
-                    nag -= 1
-                    lastg = agroups[nag]
-                    agroups[gwhere[g]] = lastg
-                    gwhere[lastg] = gwhere[g]
-            elif r == low[u]:
-                nxt[u] += 1
-                while removed[members[nxt[u]]]:
-                    nxt[u] += 1
-                low[u] = members[nxt[u]]
+            nag = _take(r, u, removed, members, nxt, low, cnt, grp, gstart, gact, gpts, where,
+                        agroups, gwhere, nag)  # fmt: skip
             _absorb(u, unum, ucat, lca, hi, lo, state)
             gver += 1
             if size > 1 and cnt[u] > 0:
