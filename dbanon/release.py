@@ -12,6 +12,12 @@ All of it is one transaction: the previous release stays until the new one is pr
 
 The spec (what a DBA declares, stored as JSON) is dbanon.spec; what a method gets to build
 from is dbanon.methods.base.Resolved. Both sit below this module and the methods.
+
+Why one module of about 1,000 lines: its parts are the five steps above, and they share one
+transaction and its invariants (nothing visible before verify passes; the swap drops only
+what this release owns; the record tells the truth about every run). Split by step, each part
+would have to re-state those invariants and pass the transaction's state between modules; what
+does stand apart already lives below it (the spec, the methods, runs, composition, group maps).
 """
 
 from __future__ import annotations

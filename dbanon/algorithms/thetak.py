@@ -1,5 +1,11 @@
 """(θ,k)-anonymity clustering (Cheng, Liu et al. 2019): arrays in, group ids out.
 
+Why one module of about 870 lines: both constructions serve one model and share their input
+preparation (categories, need_c, segments), the proof below and the tests against one naive
+implementation; each is a single compiled loop that cannot be cut without passing dozens of
+arrays between numba functions. What they share with k-member (the candidate index, bounds,
+the heap) already lives in dbanon.algorithms.kmember.
+
 Two constructions (thetak_detail's `construction`):
 - "greedy" (the default): k-member's loss-greedy growth under the property dbanon.models.thetak
   checks, whose need_c is capped by what the relation's classes can hold (so a rare value is

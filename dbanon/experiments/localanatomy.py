@@ -1,5 +1,10 @@
 """The local anatomy chapter's experiments (thesis ch. 4.4-4.5, Figs 4.3-4.8 and 4.10).
 
+Why one module of about 650 lines: one chapter's experiment, whose data set, workload, the
+releases it compares (published through the lifecycle, or the in-memory baselines) and the
+series they feed share one setting (Table 4.5); split, every part would import the others'
+setting. What is not particular to the chapter lives in dbanon.metrics and dbanon.algorithms.
+
 Setting (Table 4.5, with the cross-bucket issue's salary stand-in on Adult, dbanon.data.salary,
 for the thesis's IPUMS extract): 17,629 rows; QI sex, relationship, marital status, race,
 education, hours per week; semi-sensitive age and occupation, a share `density` of each flagged

@@ -1,7 +1,9 @@
 """The lattice search of full-domain generalisation (dbanon.setlogic.fulldomain).
 
-One idea, so one module although long: the frequency set, its coded copy in numpy, the lattice
-bookkeeping and the walk share their state and invariants.
+Why one module of about 1,100 lines: one idea, the search. The frequency set, its coded copy in
+numpy, the lattice bookkeeping and the walk share their state and invariants (a node's status,
+its bounds, the rows suppressed below it); split, each part would reach into the others'. The
+release SQL and the automatic hierarchies around it are modules of their own.
 
 Search (`search`): PostgreSQL computes, Python only walks the lattice.
 - The source is read once: its frequency set (GROUP BY the QIs) becomes a temp table, which is
