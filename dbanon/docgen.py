@@ -34,6 +34,11 @@ def block(name: str) -> Callable[[Generator], Generator]:
     return add
 
 
+def _load() -> None:
+    """Register the experiments' and benchmarks' figure blocks (they import this module)."""
+    from dbanon import docfigures  # noqa: F401
+
+
 def files(root: Path = ROOT) -> Iterator[Path]:
     """README.md and every Markdown file below docs/ that holds a block."""
     for path in [root / "README.md", *sorted((root / "docs").rglob("*.md"))]:
@@ -43,6 +48,8 @@ def files(root: Path = ROOT) -> Iterator[Path]:
 
 def render(text: str, where: str = "") -> str:
     """TEXT with every block regenerated (an unknown block name is an error, not kept as is)."""
+
+    _load()
 
     def one(m: re.Match[str]) -> str:
         name = m["name"]
@@ -75,7 +82,7 @@ def write(root: Path = ROOT) -> list[str]:
     return changed
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
+def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines)
@@ -160,7 +167,7 @@ def _swap() -> str:
                      f"{d['longest_reader_wait_seconds'] * 1000:.0f} ms",
                      f"{under} of {len(d['runs'])}",
                      f"{d['longest_lock_held_seconds'] * 1000:.0f} ms"])  # fmt: skip
-    return _table(["code", "rows", "refreshes", "longest reader wait", "refreshes under 100 ms",
+    return table(["code", "rows", "refreshes", "longest reader wait", "refreshes under 100 ms",
                    "exclusive lock held at most"], rows)  # fmt: skip
 
 
@@ -180,7 +187,7 @@ def _soak() -> str:
     churn = d["churn"]
     head = (f"{d['rows']:,} rows, {d['refreshes']} refreshes, each after "
             + ", ".join(f"{v:.0%} {k}" for k, v in churn.items()) + ":\n\n")  # fmt: skip
-    return head + _table(["method", "refreshes that succeeded", "NCP at publish",
+    return head + table(["method", "refreshes that succeeded", "NCP at publish",
                           "NCP after the last", "persisting rows below k or l"], rows)  # fmt: skip
 
 
@@ -193,4 +200,4 @@ def _timings() -> str:
          else f"{t['seconds']:.0f} s", t["machine"]]
         for t in data["timings"]
     ]
-    return _table(["command", "took", "on"], rows) + f"\n\nMeasured {data['measured']}."
+    return table(["command", "took", "on"], rows) + f"\n\nMeasured {data['measured']}."
