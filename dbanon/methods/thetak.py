@@ -1,7 +1,7 @@
 """Method `thetak`: (θ,k)-anonymity clustering (Cheng, Liu et al. 2019), generalised like the
 other grouping methods; its run records the similarity and background-knowledge
 vulnerability of the release (dbanon.metrics.vulnerability). `--construction greedy` (the
-default) or `paper`: see dbanon.algorithms.thetak and docs/thetak.md."""
+default) or `paper`: see dbanon.algorithms.thetak and docs/methods/thetak.md."""
 
 from __future__ import annotations
 
