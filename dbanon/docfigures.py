@@ -383,3 +383,72 @@ def _scale_bench() -> str:
         f"({ten['check']['ratio_same_work_mem']:.2f}x)."
     )
     return text + _source("scale-bench/rows_*.json", "dbanon --json bench scale --rows N")
+
+
+# --- the in-memory and lattice benchmarks (docs/benchmarks/) ------------------------------------
+
+
+def _bench(name: str) -> dict[str, Any]:
+    return _json(f"benchmarks/{name}.json")
+
+
+@block("bench-measured")
+def _bench_measured() -> str:
+    d = _bench("measured")
+    return (f"Measured {d['measured']} at commit {d['commit']} on {d['machine']}; each figure "
+            "is a single run of the command named, its JSON in `docs/benchmarks/`.")  # fmt: skip
+
+
+@block("bench-kmember")
+def _bench_kmember() -> str:
+    body = []
+    for name in ("kmember", "kmember_45222", "kmember_ncp_furthest",
+                 "kmember_8000_ncp_furthest"):  # fmt: skip
+        d = _bench(name)
+        body.append([f"{d['rows']:,}", f"{d['cost']}, {d['seeding']}", str(d["k"]),
+                     f"{d['seconds']:.3f}", _pct(d["ncp_height"]), _pct(d["ncp_leaf"]),
+                     f"`{name}.json`"])  # fmt: skip
+    return table(["rows", "cost, seeding", "k", "seconds", "ncp_height", "ncp_leaf", "file"],
+                 body)  # fmt: skip
+
+
+@block("bench-mondrian")
+def _bench_mondrian() -> str:
+    body = []
+    for name in ("mondrian_ordered", "mondrian_hierarchies"):
+        d = _bench(name)
+        body.append([d["setting"], f"{d['rows']:,}", str(d["k"]), f"{d['seconds']:.4f}",
+                     _pct(d["gcp"]), f"{d['classes']:,}", f"`{name}.json`"])  # fmt: skip
+    return table(["setting", "rows", "k", "seconds (best of 20)", "gcp (ncp_height)", "classes",
+                  "file"], body)  # fmt: skip
+
+
+@block("bench-fulldomain")
+def _bench_fulldomain() -> str:
+    body = []
+    for name in ("fulldomain", "fulldomain_l2_suppression5"):
+        d = _bench(name)
+        model = f"k={d['k']}" + (f", distinct l={d['l']} of {d['sensitive']}" if d["l"] else "")
+        levels = ", ".join(f"{q}={v}" for q, v in d["levels"].items())
+        body.append([model, f"{d['max_suppression']:.0%}", f"{d['nodes']:,}",
+                     str(d["nodes_checked"]), f"{d['seconds']:.2f}", levels,
+                     f"{d['suppressed']:,}", _pct(d["loss"]), f"`{name}.json`"])  # fmt: skip
+    return table(["models", "suppression at most", "lattice nodes", "nodes checked", "seconds",
+                  "optimum (level per QI)", "rows suppressed", "NCP", "file"], body)  # fmt: skip
+
+
+@block("bench-thetak")
+def _bench_thetak() -> str:
+    d = _bench("thetak")
+    growth = "; ".join(f"{g['rows']:,} rows {g['seconds']:.2f} s" for g in d["growth"])
+    return (f"{d['rows']:,} rows, k={d['k']}, θ={d['theta']}: **{d['seconds']:.2f} s**, "
+            f"gcp (ncp_height) {_pct(d['gcp'])}, {d['classes']:,} classes, "
+            f"{d['leftover_rows']:,} leftover rows. Growth with n: {growth} (`thetak.json`).")
+
+
+@block("bench-check")
+def _bench_check() -> str:
+    d = _bench("check")
+    return (f"{d['rows']:,} rows, {len(d['qi'])} QIs, {d['classes']:,} classes: k-anonymity "
+            f"(k={d['k']}) **{d['seconds_k']:.2f} s**, distinct l-diversity "
+            f"{d['seconds_l']:.2f} s (`check.json`).")
