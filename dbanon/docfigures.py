@@ -452,3 +452,27 @@ def _bench_check() -> str:
     return (f"{d['rows']:,} rows, {len(d['qi'])} QIs, {d['classes']:,} classes: k-anonymity "
             f"(k={d['k']}) **{d['seconds_k']:.2f} s**, distinct l-diversity "
             f"{d['seconds_l']:.2f} s (`check.json`).")
+
+
+# --- refresh under churn (docs/refresh-soak/soak.json) ---------------------------------------
+
+
+@block("soak-detail")
+def _soak_detail() -> str:
+    d = _json("refresh-soak/soak.json")
+    mid = d["refreshes"] // 2
+    body = []
+    for name, m in d["methods"].items():
+        runs = [r for r in m["runs"] if "error" not in r]
+        first, last = runs[0], runs[-1]
+        at_mid = next((r for r in runs if r["step"] == mid), None)
+        stale = [r["stale_flags"] for r in runs if r.get("stale_flags")]
+        body.append([name, f"{len(runs) - 1} of {d['refreshes']}", f"{first['ncp']:.3f}",
+                     f"{at_mid['ncp']:.3f}" if at_mid else "-", f"{last['ncp']:.3f}",
+                     f"{first['classes']:,} → {last['classes']:,}", f"{last['rows']:,}",
+                     f"{sum(r['seconds'] for r in runs) / len(runs):.1f}",
+                     f"{stale[0]:,} → {stale[-1]:,}" if stale else "-"])  # fmt: skip
+    return table(["method", "refreshes that succeeded", "NCP at publish", f"after {mid}",
+                  f"after {d['refreshes']}", f"classes at publish → after {d['refreshes']}",
+                  f"rows after {d['refreshes']}", "seconds per run (mean)",
+                  "stale flag rows ignored (first → last)"], body)  # fmt: skip
