@@ -476,3 +476,34 @@ def _soak_detail() -> str:
                   f"after {d['refreshes']}", f"classes at publish → after {d['refreshes']}",
                   f"rows after {d['refreshes']}", "seconds per run (mean)",
                   "stale flag rows ignored (first → last)"], body)  # fmt: skip
+
+
+# --- a reader's wait while a release is refreshed (docs/locking/) -----------------------------
+
+
+@block("swap-runs")
+def _swap_runs() -> str:
+    d = _json("locking/bench_swap_200000.json")
+    runs = d["runs"]
+    body = [[str(i), f"{r['refresh_seconds']:.0f}", f"{r['lock_held_seconds'] * 1000:.0f}",
+             f"{r['swap_seconds'] * 1000:.0f}", f"{r['record_and_commit_seconds'] * 1000:.0f}",
+             f"{r['longest_reader_wait_seconds'] * 1000:.0f}"]
+            for i, r in enumerate(runs, 1)]  # fmt: skip
+    waits = sorted(r["longest_reader_wait_seconds"] for r in runs)
+    held = sorted(r["lock_held_seconds"] for r in runs)
+    under = sum(w < 0.1 for w in waits)
+
+    def median(x: list[float]) -> float:
+        n = len(x)
+        return x[n // 2] if n % 2 else (x[n // 2 - 1] + x[n // 2]) / 2
+
+    return table(["refresh", "seconds", "lock held (ms)", "swap itself (ms)",
+                  "record + commit (ms)", "longest reader wait (ms)"], body) + (
+        f"\n\nLongest reader wait over the {len(runs)} refreshes: "
+        f"**{d['longest_reader_wait_seconds'] * 1000:.0f} ms** ({under} of {len(runs)} "
+        f"refreshes under 100 ms; median of the per-refresh longest waits "
+        f"{median(waits) * 1000:.0f} ms); lock held at most "
+        f"{d['longest_lock_held_seconds'] * 1000:.0f} ms (median {median(held) * 1000:.0f} ms); "
+        f"a refresh took {d['median_refresh_seconds']:.0f} s (median); the reader's median query "
+        f"with no refresh running {d['reader_baseline_median_seconds'] * 1000:.2f} ms."
+    )  # fmt: skip
