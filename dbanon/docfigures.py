@@ -472,7 +472,7 @@ def _soak_detail() -> str:
                      f"{first['classes']:,} → {last['classes']:,}", f"{last['rows']:,}",
                      f"{sum(r['seconds'] for r in runs) / len(runs):.1f}",
                      f"{stale[0]:,} → {stale[-1]:,}" if stale else "-"])  # fmt: skip
-    return table(["method", "refreshes that succeeded", "NCP at publish", f"after {mid}",
+    return table(["method", "refreshes that succeeded", "gcp at publish", f"after {mid}",
                   f"after {d['refreshes']}", f"classes at publish → after {d['refreshes']}",
                   f"rows after {d['refreshes']}", "seconds per run (mean)",
                   "stale flag rows ignored (first → last)"], body)  # fmt: skip

@@ -187,8 +187,8 @@ def _soak() -> str:
     churn = d["churn"]
     head = (f"{d['rows']:,} rows, {d['refreshes']} refreshes, each after "
             + ", ".join(f"{v:.0%} {k}" for k, v in churn.items()) + ":\n\n")  # fmt: skip
-    return head + table(["method", "refreshes that succeeded", "NCP at publish",
-                          "NCP after the last", "persisting rows below k or l"], rows)  # fmt: skip
+    return head + table(["method", "refreshes that succeeded", "gcp at publish",
+                          "gcp after the last", "persisting rows below k or l"], rows)  # fmt: skip
 
 
 @block("timings")
