@@ -308,8 +308,9 @@ def _lag_results() -> str:
             cells.append(" / ".join(_f(_pick(at20, variant=v, k=k, l=ell)["query_error"], 0)
                                     for v in one))  # fmt: skip
         body.append(cells)
-    text = ("LAG_1 / LAG_2 at density 20 % (DM, NCP and groups do not depend on l):\n\n"
-            + table(["k", "DM", "NCP", "groups", *(f"query error l={ell}" for ell in show)],
+    text = ("LAG_1 / LAG_2 at density 20 % (DM, ncp and groups do not depend on l; ncp is "
+            "the thesis's NCP (5.12-5.13), categorical cells by LCA height, flagged cells 0):\n\n"
+            + table(["k", "DM", "ncp", "groups", *(f"query error l={ell}" for ell in show)],
                     body))  # fmt: skip
     means = []
     for d in sorted({r["density"] for r in rows}):
@@ -317,7 +318,7 @@ def _lag_results() -> str:
                for v in ("LAG_1", "LAG_2")}  # fmt: skip
         means.append(f"{100 * float(d):.0f} % {sum(per['LAG_1']) / len(per['LAG_1']):.3f} / "
                      f"{sum(per['LAG_2']) / len(per['LAG_2']):.3f}")  # fmt: skip
-    text += "\n\nNCP by density, LAG_1 / LAG_2 (mean over k and l): " + "; ".join(means) + "."
+    text += "\n\nncp by density, LAG_1 / LAG_2 (mean over k and l): " + "; ".join(means) + "."
     exp = _csv("lag/exposure.csv")
     cols = [c for c in exp[0] if c != "release"]
     text += ("\n\nExposure under attacker (a) (`docs/lag/exposure.csv`):\n\n"
