@@ -19,6 +19,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 
 SCHEMA = "dbanon_soak"
 METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
+# Variants run on demand (--methods): the method under another refresh policy.
+SEALED = ("kmember-sealed", "mondrian-sealed")
 REGIONS = ["north", "south", "east", "west", "centre", "isles"]
 # Sensitive values and their (θ,k) category (a two-level hierarchy imported as HIERARCHY).
 CATEGORY = {
@@ -51,7 +54,12 @@ OnRelease = Callable[[str, int, "PublishResult", str], None]  # method, step, re
 
 
 def spec(method: str, source: str, k: int) -> ReleaseSpec:
-    """The release each method is soaked with: QIs age, region, income; dx sensitive."""
+    """The release each method is soaked with: QIs age, region, income; dx sensitive. A
+    `-sealed` variant is the method's release under the sealed refresh policy."""
+    if method in SEALED:
+        base = spec(method.removesuffix("-sealed"), source, k)
+        return replace(base, name=f"soak_{method.replace('-', '_')}",
+                       options={**base.options, "refresh_policy": "sealed"})  # fmt: skip
     qi = ["age", "region", "income"]
     common: dict[str, Any] = {"sensitive": ["dx"], "method": method, "k": k}
     name = f"soak_{method}"
@@ -69,7 +77,9 @@ def spec(method: str, source: str, k: int) -> ReleaseSpec:
         return ReleaseSpec.from_options(
             name, source, "id", qi, l=3, options={"flags": f"{source}_flags"}, **common
         )
-    raise DbanonError(f"bench soak knows methods {', '.join(METHODS)}, not {method!r}")
+    raise DbanonError(
+        f"bench soak knows methods {', '.join(METHODS + SEALED)}, not {method!r}"
+    )
 
 
 def people(rng: np.random.Generator, ids: np.ndarray) -> list[tuple]:
@@ -143,7 +153,8 @@ def _figures(step: int, result: PublishResult, changes: dict[str, int]) -> dict[
     return {
         "step": step, "rows": result.rows, "ncp": m.get("gcp"), "classes": result.classes,
         "min_class_size": result.min_class_size, "seconds": result.seconds,
-        "composition": m.get("composition"), "stale_flags": m.get("stale_flags"), **changes,
+        "composition": m.get("composition"), "stale_flags": m.get("stale_flags"),
+        "withheld_rows": m.get("withheld_rows"), **changes,
     }  # fmt: skip
 
 

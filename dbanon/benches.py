@@ -245,11 +245,13 @@ def _soak_methods() -> str:
 
 
 def _soak(
-    s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str
-) -> dict:
+    s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str,
+    inserts: float, deletes: float, updates: float,
+) -> dict:  # fmt: skip
     from dbanon.bench_soak import soak, write
 
-    data = soak(s.db, tuple(methods), rows, refreshes, k=k, seed=seed, say=s.say)
+    data = soak(s.db, tuple(methods), rows, refreshes, inserts, deletes, updates, k=k,
+                seed=seed, say=s.say)  # fmt: skip
     write(data, out)
     failed = [m for m, v in data["methods"].items() if any("error" in r for r in v["runs"])]
     return {**data, "out": out, "exit": 4 if failed else 0}
@@ -267,14 +269,20 @@ def _soak_report(d: dict[str, Any]) -> Report:
 
 
 bench(Runner(
-    "soak", "Each grouping method's release refreshed under churn (5 % inserts, 3 % deletes, "
-    "2 % QI updates before each refresh; schema dbanon_soak): every run's outcome and NCP, "
-    "written as soak.json and a plot (docs/refresh.md).",
+    "soak", "Each grouping method's release refreshed under churn (by default 5 % inserts, 3 % "
+    "deletes, 2 % QI updates before each refresh; schema dbanon_soak): every run's outcome and "
+    "NCP, written as soak.json and a plot (docs/refresh.md). Methods kmember-sealed and "
+    "mondrian-sealed run those methods under the sealed refresh policy.",
     (Param("rows", "int", 20_000, low=100), Param("refreshes", "int", 20, low=1),
      Param("methods", "words", _soak_methods, "Comma-separated subset to run (default: every "
            "grouping method the soak knows)."),
      Param("k", "int", 5, low=2), Param("seed", "int", 0),
-     Param("out", "path", "docs/refresh-soak", "Where soak.json and soak.png go.")),
+     Param("out", "path", "docs/refresh-soak", "Where soak.json and soak.png go."),
+     Param("inserts", "float", 0.05, "Rows inserted before each refresh (share of the table).",
+           low=0, high=1),
+     Param("deletes", "float", 0.03, "Rows deleted before each refresh.", low=0, high=1),
+     Param("updates", "float", 0.02, "Rows whose QIs are updated before each refresh.", low=0,
+           high=1)),
     _soak, _soak_report,
 ))  # fmt: skip
 

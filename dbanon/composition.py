@@ -41,17 +41,19 @@ if TYPE_CHECKING:
     from dbanon.db.stream import Keys
 
 COLUMNS = sql.SQL(
-    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[])"
+    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[], "
+    "fp text, shown text[])"
 )
 # What a release without a map reads as its map: no rows, the map's columns.
 NO_MAP = sql.SQL(
     "(SELECT NULL::integer AS release_id, NULL::text AS key, NULL::integer AS gid, "
-    "NULL::text[] AS vals WHERE false)"
+    "NULL::text[] AS vals, NULL::text AS fp, NULL::text[] AS shown WHERE false)"
 )
 PRIVATE = (
     "Private: each source row of a grouping release, its group in the latest release and the "
     "sensitive values every release so far left plausible for it (tagged v:<value>, n for "
-    "NULL). Never granted: it links released groups back to source keys."
+    "NULL), a fingerprint of its released columns and the values its group showed. Never "
+    "granted: it links released groups back to source keys."
 )
 
 
@@ -73,14 +75,22 @@ def tag(col: Column | None, ref: str = "s") -> sql.Composable:
     return sql.SQL("coalesce('v:' || {}.{}::text, 'n')").format(sql.Identifier(ref), col.ident)
 
 
+def fingerprint(cols: list[Column], ref: str = "s") -> sql.Composable:
+    """md5 of a row's released columns (QIs, sensitive, kept) as text: a map row whose
+    fingerprint is unchanged shows the same in the next release (dbanon.algorithms.sealed)."""
+    return sql.SQL("md5(ROW({})::text)").format(
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(ref), c.ident) for c in cols)
+    )
+
+
 NEW = sql.Identifier("dbanon_new_rows")  # this run's rows, read by measure and store
 
 
 @dataclass(frozen=True)
 class Rows:
-    """This run's rows for the map: (key, gid, t), and with `buckets` also b (the row's
-    bucket) and u (what the map keeps as its group: the unit its next run persists), with
-    gid NULL for a source row the release left out."""
+    """This run's rows for the map: (key, gid, t, fp), and with `buckets` also b (the row's
+    bucket) and u (what the map keeps as its group: the unit its next run persists); gid NULL
+    for a source row the release left out (withheld)."""
 
     ident: sql.Identifier
     buckets: bool = False
@@ -97,25 +107,34 @@ def new_rows(
     key: Column,
     sensitive: Column | None,
     stage: sql.Composable,
+    released: list[Column],
 ) -> Rows:
-    """The new release's rows with their tagged sensitive value, joined once for the run. A
-    stage with a bucket column `b` (and `u`, the unit kept in the map) is read with every
-    source row, released or not (see the module's note)."""
-    if "b" not in _columns(conn, stage):
+    """The new release's rows with their tagged sensitive value and the fingerprint of their
+    `released` columns, joined once for the run. A stage with a bucket column `b` (and `u`,
+    the unit kept in the map) is read with every source row, released or not (see the
+    module's note); a plain stage names the rows it withheld with gid NULL, and (column w)
+    the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
+    fp = fingerprint(released)
+    columns = _columns(conn, stage)
+    if "b" not in columns:
+        w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
         conn.execute(
             sql.SQL(
-                "CREATE TEMP TABLE {new} ON COMMIT DROP AS SELECT st.key, st.gid, {t} AS t "
+                "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
+                "SELECT st.key, st.gid, {w} AS w, {t} AS t, {fp} AS fp "
                 "FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
-            ).format(new=NEW, t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+            ).format(new=NEW, w=w, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
+                     key=key.ident)  # fmt: skip
         )
         conn.execute(sql.SQL("ANALYZE {}").format(NEW))
         return Rows(NEW)
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-            "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, {t} AS t "
-            "FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
-        ).format(new=NEW, t=tag(sensitive), stage=stage, src=source.ident, key=key.ident)
+            "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, {t} AS t, "
+            "{fp} AS fp FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
+        ).format(new=NEW, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
+                 key=key.ident)  # fmt: skip
     )
     conn.execute(sql.SQL("ANALYZE {}").format(NEW))
     return Rows(NEW, buckets=True)
@@ -146,7 +165,7 @@ def measure(
         ).fetchone())  # fmt: skip
     row = conn.execute(
         sql.SQL(
-            """WITH new AS (SELECT key, gid, t FROM {rows}),
+            """WITH new AS (SELECT key, gid, t FROM {rows} WHERE gid IS NOT NULL),
                cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
                sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
                kept AS (SELECT n.gid, m.vals AS old FROM new n
@@ -224,8 +243,8 @@ _MEASURE_BUCKETS = """
 # What the map keeps of a bucketed run: each released row's unit and its plausible values
 # narrowed by its class's (its buckets') values; a row left out keeps its earlier entry.
 _STORE_BUCKETS = """
-    INSERT INTO {fresh}
-    WITH rel AS (SELECT key, gid, b, u, t FROM {rows} WHERE gid IS NOT NULL),
+    INSERT INTO {fresh} (release_id, key, gid, vals, fp)
+    WITH rel AS (SELECT key, gid, b, u, t, fp FROM {rows} WHERE gid IS NOT NULL),
     bv AS (SELECT DISTINCT b, t FROM rel),
     gbs AS (SELECT DISTINCT gid, b FROM rel),
     cls AS (SELECT g.gid, array_agg(DISTINCT bv.t) AS vals FROM gbs g JOIN bv USING (b)
@@ -234,11 +253,11 @@ _STORE_BUCKETS = """
            CASE WHEN n.t IS NULL THEN NULL
                 WHEN m.vals IS NULL THEN c.vals
                 ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
-           END
+           END, n.fp
     FROM rel n JOIN cls c USING (gid)
     LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
     UNION ALL
-    SELECT %(rid)s, n.key, -1, m.vals FROM {rows} n
+    SELECT %(rid)s, n.key, -1, m.vals, NULL FROM {rows} n
     JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
     WHERE n.gid IS NULL"""
 
@@ -271,16 +290,22 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     else:
         conn.execute(
             sql.SQL(
-                """INSERT INTO {fresh}
-               WITH new AS (SELECT key, gid, t FROM {rows}),
-               cls AS (SELECT gid, array_agg(DISTINCT t) AS vals FROM new GROUP BY gid)
+                """INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown)
+               WITH new AS (SELECT key, gid, t, fp FROM {rows} WHERE gid IS NOT NULL),
+               cls AS (SELECT gid, array_agg(DISTINCT t) AS vals,
+                              array_agg(t ORDER BY t) AS shown FROM new GROUP BY gid)
                SELECT %(rid)s, n.key, n.gid,
                       CASE WHEN n.t IS NULL THEN NULL
                            WHEN m.vals IS NULL THEN c.vals
                            ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
-                      END
+                      END, n.fp, c.shown
                FROM new n JOIN cls c USING (gid)
-               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key"""
+               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+               UNION ALL  -- a row withheld keeps what earlier releases showed of it
+               SELECT %(rid)s, n.key, CASE WHEN n.w IS NULL THEN -1 ELSE -2 - n.w END,
+                      m.vals, n.fp, m.shown
+               FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+               WHERE n.gid IS NULL"""
             ).format(fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)),
             {"rid": release_id},
         )
@@ -329,6 +354,74 @@ def previous_groups(
     previous = np.full(len(keys), -1, dtype=np.int64)
     previous[np.asarray(at, dtype=np.int64)] = np.asarray(old, dtype=np.int64)
     return previous
+
+
+@dataclass(frozen=True)
+class Previous:
+    """What the latest release showed of this run's rows, by key: each row's group in it (-1
+    for a new or withheld row), whether the row is unchanged since (its fingerprint), and the
+    size of every group as released (counting rows the source has lost since)."""
+
+    gid: np.ndarray
+    unchanged: np.ndarray
+    sizes: np.ndarray
+
+
+def previous_release(
+    conn: psycopg.Connection, release_id: int | None, keys: Keys, source: Relation, key: Column,
+    released: list[Column],
+) -> Previous | None:  # fmt: skip
+    """`Previous` for the rows in `keys` order; None without a map. Keys go in and groups
+    come back by binary COPY (no Python object per row)."""
+    import numpy as np
+
+    from dbanon.db.stream import copy_columns
+
+    if not has_map(conn, release_id):
+        return None
+    rows = _stage_keys(conn, keys)
+    at, old, same = copy_columns(
+        conn,
+        sql.SQL(
+            "SELECT t.gid::float8, m.gid::float8, "
+            "(m.fp IS NOT NULL AND m.fp = {fp})::int::float8 FROM {rows} t "
+            "JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
+            "JOIN {src} s ON s.{key}::text = t.key"
+        ).format(fp=fingerprint(released), rows=rows, map=map_of(conn, release_id),
+                 rid=sql.Literal(release_id), src=source.ident, key=key.ident),  # fmt: skip
+        ["float8", "float8", "float8"],
+    )
+    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
+    at = np.asarray(at, dtype=np.int64)
+    gid = np.full(len(keys), -1, dtype=np.int64)
+    gid[at] = np.asarray(old, dtype=np.int64)
+    unchanged = np.zeros(len(keys), dtype=bool)
+    unchanged[at] = np.asarray(same) > 0
+    counts = conn.execute(
+        sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
+            map_of(conn, release_id)
+        )
+    ).fetchall()
+    sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
+    for g, n in counts:
+        sizes[g] = n
+    return Previous(gid, unchanged, sizes)
+
+
+def shown_of(conn: psycopg.Connection, release_id: int, gids: list[int]) -> dict[int, list[str]]:
+    """The tagged values (with repeats) each of these map groups showed when last released:
+    a retired group's, or a waiting block's (dbanon.algorithms.sealed)."""
+    if not gids:
+        return {}
+    return {
+        int(g): list(shown or [])
+        for g, shown in conn.execute(
+            sql.SQL(
+                "SELECT DISTINCT ON (gid) gid, shown FROM {} WHERE gid = ANY(%s) ORDER BY gid"
+            ).format(map_of(conn, release_id)),
+            [gids],
+        )
+    }
 
 
 def previous_state(
@@ -447,7 +540,7 @@ def rekey(
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
     kept = conn.execute(
         sql.SQL(
-            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals "
+            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals, m.fp, m.shown "
             "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
         ).format(fresh=fresh, part=table(release_id), pairs=pairs)
     ).rowcount

@@ -479,6 +479,40 @@ def _soak_detail() -> str:
                   "stale flag rows ignored (first → last)"], body)  # fmt: skip
 
 
+# --- the sealed refresh policy under churn (docs/sealed-soak/) -------------------------------
+
+
+@block("sealed-soak")
+def _sealed_soak() -> str:
+    """Rows released and withheld under `sealed`, with deletes and updates and with inserts
+    only (the persist policy's runs of the insert-only soak beside them)."""
+    body = []
+    for kind in ("churn", "inserts"):
+        d = _json(f"sealed-soak/{kind}/soak.json")
+        c = d["churn"]
+        what = ", ".join(f"{v:.0%} {k}" for k, v in c.items() if v)
+        mid = d["refreshes"] // 2
+        for name, m in d["methods"].items():
+            runs = [r for r in m["runs"] if "error" not in r]
+            at = {r["step"]: r for r in runs}
+
+            def shown(r: dict[str, Any]) -> str:
+                total = r["rows"] + (r.get("withheld_rows") or 0)
+                return f"{r['rows']:,} of {total:,} ({r['rows'] / total:.0%})"
+
+            body.append([what, name, f"{len(runs) - 1} of {d['refreshes']}",
+                         shown(at[mid]) if mid in at else "-", shown(runs[-1]),
+                         f"{runs[0]['ncp']:.3f}", f"{runs[-1]['ncp']:.3f}"])  # fmt: skip
+    d = _json("sealed-soak/churn/soak.json")
+    return table(["churn before each refresh", "method", "refreshes that succeeded",
+                  f"rows released after {d['refreshes'] // 2}",
+                  f"after {d['refreshes']}", "gcp at publish", "gcp after the last"],
+                 body) + _source("sealed-soak/{churn,inserts}/soak.json",
+                                 f"dbanon bench soak --rows {d['rows']} --refreshes "
+                                 f"{d['refreshes']} --seed {d['seed']} --methods ... "
+                                 "[--deletes 0 --updates 0]")  # fmt: skip
+
+
 # --- a reader's wait while a release is refreshed (docs/locking/) -----------------------------
 
 

@@ -634,7 +634,7 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     if stage is None:
         return None
     sens = r.sensitive[0] if r.sensitive else None
-    return composition.new_rows(conn, r.source, r.key, sens, stage)
+    return composition.new_rows(conn, r.source, r.key, sens, stage, r.released_columns)
 
 
 def compose(

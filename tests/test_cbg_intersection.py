@@ -225,7 +225,7 @@ def test_the_bucket_measure_by_hand(conn: psycopg.Connection) -> None:
         for key, g, b in stage:
             conn.execute("INSERT INTO st VALUES (%s, %s, %s, %s)", [str(key), g, b, g])
         rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
-                                    psycopg.sql.Identifier("st"))  # fmt: skip
+                                    psycopg.sql.Identifier("st"), [cols["dx"]])  # fmt: skip
         found = composition.measure(conn, rid, rows, 3, 5)
         composition.store(conn, rid, rows)
         return found

@@ -59,6 +59,7 @@ class History:
     values: list[np.ndarray]
     k: int
     needed: int
+    codes: dict[str, int] | None = None  # tag -> code, for values of rows no longer here
 
     def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
         """The histories (of those given) that the rows leave short of k rows or l values."""
@@ -80,17 +81,27 @@ class History:
         """This history without the rows no merge can help (their plausible values are held
         by fewer than k rows, or fewer than l values are left, in the whole table): the
         composition check reports those."""
+        hopeless = self._hopeless()
+        if not len(hopeless):
+            return self
+        history = np.where(np.isin(self.history, hopeless), -1, self.history)
+        return History(self.tag, history, self.values, self.k, self.needed, self.codes)
+
+    def _hopeless(self) -> np.ndarray:
+        """The histories whose plausible values fewer than k rows, or fewer than l values,
+        of the whole table still hold."""
         counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
         counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
-        hopeless = np.array(
+        return np.array(
             [h for h, v in enumerate(self.values)
              if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed],
             dtype=np.int64,
         )  # fmt: skip
-        if not len(hopeless):
-            return self
-        history = np.where(np.isin(self.history, hopeless), -1, self.history)
-        return History(self.tag, history, self.values, self.k, self.needed)
+
+    def hopeless_rows(self) -> np.ndarray:
+        """Per row, whether no group of this table can keep its promise (see `fixable`)."""
+        hopeless = self._hopeless()
+        return (self.history >= 0) & np.isin(self.history, hopeless)
 
     def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which candidate rows hold a value some persisting row of the group may have."""

@@ -353,6 +353,12 @@ class Resolved:
     def ident(self, name: str) -> sql.Identifier:
         return sql.Identifier(self.target_schema, name)
 
+    @property
+    def released_columns(self) -> list[Column]:
+        """The source columns a release shows of a row (QIs, sensitive, kept): what the map's
+        fingerprint covers (dbanon.composition.fingerprint)."""
+        return [*self.qi, *self.sensitive, *self.keep]
+
     def is_categorical(self, col: Column) -> bool:
         return col.kind == CATEGORICAL or col.name in self.hierarchies
 

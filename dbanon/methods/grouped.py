@@ -23,6 +23,7 @@ from psycopg import sql
 from dbanon import composition, generalise
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, persist_groups, subset
+from dbanon.algorithms.sealed import seal_groups
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
@@ -44,6 +45,16 @@ POLICY = Option(
     "On refresh: keep persisting rows in their groups (safe when releases are intersected), "
     "or regroup from scratch.",
     ("persist", "regroup"),
+)
+GROUP_POLICY = Option(
+    "refresh_policy",
+    str,
+    "persist",
+    "On refresh: keep persisting rows in their groups, new rows joining them (persist: safe "
+    "against intersection, not against a diff that shows one joiner or leaver); release groups "
+    "whole, kept as they were or new, rows that form no safe group waiting (sealed: safe "
+    "against both, rows withheld); or regroup from scratch.",
+    ("persist", "sealed", "regroup"),
 )
 RANGES = Option(
     "ranges",
@@ -209,6 +220,7 @@ def materialise(
             """CREATE TABLE {build} AS
                WITH rows AS (
                    SELECT st.gid, {src_cols} FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
+                   WHERE st.gid IS NOT NULL
                ){groups}
                SELECT {out} FROM rows {join_groups} JOIN {labels} l USING (gid)
                ORDER BY random()"""
@@ -295,12 +307,52 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
         ).format(runs=RUNS, tags=TAGS)
     ):
         values[h].append(code)
+    coded = dict(conn.execute(sql.SQL("SELECT t, code FROM {}").format(TAGS)).fetchall())
     for table in (rows, HISTORY, TAGS, RUNS):
         conn.execute(sql.SQL("DROP TABLE {}").format(table))
     return History(
         tags, hids, [np.asarray(v, dtype=np.int64) for v in values],
-        r.k or 1, composition.values_needed(r.models),
+        r.k or 1, composition.values_needed(r.models), coded,
     )  # fmt: skip
+
+
+def _shown(
+    conn: psycopg.Connection, r: Resolved, hist: History | None
+) -> Callable[[list[int]], dict[int, np.ndarray]]:
+    """The value codes (History's, new codes for values no row has now) that map groups
+    showed when last released; without a sensitive column every value is code 0."""
+    codes = dict(hist.codes or {}) if hist else {}
+
+    def shown(ids: list[int]) -> dict[int, np.ndarray]:
+        out = {}
+        for g, tags in composition.shown_of(conn, r.release_id or 0, ids).items():
+            if hist is None:
+                out[g] = np.zeros(len(tags), dtype=np.int64)
+                continue
+            out[g] = np.array([codes.setdefault(t, len(codes)) for t in tags], dtype=np.int64)
+        return out
+
+    return shown
+
+
+def stage_blocks(
+    conn: psycopg.Connection, stage: sql.Identifier, keys: Keys, block: np.ndarray | None
+) -> None:
+    """Column w of the stage: the block each withheld row waits in (NULL: none), which the
+    map keeps (dbanon.composition.store)."""
+    conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN w int4").format(stage))
+    if block is None or not (block >= 0).any():
+        return
+    waits = sql.Identifier("dbanon_stage_blocks")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(waits)
+    )
+    copy_in_ids(conn, waits, keys, block)
+    conn.execute(
+        sql.SQL("UPDATE {st} s SET w = b.gid FROM {b} b WHERE b.key = s.key AND b.gid >= 0").format(
+            st=stage, b=waits
+        )
+    )
 
 
 def _ids(out: np.ndarray | tuple[np.ndarray, dict[str, Any]]) -> np.ndarray:
@@ -327,7 +379,7 @@ def _keys(sensitive: Any) -> list:
 class GroupingMethod(Method):
     """A method whose algorithm maps arrays of QIs to one group id per row."""
 
-    options: ClassVar[tuple[Option, ...]] = (RANGES, POLICY)
+    options: ClassVar[tuple[Option, ...]] = (RANGES, GROUP_POLICY)
     # Whether groups gather near rows, so that a persisting row far from its group's centre has
     # moved (a QI update) and a refresh places it again (dbanon.algorithms.persist.moved).
     compact: ClassVar[bool] = True
@@ -363,11 +415,27 @@ class GroupingMethod(Method):
         if with_sensitive:
             sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
-        previous = None
-        if r.options.get("refresh_policy") == "persist" and not r.regroup:
+        previous, sealed, figures, block = None, None, {}, None
+        policy = "regroup" if r.regroup else r.options.get("refresh_policy")
+        if policy == "persist":
             previous = composition.previous_groups(conn, r.release_id, keys)
+        elif policy == "sealed":
+            sealed = composition.previous_release(
+                conn, r.release_id, keys, r.source, r.key, r.released_columns
+            )
         try:
-            if previous is None:
+            if sealed is not None:
+                ctx.say(f"keeping whole groups; grouping the other rows with {self.name}")
+                hist = history(conn, r, keys)
+                gid, block, figures = seal_groups(
+                    sealed.gid, sealed.unchanged, sealed.sizes,
+                    lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
+                    self._holds(r, sensitive), r.k or 2, composition.values_needed(r.models),
+                    hist.tag if hist else np.zeros(len(keys), dtype=np.int64),
+                    _shown(conn, r, hist), hist,
+                )  # fmt: skip
+                out = gid, figures
+            elif previous is None:
                 ctx.say(f"clustering with {self.name}")
                 out = self.cluster(r, qi, sensitive)
             else:
@@ -380,8 +448,15 @@ class GroupingMethod(Method):
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         gid, figures = out if isinstance(out, tuple) else (out, {})
+        shown = np.flatnonzero(gid >= 0)  # sealed: -1 for a row withheld
+        if not len(shown):
+            raise DbanonError(
+                f"{self.name} cannot publish {r.source}: every row is withheld (no group of the "
+                "rows that changed keeps the promise); --regroup starts over"
+            )
         sets = [c.name not in r.hierarchies for c in r.qi if r.is_categorical(c)]
-        loss = loss_report(qi, gid, sets)  # value-set columns' leaf loss as Xu et al. count it
+        # value-set columns' leaf loss as Xu et al. count it, over the rows released
+        loss = loss_report(subset(qi, shown), gid[shown], sets)
         ctx.lap("cluster")
         ctx.say("materialising the release")
         stage = STAGE
@@ -389,8 +464,11 @@ class GroupingMethod(Method):
             sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
         )
         copy_in_ids(conn, stage, keys, gid)
+        if len(shown) < len(gid):  # withheld rows stay in the stage (the map keeps them)
+            conn.execute(sql.SQL("UPDATE {} SET gid = NULL WHERE gid < 0").format(stage))
+            stage_blocks(conn, stage, keys, block)
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
-        value_sets = stage_labels(conn, r, qi, gid)
+        value_sets = stage_labels(conn, r, subset(qi, shown), gid[shown])
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.ident(built.build))
         ctx.lap("materialise")

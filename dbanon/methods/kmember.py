@@ -12,7 +12,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Option
-from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod, codes
+from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod, codes
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -34,7 +34,7 @@ class KMember(GroupingMethod):
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (
         RANGES,
-        POLICY,
+        GROUP_POLICY,
         Option(
             "seeding", str, "random", "How each cluster's first record is picked.",
             ("random", "furthest"),

@@ -15,7 +15,7 @@ from dbanon.algorithms.base import CONSTRUCTIONS, LEFTOVERS, QIArrays
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
-from dbanon.methods.grouped import POLICY, RANGES, GroupingMethod
+from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod
 from dbanon.metrics.vulnerability import FIGURES
 from dbanon.models.base import Target
 from dbanon.models.thetak import ThetaKAnonymity
@@ -48,7 +48,7 @@ class ThetaK(GroupingMethod):
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (
         RANGES,
-        POLICY,
+        GROUP_POLICY,
         Option(
             "leftovers", str, "category",
             "Where rows left after the last class go: the nearest class showing their "

@@ -1,0 +1,99 @@
+"""Issue 22 item 2: a diff of successive releases pins nobody who joined or left.
+
+tests/diffattack.py (independent of dbanon) compares each pair of releases class by class. Under
+the `sealed` refresh policy a single joiner waits (the release does not change), a single
+leaver retires her group whole (its other rows wait), and rows that waited come back only in new
+groups whose values hide the missing ones; under `persist` the same diff shows the joiner's row,
+so the attacker can fail."""
+
+from __future__ import annotations
+
+import random
+
+import diffattack
+import psycopg
+import pytest
+from churn import COLUMNS, person
+from helpers import cli_json, make_table
+
+QI = ["age", "region", "income"]
+K, ELL = 4, 2
+embedded = pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+
+
+def _publish(dsn: str, method: str, ell: int, *extra: str) -> None:
+    models = ("--l", str(ell)) if ell > 1 else ()
+    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
+                         ",".join(QI), "--sensitive", "dx", "--k", str(K), *models,
+                         "--algorithm", method, *extra)  # fmt: skip
+    assert code == 0, out
+
+
+def _refresh(dsn: str) -> dict:
+    code, out = cli_json(dsn, "refresh", "rel")
+    assert code == 0, out
+    return out
+
+
+def _read(conn: psycopg.Connection) -> diffattack.Release:
+    return diffattack.read(conn, "released.rel", QI, "dx")
+
+
+def _people(n: int, seed: int = 5) -> list[tuple]:
+    rng = random.Random(seed)
+    return [person(rng, i) for i in range(1, n + 1)]
+
+
+@embedded
+@pytest.mark.parametrize(("method", "ell"), [("kmember", 1), ("mondrian", ELL)])
+def test_single_joiner_and_leaver_show_nothing(
+    conn: psycopg.Connection, dsn: str, method: str, ell: int
+) -> None:
+    """k-member promises k (a change must keep k rows), Mondrian k and l."""
+    make_table(conn, "s", "people", COLUMNS, _people(400))
+    _publish(dsn, method, ell, "--refresh-policy", "sealed")
+    releases = [_read(conn)]
+    joiner = person(random.Random(9), 1000)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
+    _refresh(dsn)
+    releases.append(_read(conn))
+    assert releases[1] == releases[0]  # the joiner waits: nothing to diff
+    # A leaver whose value differs from the joiner's: her group's other rows and the joiner
+    # could form a group, but it would show the leaver's value by its absence: all wait.
+    leaver = conn.execute("SELECT min(id) FROM s.people WHERE dx <> %s", [joiner[4]]).fetchone()
+    leaver_at = conn.execute("SELECT age, region, income FROM s.people WHERE id = %s",
+                             leaver).fetchall()  # fmt: skip
+    conn.execute("DELETE FROM s.people WHERE id = %s", leaver)
+    _refresh(dsn)
+    releases.append(_read(conn))
+    assert releases[2] != releases[1]  # the leaver's group went, whole
+    shown = conn.execute("SELECT count(*) FROM released.rel").fetchone()[0]
+    assert shown <= 400 - K, shown  # its other rows wait, and so does the joiner
+    rng = random.Random(11)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", person(rng, 1001))
+    _refresh(dsn)
+    releases.append(_read(conn))
+    left = conn.execute("SELECT age, region, income FROM s.people WHERE id IN (3, 250)").fetchall()
+    conn.execute("DELETE FROM s.people WHERE id IN (3, 250)")  # then a batch of churn
+    for i in range(2000, 2040):
+        conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", person(rng, i))
+    _refresh(dsn)
+    releases.append(_read(conn))
+    gone = {(1, 2): leaver_at, (0, 2): leaver_at, (3, 4): left}
+    for i, j in [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4)]:  # releases one step apart, and (0, 2)
+        found = diffattack.attributable(releases[i], releases[j], K, ell, gone.get((i, j), []))
+        assert not found, (i, j, found[:5])
+    shown = conn.execute("SELECT count(*) FROM released.rel").fetchone()[0]
+    assert shown >= 400, shown  # the batch let waiting rows come back
+
+
+@embedded
+def test_the_diff_finds_a_joiner_under_persist(conn: psycopg.Connection, dsn: str) -> None:
+    """The attacker can fail: `persist` lets one joiner into a released group."""
+    make_table(conn, "s", "people", COLUMNS, _people(400))
+    _publish(dsn, "kmember", 1, "--refresh-policy", "persist")
+    before = _read(conn)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", person(random.Random(9), 1000))
+    _refresh(dsn)
+    found = diffattack.attributable(before, _read(conn), K, 1)
+    assert found and ("gained" in found[0] or "grew into" in found[0]), found
