@@ -328,34 +328,6 @@ def _stage_keys(conn: psycopg.Connection, keys: Keys) -> sql.Identifier:
     return rows
 
 
-def previous_groups(
-    conn: psycopg.Connection, release_id: int | None, keys: Keys
-) -> np.ndarray | None:
-    """Each row's group in the release's latest run (-1 for a new row), by the row's key;
-    None without a map. The keys go in and the groups come back by binary COPY and meet in
-    a join, so no Python object is made per row (a refresh of ten million rows stays within
-    the memory of a first publish)."""
-    import numpy as np
-
-    from dbanon.db.stream import copy_columns
-
-    if not has_map(conn, release_id):
-        return None
-    rows = _stage_keys(conn, keys)
-    at, old = copy_columns(
-        conn,
-        sql.SQL(
-            "SELECT t.gid::float8, m.gid::float8 FROM {rows} t JOIN {map} m "
-            "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(rows=rows, map=map_of(conn, release_id), rid=sql.Literal(release_id)),
-        ["float8", "float8"],
-    )
-    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
-    previous = np.full(len(keys), -1, dtype=np.int64)
-    previous[np.asarray(at, dtype=np.int64)] = np.asarray(old, dtype=np.int64)
-    return previous
-
-
 @dataclass(frozen=True)
 class Previous:
     """What the latest release showed of this run's rows, by key: each row's group in it (-1
@@ -365,6 +337,7 @@ class Previous:
     gid: np.ndarray
     unchanged: np.ndarray
     sizes: np.ndarray
+    unknown: np.ndarray  # mapped before the map kept fingerprints (revision 0011)
 
 
 def previous_release(
@@ -384,7 +357,8 @@ def previous_release(
         conn,
         sql.SQL(
             "SELECT t.gid::float8, m.gid::float8, "
-            "(m.fp IS NOT NULL AND m.fp = {fp})::int::float8 FROM {rows} t "
+            "CASE WHEN m.fp IS NULL THEN -1 WHEN m.fp = {fp} THEN 1 ELSE 0 END::float8 "
+            "FROM {rows} t "
             "JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
             "JOIN {src} s ON s.{key}::text = t.key"
         ).format(fp=fingerprint(released), rows=rows, map=map_of(conn, release_id),
@@ -395,8 +369,9 @@ def previous_release(
     at = np.asarray(at, dtype=np.int64)
     gid = np.full(len(keys), -1, dtype=np.int64)
     gid[at] = np.asarray(old, dtype=np.int64)
-    unchanged = np.zeros(len(keys), dtype=bool)
+    unchanged, unknown = np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=bool)
     unchanged[at] = np.asarray(same) > 0
+    unknown[at] = np.asarray(same) < 0
     counts = conn.execute(
         sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
             map_of(conn, release_id)
@@ -405,7 +380,7 @@ def previous_release(
     sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
     for g, n in counts:
         sizes[g] = n
-    return Previous(gid, unchanged, sizes)
+    return Previous(gid, unchanged, sizes, unknown)
 
 
 def shown_of(conn: psycopg.Connection, release_id: int, gids: list[int]) -> dict[int, list[str]]:

@@ -4,7 +4,9 @@ A consumer who keeps two releases of the same source can intersect a person's cl
 If a refresh regroups from scratch, the two classes share few rows and the intersection can
 single a person out; if every row that persists stays with the rows it was grouped with, the
 intersection is its old group again. So a refresh under the `persist` policy:
-1. keeps every persisting row in its previous group (deleted rows simply leave it);
+1. keeps every persisting row in its previous group (deleted rows simply leave it); a row
+   whose released columns changed since (the map's fingerprint) is placed again as a new row
+   is, so an updated QI does not stretch its old group over the space between;
 2. lets each group that no longer keeps its promise (below) take a few of the nearest new
    rows, when that makes it keep it; groups the other new rows among themselves with the
    method's own algorithm (when it can: there are at least k of them and they can satisfy

@@ -417,12 +417,15 @@ class GroupingMethod(Method):
         ctx.lap("extract")
         previous, sealed, figures, block = None, None, {}, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
-        if policy == "persist":
-            previous = composition.previous_groups(conn, r.release_id, keys)
-        elif policy == "sealed":
-            sealed = composition.previous_release(
+        if policy in ("persist", "sealed"):
+            before = composition.previous_release(
                 conn, r.release_id, keys, r.source, r.key, r.released_columns
             )
+            if policy == "sealed":
+                sealed = before
+            elif before is not None:  # a row changed since is placed again, as a new one is
+                previous = np.where(before.unchanged | before.unknown, before.gid, -1)
+                figures["changed_rows"] = int(((before.gid >= 0) & ~before.unchanged).sum())
         try:
             if sealed is not None:
                 ctx.say(f"keeping whole groups; grouping the other rows with {self.name}")
@@ -447,7 +450,8 @@ class GroupingMethod(Method):
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
-        gid, figures = out if isinstance(out, tuple) else (out, {})
+        gid, found = out if isinstance(out, tuple) else (out, {})
+        figures = {**figures, **found}
         shown = np.flatnonzero(gid >= 0)  # sealed: -1 for a row withheld
         if not len(shown):
             raise DbanonError(
@@ -476,7 +480,7 @@ class GroupingMethod(Method):
         if value_sets:  # columns without a hierarchy, released as the values present
             metrics["value_set_loss"] = value_sets
         if previous is not None:
-            metrics["persisting_rows"] = int((previous >= 0).sum())
+            metrics["persisting_rows"] = int((previous >= 0).sum())  # unchanged ones
         return metrics
 
     def group_map(self, r: Resolved) -> sql.Composable:
