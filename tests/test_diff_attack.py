@@ -46,11 +46,12 @@ def _people(n: int, seed: int = 5) -> list[tuple]:
 
 @embedded
 @pytest.mark.parametrize(("method", "ell"), [("kmember", 1), ("mondrian", ELL)])
+@pytest.mark.parametrize("seed", [5, 6, 7])
 def test_single_joiner_and_leaver_show_nothing(
-    conn: psycopg.Connection, dsn: str, method: str, ell: int
+    conn: psycopg.Connection, dsn: str, method: str, ell: int, seed: int
 ) -> None:
     """k-member promises k (a change must keep k rows), Mondrian k and l."""
-    make_table(conn, "s", "people", COLUMNS, _people(400))
+    make_table(conn, "s", "people", COLUMNS, _people(400, seed))
     _publish(dsn, method, ell, "--refresh-policy", "sealed")
     releases = [_read(conn)]
     joiner = person(random.Random(9), 1000)

@@ -64,3 +64,12 @@ def test_two_blocks_that_fit_two_ways_hide_both_missing_values() -> None:
     gone, came = plausible([g1, g2], [2, 2], shown)
     assert gone[0].tolist() == [1, 1, 1, 0] and gone[1].tolist() == [0, 0, 0, 1]
     assert came.tolist() == [2, 2, 1, 0]
+
+
+def test_gather_puts_a_block_in_the_part_holding_most_of_it() -> None:
+    from dbanon.algorithms.sealed import gather
+
+    part = np.array([0, 0, 1, 1, 1, 2])
+    block = np.array([7, 7, 7, -1, 9, 9])  # block 7: two rows in part 0, one in 1
+    gather(part, block)
+    assert part.tolist() == [0, 0, 0, 1, 1, 1]  # block 9: one row each, the first part wins

@@ -17,7 +17,8 @@ groups with counterfeit rows to the same end; dbanon never releases rows that do
    the diff check below;
 3. pending rows that form no such group, and rows whose plausible values too few rows of the
    whole table still hold, wait (withheld) until a later refresh can group them; a block waits
-   as a block.
+   as a block. The method's algorithm knows nothing of blocks, so each block is first moved
+   whole into the new group that took most of its rows (`gather`).
 The diff check. An attacker who knows everyone's QIs knows which people a retired group G and a
 new group G' share (the block R), and sees the values of both (multisets S and S'). The values
 of G's missing people are S minus R's values, and R's values are some multiset M within both S
@@ -159,6 +160,7 @@ def seal_groups(
             sub = np.unique(np.asarray(cluster(pool)), return_inverse=True)[1].reshape(-1)
         except ValueError:
             break  # the pool cannot be grouped on its own: it waits
+        gather(sub, origin[pool])
         left = []
         parts = int(sub.max()) + 1
         for part in range(parts):
@@ -184,6 +186,22 @@ def seal_groups(
         "blocks_waiting": int(block.max(initial=-1)) + 1,
         "persisting_rows": int((previous >= 0).sum()),
     }
+
+
+def gather(part: np.ndarray, block: np.ndarray) -> None:
+    """Put each block's rows in the one part that holds most of them (in place): a block comes
+    back whole or not at all, and the method's algorithm knows nothing of blocks."""
+    inblock = np.flatnonzero(block != -1)
+    if not len(inblock):
+        return
+    pairs, counts = np.unique(np.stack([block[inblock], part[inblock]]), axis=1,
+                              return_counts=True)  # fmt: skip
+    best: dict[int, tuple[int, int]] = {}
+    for (b, q), n in zip(pairs.T.tolist(), counts.tolist(), strict=True):
+        if b not in best or n > best[b][1]:
+            best[b] = (q, n)
+    for b, (q, _) in best.items():
+        part[block == b] = q
 
 
 def _acceptance(
