@@ -142,8 +142,11 @@ def seal_groups(
     gid[kept] = np.unique(previous[kept], return_inverse=True)[1].reshape(-1)
     groups = int(gid.max()) + 1 if kept.any() else 0
     # A block: the unchanged rows of a retired group (map id >= 0) or of a waiting one (<= -2).
+    hopeless = history.hopeless_rows() if history is not None else np.zeros(n, dtype=bool)
+    # A waiting row that changed is on its own now. A hopeless row stays in its block, which
+    # then waits (were the block to come back without it, its value would be read against the
+    # retired group's, unchecked).
     origin = np.where(unchanged & ~kept & (previous != -1), previous, -1)
-    origin[(previous < -1) & ~unchanged] = -1  # a waiting row that changed: on its own now
     ids = np.unique(origin[origin != -1]).tolist()
     codes = int(max(int(tags.max(initial=0)), 0)) + 1
     before = shown(ids)
@@ -151,7 +154,7 @@ def seal_groups(
     count = {g: np.bincount(v, minlength=codes) for g, v in before.items()}
     block_size = {g: int((origin == g).sum()) for g in ids}
     accept = _acceptance(holds, history, origin, count, block_size, tags, codes, k, needed)
-    pool = np.flatnonzero(~kept & ~(history.hopeless_rows() if history else np.zeros(n, bool)))
+    pool = np.flatnonzero(~kept & ~hopeless)
     made = 0
     for _ in range(_ROUNDS):
         if len(pool) < k:
