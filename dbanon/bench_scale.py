@@ -373,10 +373,22 @@ def run(
                 "publish_seconds": result.get("seconds"),
                 "peak_rss_mb": round(rss, 1),
                 "floor_ratio": round(round(seconds, 2) / low["seconds"], 2),
+                "timings": phases(conn, name),
                 "checked": setup.check(conn, name, rows, k, l),
             }
             conn.commit()
     return out
+
+
+def phases(conn: psycopg.Connection, name: str) -> dict[str, float]:
+    """Where the publish's seconds went: its run record's timings (dbanon.run), phase by
+    phase, as the lifecycle measured them."""
+    row = conn.execute(
+        """SELECT r.timings FROM dbanon.run r JOIN dbanon.release x ON x.id = r.release_id
+           WHERE x.name = %s AND r.status = 'succeeded' ORDER BY r.id DESC LIMIT 1""",
+        [name],
+    ).fetchone()
+    return dict(row[0] or {}) if row else {}
 
 
 def check(

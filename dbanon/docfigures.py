@@ -386,6 +386,72 @@ def _scale_bench() -> str:
     return text + _source("scale-bench/rows_*.json", "dbanon --json bench scale --rows N")
 
 
+# Issue 23's goals: the ratio of a publish's process seconds to the floor measured in the same
+# run (writing the release once plus one GROUP BY over its QIs), and peak RSS at 1M rows.
+FLOOR_GOALS: dict[str, tuple[float, int]] = {
+    "fulldomain": (1.5, 300), "fulldomain_view": (1.5, 300), "anatomy": (1.5, 300),
+    "localanatomy": (1.5, 300), "rfka_view": (1.5, 300),
+    "mondrian": (2, 300), "cbg": (2, 300), "lag": (2, 300), "thetak": (2, 300),
+    "ina": (2, 300), "noise": (2, 300), "rfka": (2, 300), "hamdist": (2, 300),
+    "kmember": (3, 300), "check": (1.2, 100),
+}  # fmt: skip
+
+
+@block("scale-floor")
+def _scale_floor() -> str:
+    """Every method at 1M rows against the floor of the same run (docs/scale-bench/
+    floor_1000000.json): process seconds, publish seconds, peak RSS, ratio, goal."""
+    d = _json("scale-bench/floor_1000000.json")
+    floor = d["floor"]
+    body = []
+    for name, m in d["methods"].items():
+        goal, rss = FLOOR_GOALS.get(name, (float("nan"), 0))
+        if name == "check":
+            ratio = m["ratio_same_work_mem"]
+            body.append([name, f"{m['seconds']:.2f}", "-", f"{m['peak_rss_mb']:,.0f}",
+                         f"{ratio:.2f}x a bare GROUP BY", f"<= {goal}x, {rss} MiB",
+                         "yes" if ratio <= goal and m["peak_rss_mb"] <= rss else "no", "-",
+                         "-"])
+            continue  # fmt: skip
+        held = m.get("checked", {}).get("holds")
+        met = m["floor_ratio"] <= goal and m["peak_rss_mb"] <= rss
+        top = sorted(((v, k) for k, v in m.get("timings", {}).items()
+                      if isinstance(v, int | float)), reverse=True)[:3]  # fmt: skip
+        body.append([name, f"{m['seconds']:.1f}", f"{m['publish_seconds']:.1f}",
+                     f"{m['peak_rss_mb']:,.0f}", f"{m['floor_ratio']:.1f}x",
+                     f"<= {goal:g}x, {rss} MiB", "yes" if met else "no",
+                     "holds" if held else "**fails**",
+                     ", ".join(f"{k} {v:.1f} s" for v, k in top) or "-"])  # fmt: skip
+    return (f"{d['rows']:,} rows, k={d['k']}, l={d['l']}; the floor (write the release once "
+            f"{floor['write_seconds']:.2f} s + one GROUP BY {floor['group_by_seconds']:.2f} s) "
+            f"is {floor['seconds']:.2f} s:\n\n") + table(
+        ["method", "process s", "publish s", "peak RSS MiB", "ratio to the floor", "goal",
+         "met", "independent check", "largest phases of the publish (its run's timings)"],
+        body,
+    ) + _source("scale-bench/floor_1000000.json", "dbanon --json bench scale --rows 1000000")
+
+
+@block("scale-growth")
+def _scale_growth() -> str:
+    """(θ,k) and cbg: publish seconds as the table grows, and the exponent between sizes
+    (issue 23's goal: at most 1.2); a run stopped unfinished is shown as such."""
+    import math
+
+    sizes = [30_000, 100_000]
+    runs = {n: _json(f"scale-bench/floor_{n}.json")["methods"] for n in sizes}
+    stopped = _json("scale-bench/floor_1000000_stopped.json")["stopped"]
+    body = []
+    for name in ("thetak", "cbg"):
+        secs = [runs[n][name]["publish_seconds"] for n in sizes]
+        slope = math.log(secs[1] / secs[0]) / math.log(sizes[1] / sizes[0])
+        at_1m = (f"stopped after {stopped[name]['seconds_at_least']:,} s, unfinished"
+                 if name in stopped else "not reached")  # fmt: skip
+        body.append([name, *(f"{x:.1f}" for x in secs), f"{slope:.2f}", at_1m])
+    return table(["method", "publish s at 30,000 rows", "at 100,000", "exponent", "at 1,000,000"],
+                 body) + _source("scale-bench/floor_{30000,100000,1000000_stopped}.json",
+                                 "dbanon --json bench scale --rows N --methods thetak,cbg")
+
+
 # --- the in-memory and lattice benchmarks (docs/benchmarks/) ------------------------------------
 
 
