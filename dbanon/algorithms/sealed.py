@@ -147,12 +147,13 @@ def seal_groups(
     # then waits (were the block to come back without it, its value would be read against the
     # retired group's, unchecked).
     origin = np.where(unchanged & ~kept & (previous != -1), previous, -1)
-    ids = np.unique(origin[origin != -1]).tolist()
-    codes = int(max(int(tags.max(initial=0)), 0)) + 1
+    ids, sizes_now = np.unique(origin[origin != -1], return_counts=True)
+    ids = ids.tolist()
+    codes = int(tags.max(initial=0)) + 1
     before = shown(ids)
     codes = max([codes, *(int(v.max()) + 1 for v in before.values() if len(v))])
     count = {g: np.bincount(v, minlength=codes) for g, v in before.items()}
-    block_size = {g: int((origin == g).sum()) for g in ids}
+    block_size = dict(zip(ids, sizes_now.tolist(), strict=True))
     accept = _acceptance(holds, history, origin, count, block_size, tags, codes, k, needed)
     pool = np.flatnonzero(~kept & ~hopeless)
     made = 0

@@ -335,23 +335,22 @@ def _shown(
     return shown
 
 
-def stage_blocks(
-    conn: psycopg.Connection, stage: sql.Identifier, keys: Keys, block: np.ndarray | None
-) -> None:
-    """Column w of the stage: the block each withheld row waits in (NULL: none), which the
-    map keeps (dbanon.composition.store)."""
-    conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN w int4").format(stage))
+def staged(gid: np.ndarray, block: np.ndarray | None) -> np.ndarray:
+    """The ids the stage is written with: a row's group, -1 for a row withheld alone, and
+    -2 - b for one waiting in block b (`stage_blocks` splits them into gid and w)."""
     if block is None or not (block >= 0).any():
-        return
-    waits = sql.Identifier("dbanon_stage_blocks")
+        return gid
+    return np.where(block >= 0, -2 - block, gid)
+
+
+def stage_blocks(conn: psycopg.Connection, stage: sql.Identifier) -> None:
+    """Withheld rows in the stage: gid NULL, and column w the block each waits in (NULL:
+    none), which the map keeps (dbanon.composition.store)."""
     conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(waits)
-    )
-    copy_in_ids(conn, waits, keys, block)
-    conn.execute(
-        sql.SQL("UPDATE {st} s SET w = b.gid FROM {b} b WHERE b.key = s.key AND b.gid >= 0").format(
-            st=stage, b=waits
-        )
+        sql.SQL(
+            "ALTER TABLE {st} ADD COLUMN w int4; "
+            "UPDATE {st} SET w = CASE WHEN gid <= -2 THEN -2 - gid END, gid = NULL WHERE gid < 0"
+        ).format(st=stage)
     )
 
 
@@ -425,7 +424,7 @@ class GroupingMethod(Method):
                 sealed = before
             elif before is not None:  # a row changed since is placed again, as a new one is
                 previous = np.where(before.unchanged | before.unknown, before.gid, -1)
-                figures["changed_rows"] = int(((before.gid >= 0) & ~before.unchanged).sum())
+                figures["changed_rows"] = int((previous != before.gid).sum())
         try:
             if sealed is not None:
                 ctx.say(f"keeping whole groups; grouping the other rows with {self.name}")
@@ -452,27 +451,30 @@ class GroupingMethod(Method):
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         gid, found = out if isinstance(out, tuple) else (out, {})
         figures = {**figures, **found}
-        shown = np.flatnonzero(gid >= 0)  # sealed: -1 for a row withheld
-        if not len(shown):
+        withheld = gid < 0  # sealed: a row that waits
+        if withheld.all():
             raise DbanonError(
                 f"{self.name} cannot publish {r.source}: every row is withheld (no group of the "
                 "rows that changed keeps the promise); --regroup starts over"
             )
+        # The rows released: no copy of the QI arrays when none waits (a first publish).
+        shown_qi, shown_gid = (
+            (subset(qi, ~withheld), gid[~withheld]) if withheld.any() else (qi, gid)
+        )
         sets = [c.name not in r.hierarchies for c in r.qi if r.is_categorical(c)]
         # value-set columns' leaf loss as Xu et al. count it, over the rows released
-        loss = loss_report(subset(qi, shown), gid[shown], sets)
+        loss = loss_report(shown_qi, shown_gid, sets)
         ctx.lap("cluster")
         ctx.say("materialising the release")
         stage = STAGE
         conn.execute(
             sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
         )
-        copy_in_ids(conn, stage, keys, gid)
-        if len(shown) < len(gid):  # withheld rows stay in the stage (the map keeps them)
-            conn.execute(sql.SQL("UPDATE {} SET gid = NULL WHERE gid < 0").format(stage))
-            stage_blocks(conn, stage, keys, block)
+        copy_in_ids(conn, stage, keys, staged(gid, block))
+        if withheld.any():  # withheld rows stay in the stage (the map keeps them)
+            stage_blocks(conn, stage)
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
-        value_sets = stage_labels(conn, r, subset(qi, shown), gid[shown])
+        value_sets = stage_labels(conn, r, shown_qi, shown_gid)
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.ident(built.build))
         ctx.lap("materialise")
