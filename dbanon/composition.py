@@ -84,16 +84,22 @@ def fingerprint(cols: list[Column], ref: str = "s") -> sql.Composable:
 
 
 NEW = sql.Identifier("dbanon_new_rows")  # this run's rows, read by measure and store
+# A method that measures its rows itself (LAG: several bucketised attributes) stages, besides
+# (key, gid, pset, shown, pr, pv), each distinct set of plausible values once: (pset, vals).
+PSETS = sql.Identifier("dbanon_plausible_sets")
 
 
 @dataclass(frozen=True)
 class Rows:
     """This run's rows for the map: (key, gid, t, fp), and with `buckets` also b (the row's
     bucket) and u (what the map keeps as its group: the unit its next run persists); gid NULL
-    for a source row the release left out (withheld)."""
+    for a source row the release left out (withheld). `measured`: the method judged each row
+    itself (pr, pv: its plausible rows and fewest values, NULL for a new person) and staged
+    the values the map keeps (pset into PSETS) and what the release showed of it (shown)."""
 
     ident: sql.Identifier
     buckets: bool = False
+    measured: bool = False
 
 
 def _columns(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
@@ -116,6 +122,15 @@ def new_rows(
     the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
     fp = fingerprint(released)
     columns = _columns(conn, stage)
+    if "pset" in columns:
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
+                "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, {fp} AS fp "
+                "FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
+            ).format(new=NEW, fp=fp, stage=stage, src=source.ident, key=key.ident)
+        )
+        return Rows(NEW, measured=True)
     if "b" not in columns:
         w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
         conn.execute(
@@ -158,6 +173,15 @@ def measure(
     """The intersection figures of this run against all earlier ones (None on a first run)."""
     if not has_map(conn, release_id):
         return None
+    if rows.measured:
+        return _figures(conn.execute(
+            sql.SQL(
+                "SELECT count(*), min(pr), min(pv), count(*) FILTER (WHERE pr < %(k)s), "
+                "count(*) FILTER (WHERE pv < %(l)s) FROM {} "
+                "WHERE pr IS NOT NULL AND gid IS NOT NULL"
+            ).format(rows.ident),
+            {"k": k, "l": values_needed},
+        ).fetchone())  # fmt: skip
     if rows.buckets:
         return _figures(conn.execute(
             sql.SQL(_MEASURE_BUCKETS).format(rows=rows.ident, map=map_of(conn, release_id)),
@@ -280,7 +304,16 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     (about 3 s rather than 15 s per million rows)."""
     fresh = sql.Identifier("dbanon", table_name(release_id) + "_next")
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
-    if rows.buckets:
+    if rows.measured:
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown) "
+                "SELECT %(rid)s, n.key, coalesce(n.gid, -1), p.vals, n.fp, n.shown "
+                "FROM {rows} n LEFT JOIN {psets} p USING (pset)"
+            ).format(fresh=fresh, rows=rows.ident, psets=PSETS),
+            {"rid": release_id},
+        )
+    elif rows.buckets:
         conn.execute(
             sql.SQL(_STORE_BUCKETS).format(
                 fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)
@@ -381,6 +414,41 @@ def previous_release(
     for g, n in counts:
         sizes[g] = n
     return Previous(gid, unchanged, sizes, unknown)
+
+
+def previous_cells(
+    conn: psycopg.Connection, release_id: int | None, keys: Keys, source: Relation, key: Column,
+    released: list[Column],
+) -> tuple[np.ndarray, np.ndarray, list[list[str] | None], list[list[str] | None]] | None:
+    """Per row in `keys` order: its group in the map (-1: none or left out), whether its
+    released columns are unchanged since, its plausible values and what the release showed
+    of it (tags; None where the map has none); None without a map. Rows of one class share
+    their values: each distinct list is one object."""
+    import numpy as np
+
+    if not has_map(conn, release_id):
+        return None
+    rows = _stage_keys(conn, keys)
+    n = len(keys)
+    gid, same = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
+    vals: list[list[str] | None] = [None] * n
+    shown: list[list[str] | None] = [None] * n
+    distinct: dict[tuple[str, ...], list[str]] = {}
+    with conn.cursor() as cur:
+        cur.execute(
+            sql.SQL(
+                "SELECT t.gid, m.gid, m.fp IS NOT DISTINCT FROM {fp}, m.vals, m.shown "
+                "FROM {rows} t JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
+                "JOIN {src} s ON s.{key}::text = t.key"
+            ).format(fp=fingerprint(released), rows=rows, map=map_of(conn, release_id),
+                     rid=sql.Literal(release_id), src=source.ident, key=key.ident)  # fmt: skip
+        )
+        for at, g, unchanged, v, sh in cur:
+            gid[at], same[at], shown[at] = g, unchanged, sh
+            if v is not None:
+                vals[at] = distinct.setdefault(tuple(v), v)
+    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
+    return gid, same, vals, shown
 
 
 def shown_of(conn: psycopg.Connection, release_id: int, gids: list[int]) -> dict[int, list[str]]:

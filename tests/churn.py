@@ -123,3 +123,88 @@ class Attacker:
         self.alive = alive
         self.values = {i: v for i, v in self.values.items() if i in alive}
         return len(alive), fewest_rows, fewest_values
+
+
+class LagAttacker:
+    """The consumer who keeps every LAG release of the churning table and knows each person's
+    unflagged QIs (age, region, income) and which of her values she flagged.
+
+    A release is NAME (age, region, income: generalised, NULL where flagged) and per flagged
+    attribute its IDT (row id -> bucket) and ST (bucket -> values). A person's candidate rows
+    show her flag pattern (NULL exactly where she flagged) and cover her unflagged values; per
+    flagged attribute her plausible values are those every release's candidates' buckets held;
+    her plausible rows are the newest candidates whose bucket holds a plausible value in every
+    attribute she flagged."""
+
+    QI = ("age", "region", "income")
+
+    def __init__(self, vocab: dict[str, list]) -> None:
+        self.vocab = vocab  # per bucketised attribute: every value it can take
+        self.index = {a: {v: i for i, v in enumerate(vs)} for a, vs in vocab.items()}
+        self.values: dict[tuple[int, str], np.ndarray] = {}  # (person, attr) -> plausible
+        self.alive: set[int] | None = None
+
+    def observe(
+        self, people: list[tuple], flags: dict[str, set[int]], main: list[tuple],
+        buckets: dict[str, dict[int, int]], st: dict[str, dict[int, set]],
+        regions: list[str] = REGIONS,
+    ) -> tuple[int, int, int]:  # fmt: skip
+        """One more release: `people` (id, age, region, income, ...) at its time, `flags`
+        attr -> ids that flag it (the bucketised attributes not among the QIs: everyone),
+        `main` NAME's rows (row_id, age, region, income), `buckets` attr -> row id -> bucket,
+        `st` attr -> bucket -> values. Returns (people present in every release, fewest
+        plausible rows, fewest plausible values of an attribute)."""
+        attrs = list(self.vocab)
+        types: dict[tuple, int] = {}  # (cells..., bucket per attr) -> rows
+        for row in main:
+            key = (*row[1:], *(buckets.get(a, {}).get(row[0], -1) for a in attrs))
+            types[key] = types.get(key, 0) + 1
+        keys = list(types)
+        count = np.array([types[t] for t in keys], dtype=np.int64)
+        nulls = np.array([[c is None for c in t[:3]] for t in keys], dtype=bool).reshape(-1, 3)
+        age = np.array([_range(t[0]) if t[0] is not None else (0, -1) for t in keys]).reshape(-1, 2)
+        region = np.array([_regions(t[1], regions) if t[1] is not None else 0 for t in keys],
+                          dtype=np.int64)  # fmt: skip
+        income = np.array([_range(t[2]) for t in keys]).reshape(-1, 2)
+        holds = {}  # attr -> (types, values) the type's bucket holds
+        for j, a in enumerate(attrs):
+            m = np.zeros((len(keys), len(self.vocab[a])), dtype=np.float32)
+            for i, t in enumerate(keys):
+                for v in st[a].get(t[3 + j], ()):
+                    m[i, self.index[a][v]] = 1
+            holds[a] = m
+        now = {p[0]: p for p in people}
+        alive = set(now) if self.alive is None else self.alive & set(now)
+        ids = sorted(alive)
+        fewest_rows = fewest_values = 10**9
+        for start in range(0, len(ids), 500):
+            chunk = [now[i] for i in ids[start : start + 500]]
+            flagged = np.array([[p[0] in flags.get(q, ()) for q in self.QI] for p in chunk],
+                               dtype=bool).reshape(-1, 3)  # fmt: skip
+            a_ = np.array([p[1] for p in chunk], dtype=float)[:, None]
+            g = np.array([1 << regions.index(p[2]) for p in chunk], dtype=np.int64)[:, None]
+            m_ = np.array([p[3] for p in chunk], dtype=float)[:, None]
+            cover = (nulls[None, :, :] == flagged[:, None, :]).all(axis=2)
+            cover &= flagged[:, 0:1] | ((age[:, 0] <= a_) & (a_ <= age[:, 1]))
+            cover &= flagged[:, 1:2] | ((region & g) != 0)
+            cover &= flagged[:, 2:3] | ((income[:, 0] <= m_) & (m_ <= income[:, 1]))
+            ok = cover.copy()
+            seen = cover.any(axis=1)  # a person in a suppressed subset is not released
+            for a in attrs:
+                mine = np.array([p[0] in flags[a] for p in chunk], dtype=bool)
+                held = (cover.astype(np.float32) @ holds[a]) > 0  # values her candidates hold
+                before = np.array([self.values.get((p[0], a), np.ones(len(self.vocab[a]), bool))
+                                   for p in chunk])  # fmt: skip
+                plausible = held & before
+                for p, v, f in zip(chunk, plausible, mine.tolist(), strict=True):
+                    if f:
+                        self.values[(p[0], a)] = v
+                if (mine & seen).any():
+                    fewest_values = min(fewest_values,
+                                        int(plausible[mine & seen].sum(axis=1).min()))  # fmt: skip
+                hit = (plausible.astype(np.float32) @ holds[a].T) > 0
+                ok &= hit | ~mine[:, None]
+            fewest_rows = min(fewest_rows, int((ok @ count)[seen].min(initial=10**9)))
+        self.alive = alive
+        self.values = {k: v for k, v in self.values.items() if k[0] in alive}
+        return len(alive), fewest_rows, fewest_values

@@ -124,7 +124,7 @@ def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
     return QIArrays(qi.num[rows], qi.cat[rows], qi.lca, qi.height, qi.hierarchies)
 
 
-def _centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+def centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Mean normalised numeric values and the most frequent leaf of each categorical QI."""
     sizes = np.maximum(np.bincount(gid, minlength=groups), 1).astype(np.float64)
     num = np.zeros((groups, qi.num.shape[1]))
@@ -138,7 +138,7 @@ def _centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np
     return num, cat
 
 
-def _distance(
+def distance(
     qi: QIArrays, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray
 ) -> np.ndarray:
     """(len(num), len(cnum)) distances between points and group centres."""
@@ -189,15 +189,15 @@ def persist_groups(
     if len(left):
         if groups == 0:
             raise ValueError(f"{n} rows and no group to join")
-        cnum, ccat = _centres(qi, np.where(gid < 0, 0, gid), groups)
+        cnum, ccat = centres(qi, np.where(gid < 0, 0, gid), groups)
         for start in range(0, len(left), _CHUNK):
             rows = left[start : start + _CHUNK]
-            gid[rows] = _distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-    gid = _merge_failing(qi, gid, groups, holds)
-    return _split_large(gid, cluster, holds, k)
+            gid[rows] = distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
+    gid = merge_failing(qi, gid, groups, holds)
+    return split_large(gid, cluster, holds, k)
 
 
-def _split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
+def split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
     """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
     when every part keeps the promise (models and guard): merges of earlier refreshes are
     undone where the intersection allows it, so information loss need not only grow."""
@@ -238,11 +238,11 @@ def _fill_short(
     failing = [g for g in range(groups) if len(members[g]) and not holds(members[g])]
     if not failing:
         return
-    cnum, ccat = _centres(subset(qi, placed), gid[placed], groups)
+    cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
     free = np.ones(len(loose), dtype=bool)
     for g in sorted(failing, key=lambda x: (len(members[x]), x)):
-        d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], qi.num[loose], qi.cat[loose])[0]
-        others = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
+        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], qi.num[loose], qi.cat[loose])[0]
+        others = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
         others[g] = np.inf
         d[~free | (d >= others.min())] = np.inf  # a merge with the nearest group is cheaper
         near = np.argsort(d, kind="stable")[: 4 * k]
@@ -271,7 +271,7 @@ def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     g = gid[rows]
     sizes = np.bincount(g, minlength=groups)
-    cnum, ccat = _centres(subset(qi, rows), g, groups)
+    cnum, ccat = centres(subset(qi, rows), g, groups)
     own = np.abs(qi.num[rows] - cnum[g]).sum(axis=1)  # each row to its own group's centre
     for j in range(qi.cat.shape[1]):
         own += qi.height[j][qi.lca[j][qi.cat[rows, j], ccat[g, j]]]
@@ -283,13 +283,13 @@ def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
     out = []
     for start in range(0, len(candidates), _CHUNK):
         c = candidates[start : start + _CHUNK]
-        d = _distance(qi, qi.num[rows[c]], qi.cat[rows[c]], cnum, ccat)
+        d = distance(qi, qi.num[rows[c]], qi.cat[rows[c]], cnum, ccat)
         d[np.arange(len(c)), g[c]] = np.inf
         out.append(c[own[c] > 2 * d.min(axis=1)])
     return rows[np.concatenate(out)] if out else np.zeros(0, dtype=np.int64)
 
 
-def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
+def merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
     """Merge groups that fail their promise into a near group, smallest first: of the
     `_CANDIDATES` nearest, the nearest whose union holds, else the nearest."""
     order = np.argsort(gid, kind="stable")
@@ -298,13 +298,13 @@ def _merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> 
         g: order[bounds[g] : bounds[g + 1]] for g in range(groups) if bounds[g + 1] > bounds[g]
     }
     failing = {g for g, rows in members.items() if not holds(rows)}
-    cnum, ccat = _centres(qi, gid, groups)
+    cnum, ccat = centres(qi, gid, groups)
     while failing:
         if len(members) == 1:
             raise ValueError("the whole table does not satisfy the promised models")
         g = min(failing, key=lambda x: (len(members[x]), x))
         alive = np.array(sorted(h for h in members if h != g))
-        d = _distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
+        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
         near = alive[np.argsort(d, kind="stable")[:_CANDIDATES]].tolist()
         into, ok = near[0], False
         for h in near:

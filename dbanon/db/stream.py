@@ -76,6 +76,13 @@ class Keys:
     def __len__(self) -> int:
         return len(self.lens)
 
+    @classmethod
+    def of(cls, keys: Iterable[str]) -> Keys:
+        """Keys already decoded (a method that streamed them as text)."""
+        raw = [k.encode() for k in keys]
+        return cls(np.frombuffer(b"".join(raw), dtype=np.uint8),
+                   np.array([len(b) for b in raw], dtype=np.int32))  # fmt: skip
+
     def __iter__(self) -> Iterator[str | None]:
         raw = self.blob.tobytes()
         start = 0

@@ -9,19 +9,28 @@ release is local anatomy's (dbanon.setlogic.localanatomy) with `group_id` and th
 `NAME` generalised over each group: numeric `lo-hi` (or typed ranges, `--ranges`), categorical
 the LCA in the QI's hierarchy or '*' without one. It promises k-anonymity of `NAME` over its QI
 columns (NULL, a flagged cell, a value of its own) and local anatomy's l-diversity.
+
+Across refreshes (docs/composition.md): every run keeps a map of each row's group, buckets
+and plausible values per attribute (composition's "measured" form: LAG judges each row
+itself, `lag_persist.Judge`, and the lifecycle's gate refuses a run that narrows anyone below
+k rows or l values). The default `--refresh-policy persist` lays the refresh out as
+dbanon.algorithms.lag_persist says; `regroup` starts over and is refused when it narrows.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon import composition
+from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.stream import Coded
+from dbanon.db.stream import Coded, Keys
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
@@ -58,6 +67,11 @@ class LAG(LocalAnatomy):
                "LAG's generalisation: LAG_1 median cuts (partition) or LAG_2 Top-down (ncp).",
                VARIANTS),
         RANGES,
+        Option("refresh_policy", str, "persist",
+               "On refresh: keep persisting rows in their groups and buckets, merging groups "
+               "until a consumer who kept every release still has k rows and l values of "
+               "each person (persist), or lay the release out from scratch (regroup; "
+               "refused when it would narrow anyone).", ("persist", "regroup")),
     )  # fmt: skip
     generalises = True
     releases = (
@@ -115,6 +129,86 @@ class LAG(LocalAnatomy):
         figures.update(group_sizes(gid[kept]))  # its QI-partition subsets (group_id)
         return kept, gid[kept] + 1, figures  # group ids from 1, as Table 5.4 numbers them
 
+    def lay_out(
+        self, conn: psycopg.Connection, r: Resolved, keys: list[str],
+        data: dict[str, np.ndarray], flagged: dict[str, np.ndarray], attrs: list[Attribute],
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+        """LAG's groups and local anatomy's buckets; on a refresh that persists, the layout of
+        dbanon.algorithms.lag_persist. Either way every row is judged against what the
+        release's earlier runs showed, and the map is staged (MAP, composition.PSETS)."""
+        previous = composition.previous_cells(conn, r.release_id, Keys.of(keys), r.source,
+                                              r.key, r.released_columns)  # fmt: skip
+        n = len(keys)
+        cells, tags = {}, {}
+        for a in attrs:
+            codes, tags[a.column] = _codes(data[a.column], flagged[a.column])
+            cells[a.column] = lag_persist.Attr(codes, a.principle, data[a.column])
+        known: list[lag_persist.Plausible | None] = [None] * n
+        if previous is not None:
+            known = _known(previous[2], tags, r.sensitive[0].name if r.sensitive else None)
+        k = int(r.model("k-anonymity").k)  # type: ignore[union-attr]
+        regroup = r.regroup or r.options.get("refresh_policy") == "regroup"
+        if previous is None or regroup or not (previous[0] >= 0).any():
+            kept, gid, buckets, figures = super().lay_out(conn, r, keys, data, flagged, attrs)
+            whole_gid = np.full(n, -1, dtype=np.int64)
+            whole_gid[kept] = gid
+            whole = {a: np.zeros(n, dtype=np.int64) for a in buckets}
+            for a, b in buckets.items():
+                whole[a][kept] = b
+            judge = lag_persist.Judge(cells, whole, known, k)
+        else:
+            kept, gid, buckets, figures, judge, whole_gid = self._persist(
+                r, data, flagged, cells, previous, known, k
+            )
+        measured = judge.measure(whole_gid)
+        _stage_map(conn, keys, whole_gid, judge.buckets, measured, tags)
+        return kept, gid, buckets, figures
+
+    def _persist(
+        self, r: Resolved, data: dict[str, np.ndarray], flagged: dict[str, np.ndarray],
+        cells: dict[str, lag_persist.Attr], previous: tuple, known: list, k: int,
+    ) -> tuple:  # fmt: skip
+        old_gid, unchanged, _, shown = previous
+        qi = self.qi_arrays(r, data)
+        fnum, fcat = self.split_flags(r, flagged, len(old_gid))
+        old_buckets = _old_buckets(shown, list(cells))
+        same_flags = np.ones(len(old_gid), dtype=bool)
+        for a, cell in cells.items():  # a row whose flags changed shows another pattern
+            same_flags &= (old_buckets[a] > 0) == (cell.codes >= 0)
+        persisting = np.where(unchanged & same_flags, old_gid, -1)
+        rng = np.random.default_rng(secrets.randbits(128))  # placement and ids: secret
+        try:
+            layout, judge = lag_persist.persist(
+                qi, fnum, fcat, cells, k, r.options["variant"], bool(r.options.get("heuristic")),
+                rng, persisting, old_buckets, known,
+            )  # fmt: skip
+        except ValueError as e:
+            raise DbanonError(f"lag cannot refresh {r.source}: {e}") from None
+        kept = layout.gid >= 0
+        if not kept.any():
+            raise DbanonError(f"lag cannot publish {r.source}: every QI-partition subset has "
+                              f"fewer than k={k} rows")  # fmt: skip
+        # Released ids: a fresh permutation (neither the layout's order nor the last run's).
+        relabel = rng.permutation(int(layout.gid.max()) + 1) + 1
+        whole_gid = np.where(kept, relabel[np.maximum(layout.gid, 0)], -1)
+        for a, b in layout.buckets.items():
+            ids = rng.permutation(int(b.max(initial=0)) + 1)
+            ids[0] = -1
+            layout.buckets[a] = np.where(b > 0, ids[b] + 1, 0)
+        judge = lag_persist.Judge(cells, layout.buckets, known, k)  # with the released ids
+        figures = dict(layout.figures)
+        figures["ncp"] = ncp(qi, fnum, fcat, layout.gid)
+        figures["gcp"] = figures["ncp"]
+        figures["discernibility"] = discernibility(layout.gid)
+        figures["suppressed_rows"] = int((~kept).sum())
+        figures.update(group_sizes(layout.gid[kept]))
+        buckets = {a: b[kept] for a, b in layout.buckets.items()}
+        return kept, whole_gid[kept], buckets, figures, judge, whole_gid
+
+    def group_map(self, r: Resolved) -> sql.Composable:
+        """The map LAG staged in `lay_out`: judged per row (composition's measured form)."""
+        return MAP
+
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier
     ) -> None:
@@ -153,6 +247,109 @@ class LAG(LocalAnatomy):
         k = r.model("k-anonymity")
         target = Target(r.ident(built[0].build), [c.name for c in r.qi])
         return [model_check(k, target), *super().checks(r, built)]  # type: ignore[arg-type]
+
+
+SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
+MAP = sql.Identifier("dbanon_lag_map")  # (key, gid, pset, shown, pr, pv) of this run
+
+
+def _tag(value: Any) -> str:
+    """A value as the map tags it (whole numbers without '.0', as SQL prints them)."""
+    if isinstance(value, float) and value.is_integer():
+        return f"v:{int(value)}"
+    return f"v:{value}"
+
+
+def _codes(values: np.ndarray, flagged: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Per row a code of its flagged value's tag (-1: not flagged), and the tag of each code."""
+    codes = np.full(len(values), -1, dtype=np.int64)
+    if not flagged.any():
+        return codes, []
+    tags = np.array([_tag(v) for v in values[flagged].tolist()], dtype=object)
+    uniq, inverse = np.unique(tags, return_inverse=True)
+    codes[flagged] = inverse.reshape(-1)
+    return codes, uniq.tolist()
+
+
+def _known(
+    vals: list[list[str] | None], tags: dict[str, list[str]], sensitive: str | None
+) -> list[lag_persist.Plausible | None]:
+    """Each row's plausible values from the map's tags (attribute SEP value). Untagged values
+    (a map another method kept) are the first sensitive column's; values the table no longer
+    holds are dropped: no class can hold them."""
+    lookup = {a: {t: c for c, t in enumerate(ts)} for a, ts in tags.items()}
+    parsed: dict[int, lag_persist.Plausible] = {}
+    out: list[lag_persist.Plausible | None] = []
+    for v in vals:
+        if v is None:
+            out.append(None)
+            continue
+        if id(v) not in parsed:
+            sets: dict[str, set[int]] = {}
+            for t in v:
+                a, sep, tag = t.partition(SEP)
+                if not sep:
+                    a, tag = sensitive or "", t
+                if a in lookup:
+                    sets.setdefault(a, set())
+                    if tag in lookup[a]:
+                        sets[a].add(lookup[a][tag])
+            parsed[id(v)] = {a: frozenset(c) for a, c in sets.items()}
+        out.append(parsed[id(v)])
+    return out
+
+
+def _old_buckets(shown: list[list[str] | None], attrs: list[str]) -> dict[str, np.ndarray]:
+    """Per attribute each row's bucket in the last release (0: none), from the map's tags."""
+    out = {a: np.zeros(len(shown), dtype=np.int64) for a in attrs}
+    for i, tags in enumerate(shown):
+        for t in tags or ():
+            a, sep, b = t.partition(SEP)
+            if sep and a in out and b.isdigit():
+                out[a][i] = int(b)
+    return out
+
+
+def _stage_map(
+    conn: psycopg.Connection, keys: list[str], gid: np.ndarray, buckets: dict[str, np.ndarray],
+    measured: lag_persist.Measured, tags: dict[str, list[str]],
+) -> None:  # fmt: skip
+    """MAP and composition.PSETS: every row released or known to earlier releases."""
+    ids: dict[int, int] = {}
+    sets: list[list[str]] = []
+    rows = []
+    cells = {a: cell.tolist() for a, cell in buckets.items()}
+    for i, (key, g) in enumerate(zip(keys, gid.tolist(), strict=True)):
+        p = measured.plausible[i]
+        if g < 0 and p is None:
+            continue
+        pset = None
+        if p is not None:
+            if id(p) not in ids:
+                ids[id(p)] = len(sets)
+                sets.append(sorted(f"{a}{SEP}{tags[a][c]}" for a, cs in p.items()
+                                   for c in cs))  # fmt: skip
+            pset = ids[id(p)]
+        shown = [f"{a}{SEP}{b[i]}" for a, b in cells.items() if b[i] > 0] if g >= 0 else None
+        pr, pv = int(measured.rows[i]), int(measured.values[i])
+        rows.append((key, g if g >= 0 else None, pset, shown,
+                     pr if pr >= 0 else None, pv if pv >= 0 else None))  # fmt: skip
+    conn.execute(sql.SQL(
+        "CREATE TEMP TABLE {} (key text, gid int4, pset int4, shown text[], pr int4, pv int4) "
+        "ON COMMIT DROP").format(MAP))  # fmt: skip
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} (pset int4, vals text[]) ON COMMIT DROP").format(
+        composition.PSETS))  # fmt: skip
+    with conn.cursor() as cur:
+        with cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(MAP)) as copy:
+            copy.set_types(["text", "int4", "int4", "text[]", "int4", "int4"])
+            for row in rows:
+                copy.write_row(row)
+        with cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(
+                composition.PSETS)) as copy:  # fmt: skip
+            copy.set_types(["int4", "text[]"])
+            for i, tags in enumerate(sets):
+                copy.write_row((i, tags))
+    conn.execute(sql.SQL("ANALYZE {}").format(MAP))
 
 
 __all__ = ["LAG", "masked"]

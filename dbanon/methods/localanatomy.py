@@ -218,15 +218,22 @@ class LocalAnatomy(Method):
         """Which rows are released (LA: all) and their group ids (LA: None), with figures."""
         return np.ones(len(keys), dtype=bool), None, {}
 
-    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, data, flagged = self.extract(conn, r)
-        ctx.lap("extract")
+    def lay_out(
+        self, conn: psycopg.Connection, r: Resolved, keys: list[str],
+        data: dict[str, np.ndarray], flagged: dict[str, np.ndarray], attrs: list[Attribute],
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+        """Which rows are released, their group ids, and per attribute the bucket id of each
+        released row (0: not flagged), with figures: `released_rows`, then local anatomy."""
         kept, gid, figures = self.released_rows(r, keys, data, flagged)
-        attrs = self.attributes(r)
-        ctx.say(f"bucketising the flagged values of {len(attrs)} attributes")
+        return kept, gid, self.bucketise(r, data, flagged, attrs, kept), figures
+
+    def bucketise(
+        self, r: Resolved, data: dict[str, np.ndarray], flagged: dict[str, np.ndarray],
+        attrs: list[Attribute], kept: np.ndarray,
+    ) -> dict[str, np.ndarray]:  # fmt: skip
+        """Algorithms 4.1-4.3 over the released rows' flagged values."""
         try:
-            buckets = local_anatomy(
+            return local_anatomy(
                 {a.column: (data[a.column][kept], flagged[a.column][kept]) for a in attrs},
                 {a.column: a.principle for a in attrs},
                 bool(r.options.get("heuristic")),
@@ -234,6 +241,14 @@ class LocalAnatomy(Method):
             )
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
+
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
+        keys, data, flagged = self.extract(conn, r)
+        ctx.lap("extract")
+        attrs = self.attributes(r)
+        ctx.say(f"bucketising the flagged values of {len(attrs)} attributes")
+        kept, gid, buckets, figures = self.lay_out(conn, r, keys, data, flagged, attrs)
         ctx.lap("bucketise")
         n = int(kept.sum())
         # Row ids from a fresh secret, whatever --seed (which fixes buckets and groups): two

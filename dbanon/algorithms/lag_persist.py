@@ -1,0 +1,269 @@
+"""Refreshing a LAG release so that intersecting its releases keeps k rows and l values.
+
+A LAG release shows a person her class (the rows of NAME with her flag pattern whose
+generalised cells cover her unflagged QIs: her group) and, per flagged attribute, the bucket
+each of those rows lies in. A consumer who keeps every release learns, per flagged attribute,
+only the values that every release's class held in its rows' buckets, and of the newest class
+only the rows whose buckets hold such a value in every attribute. Regrouping and re-bucketing
+from scratch at each refresh lets those sets shrink to her own value and row.
+
+So a refresh keeps what the consumer already holds:
+1. a row that persists unchanged (same released columns, same flagged attributes) keeps its
+   group and, per attribute, its bucket; rows deleted since simply leave them;
+2. a bucket left with fewer than l values (or, under a t principle, too far from the
+   attribute's values) is dissolved; its rows, the new rows and the changed ones are bucketised
+   as local anatomy does (Algorithm 4.1/4.2/4.3), or, when they cannot be on their own, each put
+   into a kept bucket that lacks its value;
+3. each new or changed row joins the group of its QI-partition subset whose centre is nearest
+   (the k-member distance over the subset's unflagged columns); a subset with no persisting
+   group is split by LAG's own algorithm;
+4. every group that fails (fewer than k rows, or a member the consumer would narrow below k
+   plausible rows or l plausible values of an attribute: `Judge`) is merged into a near group
+   of its subset, smallest first (dbanon.algorithms.persist.merge_failing): a merge only adds
+   rows and buckets to a class, so it never removes a plausible value, and merging ends. A
+   subset that fails as one group is left so, and the composition gate refuses the run;
+5. every group of 2k rows or more is split again by LAG's algorithm where each part holds
+   (persist.split_large), so loss need not only grow.
+Subsets of fewer than k rows are suppressed, as LAG does at a publish. Which row joins which
+bucket when several would do, and the released group and bucket ids, are drawn from the run's
+secret generator.
+
+Arrays in, ids out. Value codes are per attribute; a person's plausible values are a dict of
+attribute -> frozenset of codes (only the attributes the consumer has seen her flag).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.lag import columns, generalise, qi_partition
+from dbanon.algorithms.localanatomy import Principle, bucketise, emd_equal
+from dbanon.algorithms.persist import centres, distance, merge_failing, split_large, subset
+
+Plausible = dict[str, frozenset[int]]
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One bucketised attribute: its value code per row (-1 where not flagged), principle."""
+
+    codes: np.ndarray
+    principle: Principle
+    values: np.ndarray  # the row values (for bucketise's value order)
+
+    @property
+    def need(self) -> int:
+        """Plausible values a person must keep: l, or 2 under a t principle."""
+        return int(self.principle.value) if self.principle.kind == "l" else 2
+
+
+@dataclass
+class Layout:
+    gid: np.ndarray  # int64 per row: its group (0..), -1 if suppressed
+    buckets: dict[str, np.ndarray]  # per attribute: bucket (1..) per row, 0 if none
+    figures: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Measured:
+    plausible: list[Plausible | None]  # per row: what the map keeps (None: never released)
+    rows: np.ndarray  # per row: plausible rows of a person the consumer knew, else -1
+    values: np.ndarray  # per row: her fewest plausible values over attributes, else -1
+
+
+def released(pattern: np.ndarray, k: int) -> np.ndarray:
+    """Rows of QI-partition subsets of at least k rows (LAG suppresses the others)."""
+    inverse = np.unique(pattern, return_inverse=True)[1].reshape(-1)
+    return np.bincount(inverse)[inverse] >= k
+
+
+class Judge:
+    """What a consumer who kept every earlier release learns of a class's members, given the
+    release's buckets (`known[i]`: her plausible values so far, None for a new person)."""
+
+    def __init__(self, attrs: dict[str, Attr], buckets: dict[str, np.ndarray],
+                 known: list[Plausible | None], k: int) -> None:  # fmt: skip
+        self.attrs, self.buckets, self.known, self.k = attrs, buckets, known, k
+        self.sets = {a: _bucket_sets(b, attrs[a].codes) for a, b in buckets.items()}
+
+    def members(self, rows: np.ndarray) -> list[tuple[int, Plausible, int, int]]:
+        """Per member: (row, plausible values now, plausible rows, fewest values); -1 for a
+        new person. A class holds the values of its rows' buckets; a row of it is plausible
+        when its bucket holds a plausible value in every attribute."""
+        union = {}
+        for a in self.attrs:
+            held = [self.sets[a][b] for b in np.unique(self.buckets[a][rows]).tolist() if b]
+            if held:
+                union[a] = frozenset().union(*held)
+        out, judged = [], {}
+        for r in rows.tolist():
+            before = self.known[r]
+            if before is None:
+                out.append((r, union, -1, -1))
+                continue
+            if id(before) not in judged:
+                now = {a: before[a] & union[a] for a in before if a in union}
+                ok = np.ones(len(rows), dtype=bool)
+                for a, vals in now.items():
+                    ok &= np.array([bool(self.sets[a].get(b, frozenset()) & vals)
+                                    for b in self.buckets[a][rows].tolist()])  # fmt: skip
+                fewest = min((len(v) for v in now.values()), default=-1)
+                judged[id(before)] = ({**union, **now}, int(ok.sum()), fewest, now)
+            plausible, count, fewest, now = judged[id(before)]
+            out.append((r, plausible, count, fewest))
+        return out
+
+    def holds(self, rows: np.ndarray) -> bool:
+        """k rows, and every member the consumer knew keeps k plausible rows and, in each
+        attribute she was seen to flag, the attribute's needed values."""
+        if len(rows) < self.k:
+            return False
+        for r, now, count, _ in self.members(rows):
+            before = self.known[r]
+            if before is not None and (count < self.k or any(
+                len(now[a]) < self.attrs[a].need for a in before if a in now
+            )):  # fmt: skip
+                return False
+        return True
+
+    def measure(self, gid: np.ndarray) -> Measured:
+        """Every row's figures under the release's groups (gid -1: left out, keeps its past)."""
+        n = len(gid)
+        plausible: list[Plausible | None] = list(self.known)
+        prows, pvals = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        order = np.argsort(gid, kind="stable")
+        groups = int(gid.max(initial=-1)) + 1
+        bounds = np.searchsorted(gid[order], np.arange(groups + 1))
+        for g in range(groups):
+            for r, now, count, fewest in self.members(order[bounds[g] : bounds[g + 1]]):
+                plausible[r], prows[r], pvals[r] = now, count, fewest
+        return Measured(plausible, prows, pvals)
+
+
+def persist(
+    qi: QIArrays, fnum: np.ndarray, fcat: np.ndarray, attrs: dict[str, Attr], k: int,
+    variant: str, heuristic: bool, rng: np.random.Generator, old_gid: np.ndarray,
+    old_buckets: dict[str, np.ndarray], known: list[Plausible | None],
+) -> tuple[Layout, Judge]:  # fmt: skip
+    """The refreshed release's groups and buckets (rows where old_gid >= 0 persist, as the
+    module says), and the judge that measured them."""
+    pattern = qi_partition(np.hstack([fnum, fcat]))
+    shown = released(pattern, k)
+    stay = (old_gid >= 0) & shown
+    buckets, dissolved = {}, 0
+    for i, (a, attr) in enumerate(attrs.items()):
+        buckets[a], d = _bucket(attr, shown, stay, old_buckets.get(a), heuristic,
+                                np.random.default_rng([int(rng.integers(2**63)), i]))  # fmt: skip
+        dissolved += d
+    judge = Judge(attrs, buckets, known, k)
+    gid = np.full(len(stay), -1, dtype=np.int64)
+    merged, next_id = 0, 0
+    for s in np.unique(pattern[shown]).tolist():
+        rows = np.flatnonzero((pattern == s) & shown)
+        part = columns(qi, rows, np.flatnonzero(~fnum[rows[0]]), np.flatnonzero(~fcat[rows[0]]))
+
+        def holds(x: np.ndarray, rows: np.ndarray = rows) -> bool:
+            return judge.holds(rows[x])
+
+        def cluster(x: np.ndarray, rows: np.ndarray = rows) -> np.ndarray:
+            return generalise(subset(qi, rows[x]), fnum[rows[x]], fcat[rows[x]], k, variant,
+                              int(rng.integers(2**63)))[0]  # fmt: skip
+
+        local = _groups(part, rows, stay, old_gid, cluster)
+        before = int(local.max()) + 1
+
+        try:
+            local = merge_failing(part, local, before, holds)
+        except ValueError:  # the whole subset fails: one group, and the gate refuses
+            local = np.zeros(len(rows), dtype=np.int64)
+        merged += before - (int(local.max()) + 1)
+        local = split_large(local.astype(np.int64), cluster, holds, k)
+        gid[rows] = local + next_id
+        next_id += int(local.max()) + 1
+    figures = {"persisting_rows": int(stay.sum()), "merged_groups": merged,
+               "dissolved_buckets": dissolved}  # fmt: skip
+    return Layout(gid, buckets, figures), judge
+
+
+def _groups(
+    part: QIArrays, rows: np.ndarray, persist: np.ndarray, old_gid: np.ndarray,
+    cluster: Callable[[np.ndarray], np.ndarray],
+) -> np.ndarray:  # fmt: skip
+    """Local group ids (0..) of one subset's rows (`part`: their unflagged columns): persisting
+    rows in their old groups, each other row in the group whose centre is nearest (the
+    k-member distance); in a subset with no persisting group, LAG's own split (`cluster`)."""
+    stay = persist[rows]
+    if not stay.any():
+        return np.unique(cluster(np.arange(len(rows))), return_inverse=True)[1].reshape(-1)
+    local = np.full(len(rows), -1, dtype=np.int64)
+    local[stay] = np.unique(old_gid[rows[stay]], return_inverse=True)[1].reshape(-1)
+    fresh = np.flatnonzero(~stay)
+    if len(fresh):
+        groups = int(local.max()) + 1
+        kept = np.flatnonzero(stay)
+        cnum, ccat = centres(subset(part, kept), local[kept], groups)
+        for start in range(0, len(fresh), 2048):  # bounded memory: a block x groups
+            block = fresh[start : start + 2048]
+            d = distance(part, part.num[block], part.cat[block], cnum, ccat)
+            local[block] = d.argmin(axis=1)
+    return local
+
+
+def _bucket_sets(bucket: np.ndarray, codes: np.ndarray) -> dict[int, frozenset[int]]:
+    out: dict[int, set[int]] = {}
+    for b, c in zip(bucket.tolist(), codes.tolist(), strict=True):
+        if b:
+            out.setdefault(b, set()).add(c)
+    return {b: frozenset(v) for b, v in out.items()}
+
+
+def _valid(codes: np.ndarray, p: Principle, whole: np.ndarray) -> bool:
+    """Whether a kept bucket's values still keep the principle (l: >= l values, each once)."""
+    if p.kind == "l":
+        return len(codes) >= int(p.value) and len(np.unique(codes)) == len(codes)
+    counts = np.bincount(codes, minlength=len(whole)).astype(np.float64)[None, :]
+    return len(codes) >= 2 and bool(emd_equal(counts, whole)[0] <= p.value + 1e-12)
+
+
+def _bucket(
+    attr: Attr, released: np.ndarray, persist: np.ndarray, old: np.ndarray | None,
+    heuristic: bool, rng: np.random.Generator,
+) -> tuple[np.ndarray, int]:  # fmt: skip
+    """Bucket ids (1..) of one attribute's flagged released rows, 0 elsewhere; and how many
+    kept buckets were dissolved."""
+    n = len(attr.codes)
+    flagged = released & (attr.codes >= 0)
+    out = np.zeros(n, dtype=np.int64)
+    dissolved = 0
+    if old is not None and flagged.any():
+        whole = np.bincount(attr.codes[flagged]).astype(np.float64)
+        stay = np.flatnonzero(flagged & persist & (old > 0))
+        for b in np.unique(old[stay]).tolist():
+            members = stay[old[stay] == b]
+            if _valid(attr.codes[members], attr.principle, whole):
+                out[members] = int(out.max()) + 1
+            else:
+                dissolved += 1
+    pool = np.flatnonzero(flagged & (out == 0))
+    if not len(pool):
+        return out, dissolved
+    try:
+        out[pool] = bucketise(attr.values[pool], attr.principle, heuristic, rng) + out.max()
+        return out, dissolved
+    except ValueError:
+        if not out.any():
+            raise
+    held = _bucket_sets(out, attr.codes)
+    for r in rng.permutation(pool).tolist():  # too few to bucketise alone: join kept buckets
+        c = int(attr.codes[r])
+        lacking = [b for b, v in held.items() if attr.principle.kind == "t" or c not in v]
+        if not lacking:
+            raise ValueError(f"value code {c} is in every bucket; it cannot be placed")
+        b = lacking[int(rng.integers(len(lacking)))]
+        out[r] = b
+        held[b] = held[b] | {c}
+    return out, dissolved

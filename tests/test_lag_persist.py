@@ -1,0 +1,63 @@
+"""dbanon.algorithms.lag_persist on hand-worked cases: what the judge counts, and buckets kept,
+dissolved and refilled across a refresh."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dbanon.algorithms.lag_persist import Attr, Judge, _bucket
+from dbanon.algorithms.localanatomy import Principle
+
+L3 = Principle("l", 3)
+
+
+def test_the_judge_counts_rows_whose_buckets_hold_a_plausible_value() -> None:
+    """One class of three rows in buckets {0,1,2}, {0,3,4} and {5,6,7} (codes). A person the
+    consumer knew with plausible {0, 3, 5, 9}: 9 is in no bucket of the class and goes, the three
+    others stay, all three rows are plausible. With plausible {0}: one value, the two rows
+    holding 0."""
+    codes = np.array([0, 1, 2, 0, 3, 4, 5, 6, 7])
+    bucket = np.array([1, 1, 1, 2, 2, 2, 3, 3, 3])
+    attrs = {"dx": Attr(codes, L3, codes)}
+    rows = np.array([0, 3, 6])  # the class: one row of each bucket
+    wide, narrow = {"dx": frozenset({0, 3, 5, 9})}, {"dx": frozenset({0})}
+    known = [None] * 9
+    known[0], known[3] = wide, narrow
+    judged = {r: (now["dx"], count, fewest)
+              for r, now, count, fewest in Judge(attrs, {"dx": bucket}, known, 2).members(rows)}
+    assert judged[0] == (frozenset({0, 3, 5}), 3, 3)
+    assert judged[3] == (frozenset({0}), 2, 1)
+    assert judged[6] == (frozenset(range(8)), -1, -1)  # a new person: the class's values
+    assert not Judge(attrs, {"dx": bucket}, known, 2).holds(rows)  # row 3 keeps 1 value < 3
+    known[3] = None
+    assert Judge(attrs, {"dx": bucket}, known, 2).holds(rows)
+    assert not Judge(attrs, {"dx": bucket}, known, 4).holds(rows)  # 3 plausible rows < k=4
+
+
+def test_buckets_persist_and_one_left_short_is_dissolved() -> None:
+    """Buckets {a,b,c} and {d,e,f} persist; the second loses e (deleted) and f (changed), so
+    it holds one value and is dissolved: its row d, the changed row and three new rows are
+    bucketised again; every bucket ends with >= 3 values, each once, and {a,b,c} is intact."""
+    #            a  b  c  d  f' g  h  i
+    codes = np.array([0, 1, 2, 3, 5, 6, 7, 8])
+    old = np.array([1, 1, 1, 2, 0, 0, 0, 0])  # f changed: it is placed again as new
+    persist = np.array([True, True, True, True, False, False, False, False])
+    out, dissolved = _bucket(Attr(codes, L3, codes), np.ones(8, bool), persist, old, False,
+                             np.random.default_rng(1))  # fmt: skip
+    assert dissolved == 1
+    assert out[0] == out[1] == out[2] and (out[3:] != out[0]).all()
+    for b in np.unique(out):
+        vals = codes[out == b]
+        assert len(vals) >= 3 and len(set(vals.tolist())) == len(vals)
+
+
+def test_rows_too_few_to_bucketise_join_kept_buckets_that_lack_their_value() -> None:
+    """Two kept buckets {a,b,c} and {a,d,e}; one new row with value d: alone it cannot be
+    bucketised (fewer than l rows), so it joins the only bucket lacking d."""
+    codes = np.array([0, 1, 2, 0, 3, 4, 3])
+    old = np.array([1, 1, 1, 2, 2, 2, 0])
+    persist = old > 0
+    out, dissolved = _bucket(Attr(codes, L3, codes), np.ones(7, bool), persist, old, False,
+                             np.random.default_rng(2))  # fmt: skip
+    assert dissolved == 0
+    assert out[6] == out[0]
