@@ -103,7 +103,7 @@ class Rows:
 
 
 def _columns(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
-    cur = conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(rel))
+    cur = conn.execute(sql.SQL("SELECT * FROM {} AS r LIMIT 0").format(rel))
     return [d.name for d in cur.description or []]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dbanon.algorithms.lag_persist import Attr, Judge, _bucket
+from dbanon.algorithms.lag_persist import Attr, Judge, _bucket, class_values
 from dbanon.algorithms.localanatomy import Principle
 
 L3 = Principle("l", 3)
@@ -61,3 +61,15 @@ def test_rows_too_few_to_bucketise_join_kept_buckets_that_lack_their_value() -> 
                              np.random.default_rng(2))  # fmt: skip
     assert dissolved == 0
     assert out[6] == out[0]
+
+
+def test_a_class_holds_the_values_of_its_rows_buckets() -> None:
+    """Group 0's rows lie in buckets 1 and 2, group 1's in bucket 2 only; bucket 1 holds code 0,
+    bucket 2 codes {2, 3}. An unflagged row (bucket 0) adds nothing, nor does a row the release
+    left out (gid -1), whatever bucket it is given."""
+    gid = np.array([0, 0, 1, 1, -1, 1])
+    bucket = np.array([1, 2, 2, 0, 1, 2])
+    codes = np.array([0, 2, 3, 9, 1, 2])
+    g, c = class_values(gid, bucket, codes)
+    assert list(zip(g.tolist(), c.tolist(), strict=True)) == [(0, 0), (0, 2), (0, 3), (1, 2),
+                                                              (1, 3)]  # fmt: skip

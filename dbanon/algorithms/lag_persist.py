@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -70,9 +71,29 @@ class Layout:
 
 @dataclass
 class Measured:
-    plausible: list[Plausible | None]  # per row: what the map keeps (None: never released)
-    rows: np.ndarray  # per row: plausible rows of a person the consumer knew, else -1
-    values: np.ndarray  # per row: her fewest plausible values over attributes, else -1
+    """Per person the consumer knew (row -> her plausible values now, plausible rows and fewest
+    values; -1 and -1 for one the release left out, who keeps her past). A new person's
+    plausible values are her class's (`class_values`)."""
+
+    known: dict[int, tuple[Plausible, int, int]]
+
+
+def class_values(
+    gid: np.ndarray, bucket: np.ndarray, codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The (group, value code) pairs of one attribute, sorted and distinct: the values the
+    buckets of each group's rows hold (what a new person's class shows)."""
+    m = (gid >= 0) & (bucket > 0)
+    g, b, c = gid[m].astype(np.int64), bucket[m].astype(np.int64), codes[m].astype(np.int64)
+    nb, nc = int(b.max(initial=0)) + 1, int(c.max(initial=0)) + 1
+    gb = np.unique(g * nb + b)  # one int per pair: np.unique of rows is far slower
+    bv = np.unique(b * nc + c)
+    bv_b, gb_b = bv // nc, gb % nb
+    lo = np.searchsorted(bv_b, gb_b, side="left")
+    count = np.searchsorted(bv_b, gb_b, side="right") - lo
+    at = np.repeat(lo - np.r_[0, np.cumsum(count)[:-1]], count) + np.arange(int(count.sum()))
+    pairs = np.unique(np.repeat(gb // nb, count) * nc + bv[at] % nc)
+    return pairs // nc, pairs % nc
 
 
 def released(pattern: np.ndarray, k: int) -> np.ndarray:
@@ -88,7 +109,11 @@ class Judge:
     def __init__(self, attrs: dict[str, Attr], buckets: dict[str, np.ndarray],
                  known: list[Plausible | None], k: int) -> None:  # fmt: skip
         self.attrs, self.buckets, self.known, self.k = attrs, buckets, known, k
-        self.sets = {a: _bucket_sets(b, attrs[a].codes) for a, b in buckets.items()}
+
+    @cached_property
+    def sets(self) -> dict[str, dict[int, frozenset[int]]]:
+        """Per attribute, each bucket's values (built on first use: a publish needs none)."""
+        return {a: _bucket_sets(b, self.attrs[a].codes) for a, b in self.buckets.items()}
 
     def members(self, rows: np.ndarray) -> list[tuple[int, Plausible, int, int]]:
         """Per member: (row, plausible values now, plausible rows, fewest values); -1 for a
@@ -131,17 +156,23 @@ class Judge:
         return True
 
     def measure(self, gid: np.ndarray) -> Measured:
-        """Every row's figures under the release's groups (gid -1: left out, keeps its past)."""
-        n = len(gid)
-        plausible: list[Plausible | None] = list(self.known)
-        prows, pvals = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
+        """The figures of every person the consumer knew, under the release's groups (gid -1:
+        left out, she keeps her past); only groups holding such a person are judged."""
+        known = [i for i, k in enumerate(self.known) if k is not None]
+        out: dict[int, tuple[Plausible, int, int]] = {}
+        if not known:
+            return Measured(out)
+        at = np.asarray(known)
+        for r in at[gid[at] < 0].tolist():
+            out[r] = (self.known[r], -1, -1)  # type: ignore[assignment]
         order = np.argsort(gid, kind="stable")
         groups = int(gid.max(initial=-1)) + 1
         bounds = np.searchsorted(gid[order], np.arange(groups + 1))
-        for g in range(groups):
+        for g in np.unique(gid[at][gid[at] >= 0]).tolist():
             for r, now, count, fewest in self.members(order[bounds[g] : bounds[g + 1]]):
-                plausible[r], prows[r], pvals[r] = now, count, fewest
-        return Measured(plausible, prows, pvals)
+                if self.known[r] is not None:
+                    out[r] = (now, count, fewest)
+        return Measured(out)
 
 
 def persist(

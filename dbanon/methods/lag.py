@@ -30,7 +30,7 @@ from dbanon import composition
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.stream import Coded, Keys
+from dbanon.db.stream import Coded, Keys, copy_in_ids
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
@@ -161,7 +161,7 @@ class LAG(LocalAnatomy):
                 r, data, flagged, cells, previous, known, k
             )
         measured = judge.measure(whole_gid)
-        _stage_map(conn, keys, whole_gid, judge.buckets, measured, tags)
+        _stage_map(conn, keys, whole_gid, judge, measured, tags)
         return kept, gid, buckets, figures
 
     def _persist(
@@ -206,8 +206,21 @@ class LAG(LocalAnatomy):
         return kept, whole_gid[kept], buckets, figures, judge, whole_gid
 
     def group_map(self, r: Resolved) -> sql.Composable:
-        """The map LAG staged in `lay_out`: judged per row (composition's measured form)."""
-        return MAP
+        """This run's map rows (composition's measured form): the released rows from the stage
+        (a new person's values: her group's set), with what `lay_out` judged of the people
+        earlier releases showed (released or not). `shown`: the row's bucket per attribute."""
+        shown = [
+            sql.SQL("CASE WHEN st.{b} IS NOT NULL THEN {a} || st.{b} END").format(
+                b=sql.Identifier(f"b{i}"), a=sql.Literal(a.column + SEP)
+            )
+            for i, a in enumerate(self.attributes(r))
+        ]
+        return sql.SQL(
+            "(SELECT coalesce(st.key, j.key) AS key, st.gid, coalesce(j.pset, st.gid) AS pset, "
+            "CASE WHEN st.key IS NOT NULL THEN array_remove(ARRAY[{shown}], NULL) END AS shown, "
+            "j.pr, j.pv FROM {stage} st FULL JOIN {judged} j ON j.key = st.key)"
+        ).format(shown=sql.SQL(", ").join([sql.SQL("NULL::text"), *shown]), stage=STAGE,
+                 judged=JUDGED)  # fmt: skip
 
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier
@@ -250,7 +263,7 @@ class LAG(LocalAnatomy):
 
 
 SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
-MAP = sql.Identifier("dbanon_lag_map")  # (key, gid, pset, shown, pr, pv) of this run
+JUDGED = sql.Identifier("dbanon_lag_judged")  # (key, pset, pr, pv) of people known before
 
 
 def _tag(value: Any) -> str:
@@ -265,10 +278,9 @@ def _codes(values: np.ndarray, flagged: np.ndarray) -> tuple[np.ndarray, list[st
     codes = np.full(len(values), -1, dtype=np.int64)
     if not flagged.any():
         return codes, []
-    tags = np.array([_tag(v) for v in values[flagged].tolist()], dtype=object)
-    uniq, inverse = np.unique(tags, return_inverse=True)
+    uniq, inverse = np.unique(values[flagged], return_inverse=True)  # equal values, equal tags
     codes[flagged] = inverse.reshape(-1)
-    return codes, uniq.tolist()
+    return codes, [_tag(v) for v in uniq.tolist()]
 
 
 def _known(
@@ -311,45 +323,56 @@ def _old_buckets(shown: list[list[str] | None], attrs: list[str]) -> dict[str, n
 
 
 def _stage_map(
-    conn: psycopg.Connection, keys: list[str], gid: np.ndarray, buckets: dict[str, np.ndarray],
+    conn: psycopg.Connection, keys: list[str], gid: np.ndarray, judge: lag_persist.Judge,
     measured: lag_persist.Measured, tags: dict[str, list[str]],
 ) -> None:  # fmt: skip
-    """MAP and composition.PSETS: every row released or known to earlier releases."""
+    """JUDGED (each person the consumer knew: her values' set, plausible rows and values)
+    and composition.PSETS: each released group's values as set `gid` (a new person's), each
+    judged set as a negative id. Pairs of (set, tag) go in by the compiled COPY."""
+    vocab: list[bytes] = []
+    offset: dict[str, int] = {}
+    for a, ts in tags.items():
+        offset[a] = len(vocab)
+        vocab += [f"{a}{SEP}{t}".encode() for t in ts]
+    sets, tag_ids = [], []
+    for a in tags:
+        g, c = lag_persist.class_values(gid, judge.buckets[a], judge.attrs[a].codes)
+        sets.append(g)
+        tag_ids.append(c + offset[a])
     ids: dict[int, int] = {}
-    sets: list[list[str]] = []
-    rows = []
-    cells = {a: cell.tolist() for a, cell in buckets.items()}
-    for i, (key, g) in enumerate(zip(keys, gid.tolist(), strict=True)):
-        p = measured.plausible[i]
-        if g < 0 and p is None:
-            continue
-        pset = None
-        if p is not None:
-            if id(p) not in ids:
-                ids[id(p)] = len(sets)
-                sets.append(sorted(f"{a}{SEP}{tags[a][c]}" for a, cs in p.items()
-                                   for c in cs))  # fmt: skip
-            pset = ids[id(p)]
-        shown = [f"{a}{SEP}{b[i]}" for a, b in cells.items() if b[i] > 0] if g >= 0 else None
-        pr, pv = int(measured.rows[i]), int(measured.values[i])
-        rows.append((key, g if g >= 0 else None, pset, shown,
-                     pr if pr >= 0 else None, pv if pv >= 0 else None))  # fmt: skip
+    judged = []
+    for r, (plausible, pr, pv) in measured.known.items():
+        if id(plausible) not in ids:
+            ids[id(plausible)] = -1 - len(ids)
+            members = [offset[a] + c for a, cs in plausible.items() if a in offset for c in cs]
+            sets.append(np.full(len(members), ids[id(plausible)], dtype=np.int64))
+            tag_ids.append(np.asarray(members, dtype=np.int64))
+        judged.append((keys[r], ids[id(plausible)], pr if pr >= 0 else None,
+                       pv if pv >= 0 else None))  # fmt: skip
     conn.execute(sql.SQL(
-        "CREATE TEMP TABLE {} (key text, gid int4, pset int4, shown text[], pr int4, pv int4) "
-        "ON COMMIT DROP").format(MAP))  # fmt: skip
-    conn.execute(sql.SQL("CREATE TEMP TABLE {} (pset int4, vals text[]) ON COMMIT DROP").format(
-        composition.PSETS))  # fmt: skip
-    with conn.cursor() as cur:
-        with cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(MAP)) as copy:
-            copy.set_types(["text", "int4", "int4", "text[]", "int4", "int4"])
-            for row in rows:
-                copy.write_row(row)
-        with cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(
-                composition.PSETS)) as copy:  # fmt: skip
-            copy.set_types(["int4", "text[]"])
-            for i, tags in enumerate(sets):
-                copy.write_row((i, tags))
-    conn.execute(sql.SQL("ANALYZE {}").format(MAP))
+        "CREATE TEMP TABLE {} (key text, pset int4, pr int4, pv int4) ON COMMIT DROP"
+    ).format(JUDGED))  # fmt: skip
+    with conn.cursor() as cur, cur.copy(
+        sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(JUDGED)
+    ) as copy:
+        copy.set_types(["text", "int4", "int4", "int4"])
+        for row in judged:
+            copy.write_row(row)
+    pairs = sql.Identifier("dbanon_lag_pairs")
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(pairs))
+    tag = np.concatenate(tag_ids) if tag_ids else np.empty(0, dtype=np.int64)
+    lens = np.array([len(v) for v in vocab], dtype=np.int64)
+    starts = np.r_[0, np.cumsum(lens)[:-1]] if len(vocab) else lens
+    blob = np.frombuffer(b"".join(vocab), dtype=np.uint8)
+    want = lens[tag]
+    at = np.repeat(starts[tag] - np.r_[0, np.cumsum(want)[:-1]], want) + np.arange(want.sum())
+    copy_in_ids(conn, pairs, Keys(blob[at], want.astype(np.int32)),
+                np.concatenate(sets) if sets else tag)  # fmt: skip
+    conn.execute(sql.SQL(
+        "CREATE TEMP TABLE {} ON COMMIT DROP AS "
+        "SELECT gid AS pset, array_agg(key ORDER BY key) AS vals FROM {} GROUP BY gid"
+    ).format(composition.PSETS, pairs))  # fmt: skip
+    conn.execute(sql.SQL("ANALYZE {}").format(composition.PSETS))
 
 
 __all__ = ["LAG", "masked"]
