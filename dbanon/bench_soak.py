@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 SCHEMA = "dbanon_soak"
 METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
 # Variants run on demand (--methods): the method under another refresh policy.
-SEALED = ("kmember-sealed", "mondrian-sealed")
+SEALED = ("kmember-sealed", "mondrian-sealed", "fulldomain-sealed")
 REGIONS = ["north", "south", "east", "west", "centre", "isles"]
 # Sensitive values and their (θ,k) category (a two-level hierarchy imported as HIERARCHY).
 CATEGORY = {
@@ -73,6 +73,8 @@ def spec(method: str, source: str, k: int) -> ReleaseSpec:
         )
     if method == "cbg":
         return ReleaseSpec.from_options(name, source, "id", qi, l=4, **common)
+    if method == "fulldomain":  # soaked only sealed: its default search keeps no map
+        return ReleaseSpec.from_options(name, source, "id", qi, l=2, **common)
     if method == "lag":
         return ReleaseSpec.from_options(
             name, source, "id", qi, l=3, options={"flags": f"{source}_flags"}, **common

@@ -89,20 +89,25 @@ def _pins(part: Counter, k: int, ell: int, also: int = 0) -> bool:
 
 
 def attributable(
-    before: Release, after: Release, k: int, ell: int, left: Sequence[tuple[Any, ...]] = ()
+    before: Release, after: Release, k: int, ell: int, left: Sequence[tuple[Any, ...]] = (),
+    joined: Sequence[tuple[Any, ...]] = (),
 ) -> list[str]:
     """Every change between two releases that pins a joiner's or a leaver's value: a class
     (same QI cells in both) that gained or lost a few rows, and a class of the earlier release
     that reappears, its cells overlapping the old, with exactly its rows plus a few, minus a
     few, or a few swapped (the same group, one person more, fewer or replaced). `left`: the QI
     points of the people who left in between: rows a class regained for them are hidden among
-    its others. The whole table's count of each value is the sum of the classes': a
-    class-level attacker knows more, so it is not judged again."""
+    its others. `joined`: the QI points of the people who joined in between: rows a class
+    gained may be any of the joiners it covers (a class of several batches can lose some
+    values and gain others at once, and the difference cancels what both hold). The whole
+    table's count of each value is the sum of the classes': a class-level attacker knows
+    more, so it is not judged again."""
     found = []
     for cells in sorted(set(before) | set(after)):
         old, new = before.get(cells, Counter()), after.get(cells, Counter())
         came, went = new - old, old - new
-        if _pins(came, k, ell):
+        others = max(0, sum(_covers(cells, p) for p in joined) - sum(came.values()))
+        if _pins(came, k, ell, others):
             found.append(f"class {cells} gained {dict(came)}")
         if _pins(went, k, ell):
             found.append(f"class {cells} lost {dict(went)}")

@@ -45,12 +45,13 @@ def _people(n: int, seed: int = 5) -> list[tuple]:
 
 
 @embedded
-@pytest.mark.parametrize(("method", "ell"), [("kmember", 1), ("mondrian", ELL)])
+@pytest.mark.parametrize(("method", "ell"), [("kmember", 1), ("mondrian", ELL),
+                                             ("fulldomain", ELL)])
 @pytest.mark.parametrize("seed", [5, 6, 7])
 def test_single_joiner_and_leaver_show_nothing(
     conn: psycopg.Connection, dsn: str, method: str, ell: int, seed: int
 ) -> None:
-    """k-member promises k (a change must keep k rows), Mondrian k and l."""
+    """k-member promises k (a change must keep k rows), Mondrian and full-domain k and l."""
     make_table(conn, "s", "people", COLUMNS, _people(400, seed))
     _publish(dsn, method, ell, "--refresh-policy", "sealed")
     releases = [_read(conn)]
@@ -76,25 +77,55 @@ def test_single_joiner_and_leaver_show_nothing(
     releases.append(_read(conn))
     left = conn.execute("SELECT age, region, income FROM s.people WHERE id IN (3, 250)").fetchall()
     conn.execute("DELETE FROM s.people WHERE id IN (3, 250)")  # then a batch of churn
-    for i in range(2000, 2040):
-        conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", person(rng, i))
-    _refresh(dsn)
-    releases.append(_read(conn))
+    came: dict[tuple[int, int], list[tuple]] = {}
+    for step in range(4, 7):  # batches of inserts: full-domain's batches are whole classes
+        rows = [person(rng, i) for i in range(1000 * step, 1000 * step + 40)]
+        conn.cursor().executemany("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", rows)
+        came[(step - 1, step)] = [p[1:4] for p in rows]
+        _refresh(dsn)
+        releases.append(_read(conn))
     gone = {(1, 2): leaver_at, (0, 2): leaver_at, (3, 4): left}
-    for i, j in [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4)]:  # releases one step apart, and (0, 2)
-        found = diffattack.attributable(releases[i], releases[j], K, ell, gone.get((i, j), []))
+    pairs = [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4), (4, 5), (5, 6)]  # one step apart, and (0, 2)
+    for i, j in pairs:
+        found = diffattack.attributable(releases[i], releases[j], K, ell, gone.get((i, j), []),
+                                        came.get((i, j), []))  # fmt: skip
         assert not found, (i, j, found[:5])
     shown = conn.execute("SELECT count(*) FROM released.rel").fetchone()[0]
-    assert shown >= 400, shown  # the batch let waiting rows come back
+    assert shown >= 400, shown  # the batches let waiting rows come back
 
 
 @embedded
-def test_the_diff_finds_a_joiner_under_persist(conn: psycopg.Connection, dsn: str) -> None:
-    """The attacker can fail: `persist` lets one joiner into a released group."""
+@pytest.mark.parametrize(("method", "policy"), [("kmember", "persist"), ("fulldomain", "search")])
+def test_the_diff_finds_a_joiner_under_persist(
+    conn: psycopg.Connection, dsn: str, method: str, policy: str
+) -> None:
+    """The attacker can fail: `persist` lets one joiner into a released group, and a
+    full-domain refresh that searches again (the node stays) into a released class."""
     make_table(conn, "s", "people", COLUMNS, _people(400))
-    _publish(dsn, "kmember", 1, "--refresh-policy", "persist")
+    _publish(dsn, method, 1, "--refresh-policy", policy)
     before = _read(conn)
-    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", person(random.Random(9), 1000))
+    joiner = person(random.Random(9), 1000)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
     _refresh(dsn)
-    found = diffattack.attributable(before, _read(conn), K, 1)
+    found = diffattack.attributable(before, _read(conn), K, 1, joined=[joiner[1:4]])
     assert found and ("gained" in found[0] or "grew into" in found[0]), found
+
+
+@embedded
+def test_a_live_view_shows_a_joiner_and_cannot_be_sealed(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """As the README says: a live view cannot hold rows back (sealed is refused for it, one
+    line, exit 2), and it shows a joiner on its next read, no refresh needed."""
+    make_table(conn, "s", "people", COLUMNS, _people(400))
+    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
+                         ",".join(QI), "--sensitive", "dx", "--k", str(K), "--algorithm",
+                         "fulldomain", "--as", "view", "--refresh-policy", "sealed")  # fmt: skip
+    assert code == 2 and "live view" in out["error"] and "\n" not in out["error"], out
+    _publish(dsn, "fulldomain", 1, "--as", "view")
+    before = _read(conn)
+    twin = conn.execute("SELECT age, region, income FROM s.people WHERE id = 1").fetchone()
+    joiner = (1000, *twin, "lupus")  # in person 1's class, which the view shows
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
+    found = diffattack.attributable(before, _read(conn), K, 1, joined=[joiner[1:4]])
+    assert found and "lupus" in found[0], found

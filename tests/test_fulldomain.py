@@ -706,3 +706,24 @@ def test_interval_hierarchy_from_the_live_table(conn: psycopg.Connection) -> Non
     assert h.widths == (5, 10, 50, 100)
     with pytest.raises(DbanonError, match="is not numeric or date"):
         interval_hierarchy(conn, SRC, qi_columns(conn, [SEX])[0])
+
+
+@pytest.mark.parametrize("max_suppression", [0.0, 0.05])
+def test_node_loss_is_the_searchs_loss(conn: psycopg.Connection, max_suppression: float) -> None:
+    """A sealed refresh keeps its node and reports the node's NCP with `node_loss`: over the
+    rows the search kept (every other row costing 1) it must equal the search's own loss, a
+    stored hierarchy, an automatic interval one and a flat QI together."""
+    from dbanon.setlogic.fulldomain import node_loss
+
+    rows = patients(300, seed=4) + [(900, 79, "30001", "M", "flu"), (901, 18, "20144", "F", "flu")]
+    setup(conn, rows)
+    cols = qi_columns(conn, [AGE, ZIP, SEX])
+    result = search(conn, SRC, cols, {ZIP: ZIP_H}, [KAnonymity(5)], None, max_suppression)
+    kept = release_select(SRC, cols, result.hierarchies, result.levels, ["ID"], [KAnonymity(5)])
+    ident = sql.Identifier("ID")
+    conn.execute(sql.SQL("CREATE TEMP TABLE shown AS SELECT s.* FROM {} s WHERE s.{} IN "
+                         "(SELECT {} FROM ({}) k)").format(SRC.ident, ident, ident, kept))
+    loss = node_loss(conn, Relation("pg_temp", "shown"), SRC, cols, result.hierarchies,
+                     result.levels)  # fmt: skip
+    assert result.levels[AGE] > 0 or result.levels[ZIP] > 0  # something was generalised
+    assert loss == pytest.approx(result.loss, abs=1e-9), (loss, result.loss, result.levels)

@@ -53,7 +53,7 @@ def intact_groups(previous: np.ndarray, unchanged: np.ndarray, sizes: np.ndarray
     released is here, unchanged (`sizes`: each group's size as released)."""
     here = (previous >= 0) & unchanged
     counts = np.bincount(previous[here], minlength=len(sizes))
-    whole = np.zeros(len(counts), dtype=bool)
+    whole = np.zeros(max(len(counts), 1), dtype=bool)  # a first run: no group, nothing whole
     whole[: len(sizes)] = (counts[: len(sizes)] == sizes) & (sizes > 0)
     return here & whole[np.where(here, previous, 0)]
 
@@ -129,12 +129,14 @@ def diff_safe(counts: np.ndarray, k: int, needed: int) -> bool:
 def seal_groups(
     previous: np.ndarray, unchanged: np.ndarray, sizes: np.ndarray, cluster: Cluster,
     holds: Holds, k: int, needed: int, tags: np.ndarray, shown: Shown,
-    history: History | None = None,
+    history: History | None = None, regroups: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, dict[str, int]]:  # fmt: skip
     """Group ids 0..g-1 of the rows (-1: withheld), the waiting block of each withheld row
     (-1: none; blocks numbered 0..), and the figures of the refresh. `previous`: each row's
     group in the map (-1: new or waiting alone, <= -2: waiting in a block); `tags`: value
-    codes of the rows now; `shown(ids)`: the value codes those map groups showed."""
+    codes of the rows now; `shown(ids)`: the value codes those map groups showed.
+    `regroups`: `cluster` groups the rows left over otherwise than before (full-domain's
+    batches), so a round in which no group held is not the last."""
     n = len(previous)
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
@@ -175,7 +177,7 @@ def seal_groups(
                 made += 1
             else:
                 left.append(rows)
-        if len(left) == parts:
+        if len(left) == parts and not regroups:
             break  # no group held: grouping the same rows again would not help
         pool = np.concatenate(left) if left else pool[:0]
     waiting = (gid < 0) & (origin != -1)

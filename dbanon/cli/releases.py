@@ -61,11 +61,13 @@ def method_params() -> list[click.Option]:
     seen: dict[str, tuple[Option, list[str]]] = {}
     defaults: dict[str, dict[str, Any]] = {}
     helps: dict[str, dict[str, str]] = {}
+    choices: dict[str, dict[str, None]] = {}  # every owner's, in order (each method checks its own)
     for m in methods.methods().values():
         for o in m.all_options():
             seen.setdefault(o.name, (o, []))[1].append(m.name)
             defaults.setdefault(o.name, {})[m.name] = o.default
             helps.setdefault(o.name, {}).setdefault(o.help, m.name)
+            choices.setdefault(o.name, {}).update(dict.fromkeys(o.choices or ()))
     params = [
         click.Option(
             ["--algorithm"], type=click.Choice(list(methods.methods())), default=methods.DEFAULT,
@@ -73,7 +75,7 @@ def method_params() -> list[click.Option]:
         )
     ]  # fmt: skip
     for o, owners in seen.values():
-        kind: Any = click.Choice(o.choices) if o.choices else o.type
+        kind: Any = click.Choice(list(choices[o.name])) if o.choices else o.type
         default = "" if o.default is None else f"; default {o.default}"
         if len(set(map(repr, defaults[o.name].values()))) > 1:  # say whose default is which
             default = "; default " + ", ".join(f"{m} {d}" for m, d in defaults[o.name].items())

@@ -15,7 +15,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
-from dbanon.methods import register
+from dbanon.methods import fulldomain_sealed, register
 from dbanon.methods.base import BuildContext, Built, Method, Option
 from dbanon.methods.grouped import RANGES
 
@@ -56,27 +56,67 @@ class FullDomain(Method):
         Option("max_suppression", float, 0.0, "Share of rows that may be suppressed, in [0, 1).",
                low=0, high=1, high_open=True),
         RANGES,
+        Option(
+            "refresh_policy", str, "search",
+            "On refresh: search the lattice again (search); or keep the node and release each "
+            "class by whole batches, a batch that lost or changed a row retired and its other "
+            "rows held back until they form a batch whose diff hides them (sealed: safe "
+            "against a diff of two releases; tables only, rows withheld).",
+            ("search", "sealed"),
+        ),
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         share = r.options["max_suppression"]
         if not 0 <= share < 1:
             raise DbanonError(f"--max-suppression must be in [0, 1), got {share}")
+        if r.options["refresh_policy"] == "sealed":
+            if r.options["as"] == "view":
+                raise DbanonError(
+                    "--refresh-policy sealed holds rows back, which a live view cannot: publish "
+                    "a table (--as table)"
+                )
+            overall = [m.name for m in r.models if m.needs_overall]
+            if overall:
+                raise DbanonError(
+                    f"--refresh-policy sealed releases classes by batches, each judged on its "
+                    f"own; {overall[0]} judges a class against the whole release: use the "
+                    "search policy"
+                )
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         from dbanon.db.settings import local_settings, work_mem_at_least
-        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select
+        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, node_loss, release_select
         from dbanon.setlogic.lattice import search
 
-        ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
-        sensitive = r.sensitive[0].name if r.sensitive else None
-        found = search(
-            conn, r.source, r.qi, r.hierarchies, r.models, sensitive, r.options["max_suppression"],
-            ctx.say,
-        )  # fmt: skip
-        ctx.lap("search")
+        sealed = r.options["refresh_policy"] == "sealed"
+        node = fulldomain_sealed.pinned(conn, r) if sealed and not r.regroup else None
+        if node is None:
+            ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
+            sensitive = r.sensitive[0].name if r.sensitive else None
+            found = search(
+                conn, r.source, r.qi, r.hierarchies, r.models, sensitive,
+                r.options["max_suppression"], ctx.say,
+            )  # fmt: skip
+            levels, hierarchies = found.levels, found.hierarchies
+            metrics: dict[str, Any] = {"gcp": found.loss, **found.summary()}
+            ctx.lap("search")
+        else:
+            ctx.say("keeping the node of the latest release (sealed)")
+            levels, hierarchies = node
+            metrics = {"levels": levels}
+        source = r.source
+        if sealed:
+            ctx.say("releasing classes by whole batches; the other rows wait")
+            figures = fulldomain_sealed.seal(conn, r, levels, hierarchies)
+            metrics.update(figures)
+            metrics["pinned"] = fulldomain_sealed.as_json(levels, hierarchies)
+            source = fulldomain_sealed.RELEASED
+            if node is not None:  # the search's NCP of the node, rows withheld costing 1
+                metrics["gcp"] = node_loss(conn, source, r.source, r.qi, hierarchies, levels)
+            ctx.lap("cluster")
         select = release_select(
-            r.source, r.qi, found.hierarchies, found.levels,
+            source, r.qi, hierarchies, levels,
             [c.name for c in [*r.sensitive, *r.keep]],  # released as they are
             r.models,
             ranges=r.options["ranges"],
@@ -95,7 +135,13 @@ class FullDomain(Method):
                 # the figures read this copy, exactly the rows a reader of the view sees now.
                 _snapshot(conn, r.ident(built.build))
         ctx.lap("materialise")
-        return {"gcp": found.loss, **found.summary()}
+        if sealed:
+            fulldomain_sealed.all_shown(conn, r.ident(built.build), metrics)
+        return metrics
+
+    def group_map(self, r: Resolved) -> sql.Composable | None:
+        """Sealed: each row's batch (NULL: withheld, w its block), as the grouping methods'."""
+        return fulldomain_sealed.STAGE if r.options["refresh_policy"] == "sealed" else None
 
     def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
         """A published view is checked as its publish checked it: on a snapshot of its rows."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import psycopg
 from psycopg import sql
 
 from dbanon import generalise
@@ -34,9 +35,12 @@ from dbanon.setlogic.hierarchies import (
     CalendarHierarchy,
     IntervalHierarchy,
     _as_number,
+    _calendar_ncp,
     _calendar_value,
     _effective,
+    _interval_ncp,
     _interval_value,
+    _measure,
     _stored_map,
     _unmade,
     _whole_bin_low,
@@ -205,3 +209,65 @@ def _fresh(name: str, taken: Sequence[str]) -> str:
     while name in taken:
         name += "_"
     return name
+
+
+def node_loss(
+    conn: psycopg.Connection, shown: Relation, source: Relation, qi: list[Column],
+    hierarchies: Mapping[str, AnyHierarchy], levels: Mapping[str, int],
+) -> float:  # fmt: skip
+    """NCP of a node as the search reports it (dbanon.setlogic.lattice's module note), for a
+    node kept rather than searched (a sealed refresh): over the rows of `source`, each row of
+    `shown` costing its values' NCP at the node and every other row 1 per QI. Interval and
+    calendar spans are the source's now, as a search of it would take them."""
+    measured: list[sql.Composable] = []
+    for col in qi:
+        _, h, _ = _effective(col, hierarchies)
+        x: sql.Composable = sql.SQL("NULL::numeric")
+        if isinstance(h, IntervalHierarchy):
+            x = sql.SQL("{}::numeric").format(_as_number(h.base, col.ident))
+        elif isinstance(h, CalendarHierarchy):
+            x = sql.SQL("{}::numeric").format(_measure(col, col.ident))
+        measured.append(sql.SQL("min({0}), max({0})").format(x))
+    spans = conn.execute(
+        sql.SQL("SELECT count(*), {} FROM {}").format(sql.SQL(", ").join(measured), source.ident)
+    ).fetchone()
+    total = int(spans[0])
+    if not total or not qi:
+        return 0.0
+    joins: list[sql.Composable] = []
+    terms: list[sql.Composable] = []
+    for i, col in enumerate(qi):
+        kind, h, height = _effective(col, hierarchies)
+        level = levels[col.name]
+        ref = sql.SQL("s.{}").format(col.ident)
+        if level == 0:
+            continue
+        if level >= height:
+            terms.append(sql.SQL("1::float8"))
+        elif isinstance(h, IntervalHierarchy):
+            low, high = spans[1 + 2 * i : 3 + 2 * i]
+            now = IntervalHierarchy(h.column, h.base, h.widths, low, high)
+            terms.append(_interval_ncp(now, _as_number(h.base, ref), level))
+        elif isinstance(h, CalendarHierarchy):
+            low, high = spans[1 + 2 * i : 3 + 2 * i]
+            cal = CalendarHierarchy(h.column, h.base, low, high, h.zone)
+            terms.append(_calendar_ncp(cal, col, ref, level))
+        elif isinstance(h, Hierarchy):
+            alias = sql.Identifier(f"dbanon_n{i}")
+            joins.append(sql.SQL(
+                "LEFT JOIN (SELECT m.value, (count(*) OVER (PARTITION BY m.label) - 1)::float8 "
+                "/ {d} AS r FROM dbanon.hierarchy_map m JOIN dbanon.hierarchy h "
+                "ON h.id = m.hierarchy_id WHERE h.name = {name} AND h.version = {version} "
+                "AND m.level = {level}) {a} ON {a}.value = {ref}::text"
+            ).format(d=sql.Literal(max(len(h.leaves) - 1, 1)), name=sql.Literal(h.name),
+                     version=sql.Literal(h.version), level=sql.Literal(level), a=alias,
+                     ref=ref))  # fmt: skip
+            terms.append(sql.SQL("coalesce({}.r, 1)").format(alias))  # not covered: the root
+    row = conn.execute(
+        sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} s {}").format(
+            sql.SQL(" + ").join(terms) if terms else sql.SQL("0::float8"), shown.ident,
+            sql.SQL(" ").join(joins),
+        )
+    ).fetchone()
+    released, loss = int(row[0]), float(row[1])
+    return (loss + (total - released) * len(qi)) / (total * len(qi))
