@@ -143,12 +143,13 @@ def new_rows(
         )
         conn.execute(sql.SQL("ANALYZE {}").format(NEW))
         return Rows(NEW)
+    w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-            "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, {t} AS t, "
-            "{fp} AS fp FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
-        ).format(new=NEW, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
+            "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, {w} AS w, "
+            "{t} AS t, {fp} AS fp FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
+        ).format(new=NEW, w=w, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
                  key=key.ident)  # fmt: skip
     )
     conn.execute(sql.SQL("ANALYZE {}").format(NEW))
@@ -264,25 +265,29 @@ _MEASURE_BUCKETS = """
            coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
     FROM judged"""
 
-# What the map keeps of a bucketed run: each released row's unit and its plausible values
-# narrowed by its class's (its buckets') values; a row left out keeps its earlier entry.
+# What the map keeps of a bucketed run: each released row's unit, its plausible values
+# narrowed by its class's (its buckets') values, and the values its unit showed (with
+# repeats: what a sealed refresh diffs a retired unit by); a row left out keeps its earlier
+# entry, in its waiting block (w) if it has one.
 _STORE_BUCKETS = """
-    INSERT INTO {fresh} (release_id, key, gid, vals, fp)
+    INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown)
     WITH rel AS (SELECT key, gid, b, u, t, fp FROM {rows} WHERE gid IS NOT NULL),
     bv AS (SELECT DISTINCT b, t FROM rel),
     gbs AS (SELECT DISTINCT gid, b FROM rel),
     cls AS (SELECT g.gid, array_agg(DISTINCT bv.t) AS vals FROM gbs g JOIN bv USING (b)
-            GROUP BY g.gid)
+            GROUP BY g.gid),
+    units AS (SELECT u, array_agg(t ORDER BY t) AS shown FROM rel GROUP BY u)
     SELECT %(rid)s, n.key, n.u,
            CASE WHEN n.t IS NULL THEN NULL
                 WHEN m.vals IS NULL THEN c.vals
                 ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
-           END, n.fp
-    FROM rel n JOIN cls c USING (gid)
+           END, n.fp, un.shown
+    FROM rel n JOIN cls c USING (gid) JOIN units un USING (u)
     LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
     UNION ALL
-    SELECT %(rid)s, n.key, -1, m.vals, NULL FROM {rows} n
-    JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+    SELECT %(rid)s, n.key, CASE WHEN n.w IS NULL THEN -1 ELSE -2 - n.w END, m.vals, n.fp,
+           m.shown
+    FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
     WHERE n.gid IS NULL"""
 
 

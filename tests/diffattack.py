@@ -128,3 +128,57 @@ def attributable(
             ):
                 found.append(f"class {a} became {b}: {dict(went)} for {dict(came)}")
     return found
+
+
+def read_units(
+    conn: psycopg.Connection, qit: str, st: str, qi: list[str], sensitive: str
+) -> Release:
+    """A cross-bucket release (QIT: QI cells and a bucket id; ST: bucket, value, count) as its
+    units: classes and buckets that share rows, found by the attacker as connected parts. A
+    class shows every value of its unit's buckets, so a unit is what a diff compares: its
+    cells are the box around its classes, its values the ST counts of its buckets."""
+    classes: dict[tuple[str, ...], set[int]] = {}
+    for row in conn.execute(sql.SQL("SELECT {}, bucket_id FROM {}").format(
+        sql.SQL(", ").join(map(sql.Identifier, qi)), sql.Identifier(*qit.split("."))
+    )):  # fmt: skip
+        classes.setdefault(tuple(str(v) for v in row[:-1]), set()).add(row[-1])
+    parent: dict[int, int] = {}
+
+    def root(b: int) -> int:
+        while parent.setdefault(b, b) != b:
+            b = parent[b]
+        return b
+
+    for buckets in classes.values():
+        first, *rest = sorted(buckets)
+        for b in rest:
+            parent[root(b)] = root(first)
+    values: dict[int, Counter] = {}
+    for b, v, n in conn.execute(sql.SQL("SELECT bucket_id, {}, count FROM {}").format(
+        sql.Identifier(sensitive), sql.Identifier(*st.split("."))
+    )):  # fmt: skip
+        values.setdefault(root(b), Counter())[(v,)] += n
+    boxes: dict[int, list[tuple[str, ...]]] = {}
+    for cells, buckets in classes.items():
+        boxes.setdefault(root(min(buckets)), []).append(cells)
+    out: Release = {}
+    for u, cells in boxes.items():
+        out.setdefault(_box(cells), Counter()).update(values.get(u, Counter()))
+    return out
+
+
+def _box(cells: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The cells of a box around classes: numeric ranges widened, value sets joined."""
+    out = []
+    for column in zip(*cells, strict=True):
+        parsed = [_cell(c) for c in column]
+        if any(p is None for p in parsed):
+            out.append("*")
+        elif all(isinstance(p, tuple) for p in parsed):
+            lo = min(p[0] for p in parsed)  # type: ignore[index]
+            hi = max(p[1] for p in parsed)  # type: ignore[index]
+            out.append(f"{lo:.15g}-{hi:.15g}")
+        else:
+            names = set().union(*(p if isinstance(p, set) else {str(p)} for p in parsed))
+            out.append("{" + ",".join(sorted(names)) + "}")
+    return tuple(out)

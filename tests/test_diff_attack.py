@@ -94,6 +94,70 @@ def test_single_joiner_and_leaver_show_nothing(
     assert shown >= 400, shown  # the batches let waiting rows come back
 
 
+def _read_units(conn: psycopg.Connection) -> diffattack.Release:
+    return diffattack.read_units(conn, "released.rel_qit", "released.rel_st", QI, "dx")
+
+
+@embedded
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_cbg_units_show_no_single_joiner_or_leaver(
+    conn: psycopg.Connection, dsn: str, seed: int
+) -> None:
+    """cbg under sealed, read as the attacker reads QIT and ST: by units (classes and buckets
+    that share rows), each unit's box and its buckets' value counts. One joiner waits; one
+    leaver retires her unit; then batches of inserts: no diff pins anyone, and waiting rows
+    come back."""
+    make_table(conn, "s", "people", COLUMNS, _people(400, seed))
+    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
+                         ",".join(QI), "--sensitive", "dx", "--k", str(K), "--l", str(ELL),
+                         "--algorithm", "cbg", "--refresh-policy", "sealed")  # fmt: skip
+    assert code == 0, out
+    releases = [_read_units(conn)]
+    joiner = person(random.Random(9), 1000)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
+    _refresh(dsn)
+    releases.append(_read_units(conn))
+    assert releases[1] == releases[0]  # the joiner waits
+    leaver = conn.execute("SELECT min(id) FROM s.people WHERE dx <> %s", [joiner[4]]).fetchone()
+    leaver_at = conn.execute("SELECT age, region, income FROM s.people WHERE id = %s",
+                             leaver).fetchall()  # fmt: skip
+    conn.execute("DELETE FROM s.people WHERE id = %s", leaver)
+    _refresh(dsn)
+    releases.append(_read_units(conn))
+    assert releases[2] != releases[1]  # the leaver's unit went, whole
+    rng = random.Random(11)
+    came: dict[tuple[int, int], list[tuple]] = {}
+    for step in range(3, 6):
+        rows = [person(rng, i) for i in range(1000 * step, 1000 * step + 40)]
+        conn.cursor().executemany("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", rows)
+        came[(step - 1, step)] = [p[1:4] for p in rows]
+        _refresh(dsn)
+        releases.append(_read_units(conn))
+    gone = {(1, 2): leaver_at, (0, 2): leaver_at}
+    for i, j in [(0, 1), (1, 2), (0, 2), (2, 3), (3, 4), (4, 5)]:
+        found = diffattack.attributable(releases[i], releases[j], K, ELL, gone.get((i, j), []),
+                                        came.get((i, j), []))  # fmt: skip
+        assert not found, (i, j, found[:5])
+    shown = conn.execute("SELECT sum(count) FROM released.rel_st").fetchone()[0]
+    assert shown >= 400, shown  # the batches let waiting rows come back
+
+
+@embedded
+def test_the_unit_diff_finds_a_joiner_under_persist(conn: psycopg.Connection, dsn: str) -> None:
+    """The control: cbg's default persist puts a joiner into a unit, whose ST counts move."""
+    make_table(conn, "s", "people", COLUMNS, _people(400))
+    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
+                         ",".join(QI), "--sensitive", "dx", "--k", str(K), "--l", str(ELL),
+                         "--algorithm", "cbg")  # fmt: skip
+    assert code == 0, out
+    before = _read_units(conn)
+    joiner = person(random.Random(9), 1000)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
+    _refresh(dsn)
+    found = diffattack.attributable(before, _read_units(conn), K, ELL, joined=[joiner[1:4]])
+    assert found, found
+
+
 @embedded
 @pytest.mark.parametrize(("method", "policy"), [("kmember", "persist"), ("fulldomain", "search")])
 def test_the_diff_finds_a_joiner_under_persist(

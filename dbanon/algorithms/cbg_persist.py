@@ -130,7 +130,7 @@ def persist_units(
 
     def holds(u: int) -> bool:
         dealt[u] = deal(x, members[u], k, rng)
-        return _holds(sa, members[u], dealt[u], plausible, sets, need, k, l)
+        return unit_holds(sa, members[u], dealt[u], plausible, sets, need, k, l)
 
     failing = {u for u in members if not holds(u)}
     alive = np.zeros(units, dtype=bool)
@@ -161,7 +161,7 @@ def persist_units(
             failing.add(into)
             heapq.heappush(queue, (len(rows), into))
     order = rng.permutation(np.array(sorted(members)))
-    return _layout(members, dealt, order, n, k, merged)
+    return layout(members, dealt, order, n, k, merged)
 
 
 def _members(unit: np.ndarray, units: int) -> dict[int, np.ndarray]:
@@ -174,7 +174,7 @@ def _members(unit: np.ndarray, units: int) -> dict[int, np.ndarray]:
     }
 
 
-def _holds(
+def unit_holds(
     sa: np.ndarray,
     rows: np.ndarray,
     layout: tuple[np.ndarray, np.ndarray],
@@ -208,7 +208,7 @@ def _holds(
     return True
 
 
-def _layout(
+def layout(
     members: dict[int, np.ndarray],
     dealt: dict[int, tuple[np.ndarray, np.ndarray]],
     order: np.ndarray,

@@ -49,8 +49,8 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
 from dbanon.errors import DbanonError
-from dbanon.methods import register
-from dbanon.methods.base import BuildContext, Built, Check, Method, model_check
+from dbanon.methods import cbg_sealed, register
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
 from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
@@ -60,8 +60,16 @@ from dbanon.models.specs import kind_of
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
-# (key, gid: group, b: bucket, u: unit the map keeps) of this run; dropped at commit
+# (key, gid: group, b: bucket, u: unit the map keeps, w: a waiting row's block) of this run
 STAGE = sql.Identifier("dbanon_cbg_stage")
+CBG_POLICY = Option(
+    POLICY.name, str, "persist",
+    "On refresh: keep persisting rows in their units (persist: safe against intersection, not "
+    "against a diff of two releases' ST counts); release units whole, kept as they were or "
+    "new, rows that form no safe unit waiting (sealed: safe against both, rows withheld); "
+    "or regroup from scratch.",
+    ("persist", "sealed", "regroup"),
+)  # fmt: skip
 L_KIND = "cross-bucket-l-diversity"
 
 
@@ -82,7 +90,7 @@ class CrossBucket(Method):
     )
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
-    options = (RANGES, POLICY)
+    options = (RANGES, CBG_POLICY)
     randomised = True  # placement inside a group, bucket ids, ties: from the run's secret seed
     shape = "cbg"
     keeps = False
@@ -141,11 +149,20 @@ class CrossBucket(Method):
         assert sensitive is not None
         sa, values = codes(sensitive)
         x = ordinal(qi)
-        state = None
-        if r.options.get("refresh_policy") == "persist" and not r.regroup:
+        state, waiting = None, None
+        policy = "regroup" if r.regroup else r.options.get("refresh_policy")
+        if policy == "persist":
             state = composition.previous_state(conn, r.release_id, keys)
         figures: dict[str, Any] = {}
-        if state is None or not (state[0] >= 0).any():
+        if policy == "sealed":
+            ctx.say("keeping whole units; cutting the other rows into new ones")
+            try:
+                laid, waiting, figures = cbg_sealed.seal(conn, r, keys, x, sa, values, k, ell)
+            except ValueError as e:
+                raise DbanonError(f"cbg cannot publish {r.source}: {e}") from None
+            gid, bid, unit = laid.gid, laid.bid, laid.unit
+            suppressed = laid.suppressed
+        elif state is None or not (state[0] >= 0).any():
             result = cross_bucket(x, sa, k, ell, np.random.default_rng(r.seed))
             gid, bid, unit = result.gid, result.bid, result.tgen
             figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens}
@@ -184,6 +201,8 @@ class CrossBucket(Method):
             texts = list(keys)  # decoded once (extract keeps keys as COPY's bytes)
             for i in kept.tolist():
                 copy.write_row((texts[i], int(gid[i]), int(bid[i]), int(unit[i])))
+        if waiting is not None:  # sealed: rows waiting in a block, which the map keeps
+            cbg_sealed.stage_waiting(conn, STAGE, texts, waiting)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.ident(qit.build), r.ident(st.build))
@@ -212,6 +231,7 @@ class CrossBucket(Method):
                    WITH rows AS (
                        SELECT st.gid AS dbanon_g, st.b AS dbanon_b, {src_cols}
                        FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
+                       WHERE st.gid IS NOT NULL
                    ), groups AS (
                        SELECT dbanon_g, {gen} FROM rows GROUP BY dbanon_g
                    )
@@ -233,7 +253,7 @@ class CrossBucket(Method):
                 """CREATE TABLE {st} AS
                    SELECT st.b AS {bucket}, s.{sa} AS {sa}, count(*)::int AS {count}
                    FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   GROUP BY st.b, s.{sa} ORDER BY 1, 2"""
+                   WHERE st.gid IS NOT NULL GROUP BY st.b, s.{sa} ORDER BY 1, 2"""
             ).format(
                 st=st, bucket=sql.Identifier(BUCKET_ID), sa=r.sensitive[0].ident,
                 count=sql.Identifier(COUNT), src=r.source.ident, stage=STAGE, key=r.key.ident,
