@@ -497,11 +497,14 @@ def _bench_fulldomain() -> str:
         d = _bench(name)
         model = f"k={d['k']}" + (f", distinct l={d['l']} of {d['sensitive']}" if d["l"] else "")
         levels = ", ".join(f"{q}={v}" for q, v in d["levels"].items())
+        pub = d["publish"]
         body.append([model, f"{d['max_suppression']:.0%}", f"{d['nodes']:,}",
                      str(d["nodes_checked"]), f"{d['seconds']:.2f}", levels,
-                     f"{d['suppressed']:,}", _pct(d["loss"]), f"`{name}.json`"])  # fmt: skip
+                     f"{d['suppressed']:,}", _pct(d["loss"]), f"{pub['seconds']:.2f}",
+                     f"{pub['beyond_search']:.2f}", f"`{name}.json`"])  # fmt: skip
     return table(["models", "suppression at most", "lattice nodes", "nodes checked", "seconds",
-                  "optimum (level per QI)", "rows suppressed", "NCP", "file"], body)  # fmt: skip
+                  "optimum (level per QI)", "rows suppressed", "NCP", "publish s (end to end)",
+                  "publish s beyond its search", "file"], body)  # fmt: skip
 
 
 @block("bench-thetak")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 from helpers import cli, cli_json
 
@@ -56,6 +57,13 @@ def test_bench_fulldomain(dsn: str) -> None:
     assert out["nodes"] == 5 * 4 * 3 * 3 * 3 * 2 * 2 * 2 * 3  # the lattice of ARX's hierarchies
     assert 0 < out["nodes_checked"] < out["nodes"]  # pruning pruned
     assert set(out["levels"]) == set(out["qi"]) and 0 <= out["loss"] <= 1
+    pub = out["publish"]  # the same setting published end to end, then dropped
+    assert pub["timings"]["search"] > 0 and pub["seconds"] >= pub["timings"]["search"]
+    beyond = pub["seconds"] - pub["timings"]["search"]
+    assert pub["beyond_search"] == pytest.approx(beyond, abs=2e-3)
+    with psycopg.connect(dsn) as conn:
+        assert not conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s",
+                                ["dbanon_bench_fulldomain"]).fetchone()  # fmt: skip
 
 
 def test_bench_check(conn: psycopg.Connection, dsn: str) -> None:
