@@ -456,6 +456,21 @@ def previous_cells(
     return gid, same, vals, shown
 
 
+def sealing(
+    conn: psycopg.Connection, release_id: int | None, keys: Keys, source: Relation, key: Column,
+    released: list[Column],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """What a sealed refresh starts from (dbanon.algorithms.sealed): each row's group in the map,
+    whether it is unchanged since, and the groups' sizes; on a first run no row has a group."""
+    import numpy as np
+
+    before = previous_release(conn, release_id, keys, source, key, released)
+    if before is None:
+        n = len(keys)
+        return np.full(n, -1), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64)
+    return before.gid, before.unchanged, before.sizes
+
+
 def shown_of(conn: psycopg.Connection, release_id: int, gids: list[int]) -> dict[int, list[str]]:
     """The tagged values (with repeats) each of these map groups showed when last released:
     a retired group's, or a waiting block's (dbanon.algorithms.sealed)."""

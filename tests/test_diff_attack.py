@@ -9,6 +9,7 @@ so the attacker can fail."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import diffattack
 import psycopg
@@ -39,6 +40,29 @@ def _read(conn: psycopg.Connection) -> diffattack.Release:
     return diffattack.read(conn, "released.rel", QI, "dx")
 
 
+def _join_then_leave(
+    conn: psycopg.Connection, dsn: str, read: Callable[[psycopg.Connection], diffattack.Release]
+) -> tuple[list[diffattack.Release], list[tuple]]:
+    """One joiner, who waits (the release does not change), then one leaver whose value differs
+    from the joiner's: her group's other rows and the joiner could form a group, but it would
+    show the leaver's value by its absence, so her group goes whole and all wait. The three
+    releases, and the leaver's QI point."""
+    releases = [read(conn)]
+    joiner = person(random.Random(9), 1000)
+    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
+    _refresh(dsn)
+    releases.append(read(conn))
+    assert releases[1] == releases[0]  # the joiner waits: nothing to diff
+    leaver = conn.execute("SELECT min(id) FROM s.people WHERE dx <> %s", [joiner[4]]).fetchone()
+    leaver_at = conn.execute("SELECT age, region, income FROM s.people WHERE id = %s",
+                             leaver).fetchall()  # fmt: skip
+    conn.execute("DELETE FROM s.people WHERE id = %s", leaver)
+    _refresh(dsn)
+    releases.append(read(conn))
+    assert releases[2] != releases[1]  # the leaver's group went, whole
+    return releases, leaver_at
+
+
 def _people(n: int, seed: int = 5) -> list[tuple]:
     rng = random.Random(seed)
     return [person(rng, i) for i in range(1, n + 1)]
@@ -54,21 +78,7 @@ def test_single_joiner_and_leaver_show_nothing(
     """k-member promises k (a change must keep k rows), Mondrian and full-domain k and l."""
     make_table(conn, "s", "people", COLUMNS, _people(400, seed))
     _publish(dsn, method, ell, "--refresh-policy", "sealed")
-    releases = [_read(conn)]
-    joiner = person(random.Random(9), 1000)
-    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
-    _refresh(dsn)
-    releases.append(_read(conn))
-    assert releases[1] == releases[0]  # the joiner waits: nothing to diff
-    # A leaver whose value differs from the joiner's: her group's other rows and the joiner
-    # could form a group, but it would show the leaver's value by its absence: all wait.
-    leaver = conn.execute("SELECT min(id) FROM s.people WHERE dx <> %s", [joiner[4]]).fetchone()
-    leaver_at = conn.execute("SELECT age, region, income FROM s.people WHERE id = %s",
-                             leaver).fetchall()  # fmt: skip
-    conn.execute("DELETE FROM s.people WHERE id = %s", leaver)
-    _refresh(dsn)
-    releases.append(_read(conn))
-    assert releases[2] != releases[1]  # the leaver's group went, whole
+    releases, leaver_at = _join_then_leave(conn, dsn, _read)
     shown = conn.execute("SELECT count(*) FROM released.rel").fetchone()[0]
     assert shown <= 400 - K, shown  # its other rows wait, and so does the joiner
     rng = random.Random(11)
@@ -108,23 +118,8 @@ def test_cbg_units_show_no_single_joiner_or_leaver(
     leaver retires her unit; then batches of inserts: no diff pins anyone, and waiting rows
     come back."""
     make_table(conn, "s", "people", COLUMNS, _people(400, seed))
-    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
-                         ",".join(QI), "--sensitive", "dx", "--k", str(K), "--l", str(ELL),
-                         "--algorithm", "cbg", "--refresh-policy", "sealed")  # fmt: skip
-    assert code == 0, out
-    releases = [_read_units(conn)]
-    joiner = person(random.Random(9), 1000)
-    conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)
-    _refresh(dsn)
-    releases.append(_read_units(conn))
-    assert releases[1] == releases[0]  # the joiner waits
-    leaver = conn.execute("SELECT min(id) FROM s.people WHERE dx <> %s", [joiner[4]]).fetchone()
-    leaver_at = conn.execute("SELECT age, region, income FROM s.people WHERE id = %s",
-                             leaver).fetchall()  # fmt: skip
-    conn.execute("DELETE FROM s.people WHERE id = %s", leaver)
-    _refresh(dsn)
-    releases.append(_read_units(conn))
-    assert releases[2] != releases[1]  # the leaver's unit went, whole
+    _publish(dsn, "cbg", ELL, "--refresh-policy", "sealed")
+    releases, leaver_at = _join_then_leave(conn, dsn, _read_units)
     rng = random.Random(11)
     came: dict[tuple[int, int], list[tuple]] = {}
     for step in range(3, 6):
@@ -146,10 +141,7 @@ def test_cbg_units_show_no_single_joiner_or_leaver(
 def test_the_unit_diff_finds_a_joiner_under_persist(conn: psycopg.Connection, dsn: str) -> None:
     """The control: cbg's default persist puts a joiner into a unit, whose ST counts move."""
     make_table(conn, "s", "people", COLUMNS, _people(400))
-    code, out = cli_json(dsn, "publish", "rel", "--source", "s.people", "--key", "id", "--qi",
-                         ",".join(QI), "--sensitive", "dx", "--k", str(K), "--l", str(ELL),
-                         "--algorithm", "cbg")  # fmt: skip
-    assert code == 0, out
+    _publish(dsn, "cbg", ELL)
     before = _read_units(conn)
     joiner = person(random.Random(9), 1000)
     conn.execute("INSERT INTO s.people VALUES (%s, %s, %s, %s, %s)", joiner)

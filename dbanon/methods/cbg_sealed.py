@@ -47,13 +47,9 @@ def seal(
 ) -> tuple[Layout, np.ndarray, dict[str, Any]]:  # fmt: skip
     """The layout of the released units, each withheld row's block (-1: none) and figures.
     `sa`: the rows' sensitive codes into `values`."""
-    before = composition.previous_release(conn, r.release_id, keys, r.source, r.key,
-                                          r.released_columns)  # fmt: skip
+    prev, same, sizes = composition.sealing(conn, r.release_id, keys, r.source, r.key,
+                                            r.released_columns)  # fmt: skip
     n = len(sa)
-    if before is None:
-        prev, same, sizes = np.full(n, -1), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64)
-    else:
-        prev, same, sizes = before.gid, before.unchanged, before.sizes
     hist = history(conn, r, keys)
     plausible, sets = _plausible(conn, r, keys, values)
     needed = composition.values_needed(r.models)

@@ -107,13 +107,9 @@ def seal(
     keys = Keys.of(cols[0])  # type: ignore[arg-type]
     cls = np.asarray(cols[1], dtype=np.int64)
     sensitive = np.asarray(cols[2], dtype=object) if r.sensitive else None
-    before = composition.previous_release(conn, r.release_id, keys, r.source, r.key,
-                                          r.released_columns)  # fmt: skip
+    gid0, same, sizes = composition.sealing(conn, r.release_id, keys, r.source, r.key,
+                                            r.released_columns)  # fmt: skip
     n = len(cls)
-    if before is None:
-        gid0, same, sizes = np.full(n, -1), np.zeros(n, dtype=bool), np.zeros(0, dtype=np.int64)
-    else:
-        gid0, same, sizes = before.gid, before.unchanged, before.sizes
     hist = history(conn, r, keys)
     shown_before = (gid0 != -1) & same  # rows of a block (or of a batch kept whole)
     rounds = [0]
