@@ -317,3 +317,20 @@ def test_check_refuses_what_it_cannot_read(ward: psycopg.Connection, dsn: str) -
     result = cli(dsn, "check", *qi, "--k", "6", "--sensitive", "dx", "--theta", "3",
                  "--sensitive-hierarchy", "dx=dx")  # fmt: skip
     assert result.exit_code == 2 and "has 1 NULL values" in result.stderr
+
+
+@pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+def test_thetak_in_blocks_keeps_the_whole_tables_property(
+    ward: psycopg.Connection, dsn: str
+) -> None:
+    """`--block-size` cuts the table as partitioned k-member does (above 100,000 rows by
+    default). The model judges a class by the whole table's need_c, so each block is clustered
+    against those: the release passes the same independent (θ,k) check."""
+    code, out = publish(dsn, "w", "--sensitive", "dx", "--k", "6", "--theta", "3",
+                        "--sensitive-hierarchy", "dx=dx", "--seed", "3", "--block-size", "100")
+    assert code == 0, out
+    code, rep = cli_json(dsn, "report", "w")
+    metrics = rep["method_metrics"]
+    assert metrics["clustering"] == "partitioned" and metrics["blocks"] > 1, metrics
+    mine = independent_check(ward, released_as_s(ward, "released.w", "dx"), 6, 3, CATEGORY.get)
+    assert mine["failing"] == 0

@@ -106,9 +106,11 @@ def cut(
     cost: str = "height",
     sensitive: np.ndarray | None = None,
     p: int = 1,
+    fits: Callable[[np.ndarray], bool] | None = None,
 ) -> list[np.ndarray]:
     """Row indices of each block, in cut order (a block's halves replace it in place). With
-    `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values."""
+    `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
+    with `fits`, both halves fit it (the rows of a block can be clustered on their own)."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -173,6 +175,8 @@ def cut(
         return None if fallback is None else fallback[1]
 
     def diverse(rows: np.ndarray) -> bool:
+        if fits is not None and not fits(rows):
+            return False
         return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
 
     done: list[np.ndarray] = []
@@ -302,3 +306,51 @@ def _in_blocks(
         gid[rows] = results[b] + offset
         offset += int(results[b].max()) + 1
     return gid, len(blocks)
+
+
+def thetak_blocks(
+    qi: QIArrays,
+    category: np.ndarray,
+    value: np.ndarray,
+    k: int,
+    theta: int,
+    *,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    seed: int = 0,
+    leftovers: str = "category",
+) -> tuple[np.ndarray, dict[str, int]]:
+    """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are. The model
+    judges a class by the whole table's need_c (dbanon.models.thetak: its value counts), so
+    every block is clustered against those, not its own; a cut is kept only when both halves
+    hold k rows and θ categories with need_c distinct values each (at least one class can
+    then be built in each: dbanon.algorithms.thetak._greedy_construction's argument). Blocks
+    run one after another (the greedy loop holds the GIL)."""
+    from dbanon.algorithms.thetak import category_needs, thetak_detail
+
+    need = category_needs(category, value, k, theta)
+    cats, cat_of = np.unique(np.asarray(category), return_inverse=True)
+    cat_of = cat_of.reshape(-1)
+    pair = np.unique(np.stack([cat_of, np.unique(np.asarray(value), return_inverse=True)[1]
+                               .reshape(-1)]), axis=1, return_inverse=True)  # fmt: skip
+    pair_cat, pair_of = pair[0][0], pair[1].reshape(-1)
+    need_arr = np.array([need[c] for c in cats.tolist()], dtype=np.int64)
+
+    def fits(rows: np.ndarray) -> bool:
+        if len(rows) < k:
+            return False
+        distinct = np.bincount(pair_cat[np.unique(pair_of[rows])], minlength=len(cats))
+        return int((distinct >= need_arr).sum()) >= theta
+
+    blocks = cut(qi, k, block_size, fits=fits)
+    rng = np.random.default_rng(seed)
+    gid = np.full(qi.n, -1, dtype=np.int64)
+    left, groups = 0, 0
+    for rows in blocks:
+        g, placed = thetak_detail(subset(qi, rows), np.asarray(category)[rows],
+                                  np.asarray(value)[rows], k, theta,
+                                  seed=int(rng.integers(2**31)), leftovers=leftovers,
+                                  need=need)  # fmt: skip
+        gid[rows] = g + groups
+        groups += int(g.max()) + 1
+        left += placed
+    return gid, {"blocks": len(blocks), "leftover_rows": left}

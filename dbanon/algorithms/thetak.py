@@ -74,6 +74,10 @@ for 30,000 hospital rows (k=12, θ=3), growing about as n^1.6 (bench thetak).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -723,6 +727,7 @@ def thetak_detail(
     seed: int = 0,
     leftovers: str = "category",
     construction: str = "greedy",
+    need: Mapping[Any, int] | None = None,
 ) -> tuple[np.ndarray, int]:
     """(group ids 0..g-1 in creation order, number of rows placed by the leftover step).
 
@@ -730,7 +735,9 @@ def thetak_detail(
     codes; a value is identified together with its category). `construction` "paper" is the
     paper's algorithm (module docstring); "greedy" (the default) is k-member's loss-greedy
     growth under the (θ,k) property of dbanon.models.thetak (see _greedy_construction). Raises
-    ValueError for input that has no (θ,k)-anonymous grouping by the construction.
+    ValueError for input that has no (θ,k)-anonymous grouping by the construction. `need`
+    (greedy only): need_c per category taken as given, not from these rows' counts: a block of
+    a larger table (dbanon.algorithms.blocks) keeps the whole table's property.
     """
     n = qi.n
     if theta < 2:
@@ -765,9 +772,10 @@ def thetak_detail(
     catg = catg.reshape(-1).astype(np.int64)
     code = code.reshape(-1).astype(np.int64)
     if construction == "greedy":
+        given = None if need is None else np.array([need[c] for c in cats.tolist()], np.int64)
         gid, ncl, left = _greedy_construction(
             qi, num, catg, code, pairs[0].astype(np.int64), perm, int(k), int(theta),
-            leftovers == "category",
+            leftovers == "category", given,
         )  # fmt: skip
     else:
         qcat = np.ascontiguousarray(qi.cat, dtype=np.int64)
@@ -782,6 +790,14 @@ def thetak_detail(
     if ncl == 0:  # unreachable after the checks above (see the proofs); kept as a guard
         raise ValueError("no (θ,k)-anonymous class could be built")
     return gid, int(left)
+
+
+def category_needs(category: np.ndarray, value: np.ndarray, k: int, theta: int) -> dict[Any, int]:
+    """need_c per category of the whole table, keyed by the category as given."""
+    from dbanon.models.thetak import theta_k_needs
+
+    counts = Counter(zip(np.asarray(category).tolist(), np.asarray(value).tolist(), strict=True))
+    return theta_k_needs(counts, k, theta)
 
 
 def needs(catg: np.ndarray, code: np.ndarray, vcat: np.ndarray, k: int, theta: int) -> np.ndarray:
@@ -803,6 +819,7 @@ def _greedy_construction(
     k: int,
     theta: int,
     by_category: bool,
+    given: np.ndarray | None = None,
 ) -> tuple[np.ndarray, int, int]:
     """The default construction: k-member's greedy rule under the (θ,k) property.
 
@@ -827,7 +844,7 @@ def _greedy_construction(
     """
     n = len(catg)
     cat = np.ascontiguousarray(qi.cat, dtype=np.int64)
-    need = needs(catg, code, vcat, k, theta)
+    need = needs(catg, code, vcat, k, theta) if given is None else given
     # Collapse rows identical in QI and sensitive value into points (as k-member does):
     # categorical columns first, so points sharing them are contiguous.
     key = np.hstack([cat.astype(np.float64), num, code.reshape(n, 1).astype(np.float64)])

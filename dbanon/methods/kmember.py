@@ -18,6 +18,14 @@ if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
 
+BLOCK_SIZE = Option(
+    "block_size", int, None,
+    "Cluster in blocks of at most this many rows, cut along the QIs (default: 16000-row blocks "
+    "above 100,000 rows).", low=2,
+)  # fmt: skip
+EXACT = Option("exact", bool, False, "Always run the exact greedy rule on the whole table.")
+
+
 class KMember(GroupingMethod):
     name = "kmember"
     summary = (
@@ -45,12 +53,8 @@ class KMember(GroupingMethod):
             "(the k-member paper) or its share of the leaves (NCP, Xu et al.).",
             ("height", "ncp"),
         ),
-        Option(
-            "block_size", int, None,
-            "Cluster in blocks of at most this many rows, cut along the QIs (default: "
-            "16000-row blocks above 100,000 rows).", low=2,
-        ),
-        Option("exact", bool, False, "Always run the exact greedy rule on the whole table."),
+        BLOCK_SIZE,
+        EXACT,
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:

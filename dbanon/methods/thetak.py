@@ -16,6 +16,7 @@ from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
 from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod
+from dbanon.methods.kmember import BLOCK_SIZE, EXACT
 from dbanon.metrics.vulnerability import FIGURES
 from dbanon.models.base import Target
 from dbanon.models.thetak import ThetaKAnonymity
@@ -63,9 +64,16 @@ class ThetaK(GroupingMethod):
             "degenerates when a rare value must sit in every class).",
             CONSTRUCTIONS,
         ),
+        BLOCK_SIZE,
+        EXACT,
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        size = r.options.get("block_size")
+        if size is not None and r.options.get("exact"):
+            raise DbanonError("--block-size and --exact contradict each other: give one")
+        if size is not None and size < 2 * (r.k or 1):
+            raise DbanonError(f"--block-size must be at least 2k = {2 * (r.k or 1)}, got {size}")
         model = _model(r)
         cats = model.categories.bind(conn)
         column = r.sensitive[0].name
@@ -90,6 +98,7 @@ class ThetaK(GroupingMethod):
     def cluster(
         self, r: Resolved, qi: QIArrays, sensitive: Any
     ) -> tuple[np.ndarray, dict[str, Any]]:
+        from dbanon.algorithms.blocks import DEFAULT_BLOCK_SIZE, partitioned, thetak_blocks
         from dbanon.algorithms.persist import subset
         from dbanon.algorithms.thetak import thetak_detail
         from dbanon.algorithms.ties import restore, secret_order
@@ -98,13 +107,25 @@ class ThetaK(GroupingMethod):
         category, value = sensitive
         # Ties to the lower row index: rows in an order drawn from the seed, not the source's.
         order = secret_order(r.seed, qi.n)
+        size = r.options.get("block_size")
+        if r.options["construction"] == "greedy" and partitioned(
+            qi.n, size, bool(r.options.get("exact"))
+        ):
+            size = size or DEFAULT_BLOCK_SIZE
+            gid, figures = thetak_blocks(
+                subset(qi, order), np.asarray(category)[order], np.asarray(value)[order],
+                model.k, model.theta, block_size=size, seed=r.seed or 0,  # type: ignore[arg-type]
+                leftovers=r.options["leftovers"],
+            )  # fmt: skip
+            return restore(order, gid), {**figures, "clustering": "partitioned",
+                                         "block_size": size}  # fmt: skip
         gid, leftovers = thetak_detail(
             subset(qi, order), np.asarray(category)[order], np.asarray(value)[order], model.k,
             model.theta, seed=r.seed,  # type: ignore[arg-type]
             leftovers=r.options["leftovers"],
             construction=r.options["construction"],
         )  # fmt: skip
-        return restore(order, gid), {"leftover_rows": leftovers}
+        return restore(order, gid), {"leftover_rows": leftovers, "clustering": "exact"}
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
