@@ -122,6 +122,7 @@ def new_rows(
     the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
     fp = fingerprint(released)
     columns = _columns(conn, stage)
+    w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     if "pset" in columns:
         conn.execute(
             sql.SQL(
@@ -132,7 +133,6 @@ def new_rows(
         )
         return Rows(NEW, measured=True)
     if "b" not in columns:
-        w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
         conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
@@ -143,7 +143,6 @@ def new_rows(
         )
         conn.execute(sql.SQL("ANALYZE {}").format(NEW))
         return Rows(NEW)
-    w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {new} ON COMMIT DROP AS "

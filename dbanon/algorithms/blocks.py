@@ -174,7 +174,7 @@ def cut(
                 fallback = (min(p, m - p), mask)
         return None if fallback is None else fallback[1]
 
-    def diverse(rows: np.ndarray) -> bool:
+    def keeps(rows: np.ndarray) -> bool:
         if fits is not None and not fits(rows):
             return False
         return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
@@ -184,7 +184,7 @@ def cut(
     while todo:
         rows = todo.pop()
         first = best_cut(rows) if len(rows) > block_size else None
-        if first is not None and not (diverse(rows[first]) and diverse(rows[~first])):
+        if first is not None and not (keeps(rows[first]) and keeps(rows[~first])):
             first = None
         if first is None:
             done.append(rows)

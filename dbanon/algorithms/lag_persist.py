@@ -137,9 +137,8 @@ class Judge:
                     ok &= np.array([bool(self.sets[a].get(b, frozenset()) & vals)
                                     for b in self.buckets[a][rows].tolist()])  # fmt: skip
                 fewest = min((len(v) for v in now.values()), default=-1)
-                judged[id(before)] = ({**union, **now}, int(ok.sum()), fewest, now)
-            plausible, count, fewest, now = judged[id(before)]
-            out.append((r, plausible, count, fewest))
+                judged[id(before)] = ({**union, **now}, int(ok.sum()), fewest)
+            out.append((r, *judged[id(before)]))
         return out
 
     def holds(self, rows: np.ndarray) -> bool:
@@ -273,10 +272,13 @@ def _bucket(
     if old is not None and flagged.any():
         whole = np.bincount(attr.codes[flagged]).astype(np.float64)
         stay = np.flatnonzero(flagged & persist & (old > 0))
-        for b in np.unique(old[stay]).tolist():
-            members = stay[old[stay] == b]
+        stay = stay[np.argsort(old[stay], kind="stable")]  # each old bucket's rows contiguous
+        cuts = np.flatnonzero(np.diff(old[stay])) + 1
+        kept = 0
+        for members in np.split(stay, cuts) if len(stay) else []:
             if _valid(attr.codes[members], attr.principle, whole):
-                out[members] = int(out.max()) + 1
+                kept += 1
+                out[members] = kept
             else:
                 dissolved += 1
     pool = np.flatnonzero(flagged & (out == 0))

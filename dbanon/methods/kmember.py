@@ -26,6 +26,15 @@ BLOCK_SIZE = Option(
 EXACT = Option("exact", bool, False, "Always run the exact greedy rule on the whole table.")
 
 
+def validate_blocks(r: Resolved) -> None:
+    """--block-size and --exact (k-member's and (θ,k)'s): not both, and blocks of 2k rows."""
+    size = r.options.get("block_size")
+    if size is not None and r.options.get("exact"):
+        raise DbanonError("--block-size and --exact contradict each other: give one")
+    if size is not None and size < 2 * (r.k or 1):
+        raise DbanonError(f"--block-size must be at least 2k = {2 * (r.k or 1)}, got {size}")
+
+
 class KMember(GroupingMethod):
     name = "kmember"
     summary = (
@@ -59,11 +68,7 @@ class KMember(GroupingMethod):
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         super().validate(conn, r)
-        size = r.options.get("block_size")
-        if size is not None and r.options.get("exact"):
-            raise DbanonError("--block-size and --exact contradict each other: give one")
-        if size is not None and size < 2 * (r.k or 1):
-            raise DbanonError(f"--block-size must be at least 2k = {2 * (r.k or 1)}, got {size}")
+        validate_blocks(r)
 
     def cluster(
         self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None

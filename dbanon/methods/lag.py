@@ -192,9 +192,8 @@ class LAG(LocalAnatomy):
         relabel = rng.permutation(int(layout.gid.max()) + 1) + 1
         whole_gid = np.where(kept, relabel[np.maximum(layout.gid, 0)], -1)
         for a, b in layout.buckets.items():
-            ids = rng.permutation(int(b.max(initial=0)) + 1)
-            ids[0] = -1
-            layout.buckets[a] = np.where(b > 0, ids[b] + 1, 0)
+            ids = np.r_[0, rng.permutation(int(b.max(initial=0))) + 1]  # bucket 0: none
+            layout.buckets[a] = ids[b]
         judge = lag_persist.Judge(cells, layout.buckets, known, k)  # with the released ids
         figures = dict(layout.figures)
         figures["ncp"] = ncp(qi, fnum, fcat, layout.gid)

@@ -16,7 +16,7 @@ from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
 from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod
-from dbanon.methods.kmember import BLOCK_SIZE, EXACT
+from dbanon.methods.kmember import BLOCK_SIZE, EXACT, validate_blocks
 from dbanon.metrics.vulnerability import FIGURES
 from dbanon.models.base import Target
 from dbanon.models.thetak import ThetaKAnonymity
@@ -69,11 +69,7 @@ class ThetaK(GroupingMethod):
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
-        size = r.options.get("block_size")
-        if size is not None and r.options.get("exact"):
-            raise DbanonError("--block-size and --exact contradict each other: give one")
-        if size is not None and size < 2 * (r.k or 1):
-            raise DbanonError(f"--block-size must be at least 2k = {2 * (r.k or 1)}, got {size}")
+        validate_blocks(r)
         model = _model(r)
         cats = model.categories.bind(conn)
         column = r.sensitive[0].name
