@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dbanon.algorithms.cbg import (
+    blocks,
     calculate_alpha,
     cross_bucket,
     diversity_num,
@@ -125,3 +126,31 @@ def test_placement_is_drawn_from_the_generator_and_keeps_the_stride_shape() -> N
 
     assert ordered_share(plain) == 1.0
     assert 0.3 < ordered_share(a) < 0.7 and 0.3 < ordered_share(c) < 0.7
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_blocks_keep_every_tgens_property(seed: int) -> None:
+    """In blocks (in_blocks): every block is l-eligible and all blocks cover the rows once;
+    every T_gen has distinct values, k buckets and groups of k..2k-1 rows; bucket ids are
+    1..B; the same generator gives the same layout; few rows are left out."""
+    rng = np.random.default_rng(seed)
+    n, k, ell = 3000, int(rng.integers(2, 5)), int(rng.integers(2, 4))
+    sa = np.minimum(rng.geometric(0.25, n) - 1, 11)  # the commonest value: about 1/4
+    assert np.bincount(sa).max() * ell <= n
+    x = np.column_stack([rng.random(n), rng.integers(0, 5, n) / 4])
+    parts = blocks(x, sa, k, ell, 300)
+    assert len(parts) > 4 and sorted(np.concatenate(parts).tolist()) == list(range(n))
+    assert all(np.bincount(sa[p]).max() * ell <= len(p) for p in parts)
+    res = cross_bucket(x, sa, k, ell, np.random.default_rng(seed), block_size=300)
+    again = cross_bucket(x, sa, k, ell, np.random.default_rng(seed), block_size=300)
+    assert (res.gid == again.gid).all() and (res.bid == again.bid).all()
+    placed = res.gid > 0
+    assert placed.sum() + res.suppressed == n and res.suppressed <= 0.03 * n
+    assert sorted(np.unique(res.bid[placed]).tolist()) == list(range(1, res.bid.max() + 1))
+    assert len(np.unique(res.tgen[placed])) == res.tgens
+    for t in np.unique(res.tgen[placed]):
+        rows = np.flatnonzero(res.tgen == t)
+        assert len(set(sa[rows].tolist())) == len(rows)
+        assert len(np.unique(res.bid[rows])) == k
+        for g in np.unique(res.gid[rows]):
+            assert k <= (res.gid == g).sum() < 2 * k

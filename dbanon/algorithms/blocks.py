@@ -74,14 +74,14 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def partitioned(n: int, block_size: int | None, exact: bool) -> bool:
+def partitioned(n: int, block_size: int | None, exact: bool, auto: int = AUTO_ROWS) -> bool:
     """Whether a table of n rows is clustered in blocks: never with `exact`; with an explicit
-    `block_size` whenever the table is larger than a block; else above AUTO_ROWS."""
+    `block_size` whenever the table is larger than a block; else above `auto` rows."""
     if exact:
         return False
     if block_size is not None:
         return n > block_size
-    return n > AUTO_ROWS
+    return n > auto
 
 
 def _depth_first_rank(qi: QIArrays) -> list[np.ndarray]:

@@ -90,13 +90,15 @@ def persist_units(
     l: int,  # noqa: E741 - the thesis's name
     values_needed: int,
     rng: np.random.Generator | None = None,
+    block_size: int | None = None,
 ) -> Layout:
     """The refresh's layout. `previous` holds each row's unit in the last release (-1: new or
     left out then), `plausible` the index into `sets` of the sensitive codes earlier releases
     left plausible for the row (-1: none; codes of values the table no longer holds left out),
     `values_needed` the l (or p) the release promises. Units are numbered (and so their
     buckets, which the release shows) in an order drawn from `rng` (a secret draw when
-    None): numbered as they came, new rows' units would come last and show who joined."""
+    None): numbered as they came, new rows' units would come last and show who joined. New
+    rows are cut into T_gens in blocks of `block_size` rows when given (cbg.in_blocks)."""
     n = len(sa)
     previous = np.asarray(previous, dtype=np.int64)
     unit = np.full(n, -1, dtype=np.int64)
@@ -105,9 +107,9 @@ def persist_units(
     units = int(unit.max()) + 1 if old.any() else 0
     new = np.flatnonzero(~old)
     if len(new):
-        fresh = cross_bucket(x[new], sa[new], k, l)
-        placed = fresh.bid > 0
-        unit[new[placed]] = units + (fresh.bid[placed] - 1) // k
+        fresh = cross_bucket(x[new], sa[new], k, l, block_size=block_size)
+        placed = fresh.tgen >= 0
+        unit[new[placed]] = units + fresh.tgen[placed]
         units = int(unit.max()) + 1 if (unit >= 0).any() else 0
     if units == 0:
         raise ValueError(f"{n} rows and no unit to form")

@@ -52,6 +52,7 @@ from dbanon.errors import DbanonError
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
 from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
+from dbanon.methods.kmember import EXACT, validate_blocks
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
@@ -69,6 +70,11 @@ CBG_POLICY = Option(
     "new, rows that form no safe unit waiting (sealed: safe against both, rows withheld); "
     "or regroup from scratch.",
     ("persist", "sealed", "regroup"),
+)  # fmt: skip
+CBG_BLOCK_SIZE = Option(
+    "block_size", int, None,
+    "Take T_gens in blocks of at most this many rows, cut along the QIs (default: 8000-row "
+    "blocks above 50,000 rows).", low=2,
 )  # fmt: skip
 L_KIND = "cross-bucket-l-diversity"
 
@@ -90,7 +96,7 @@ class CrossBucket(Method):
     )
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
-    options = (RANGES, CBG_POLICY)
+    options = (RANGES, CBG_POLICY, CBG_BLOCK_SIZE, EXACT)
     randomised = True  # placement inside a group, bucket ids, ties: from the run's secret seed
     shape = "cbg"
     keeps = False
@@ -126,6 +132,7 @@ class CrossBucket(Method):
                     f"column {col!r} of {r.source} clashes with the {col!r} column of the "
                     "cross-bucket tables; publish a view that renames it"
                 )
+        validate_blocks(r, 2 * diversity_num(k, ell), "2 * k * ceil(l/k)")
         check_eligible(conn, r.source, r.sensitive[0], ell)
         sa = r.sensitive[0]
         distinct = conn.execute(
@@ -139,7 +146,7 @@ class CrossBucket(Method):
             )
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        from dbanon.algorithms.cbg import cross_bucket
+        from dbanon.algorithms.cbg import block_size, cross_bucket
 
         k, ell = self._kl(r)
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
@@ -149,6 +156,7 @@ class CrossBucket(Method):
         assert sensitive is not None
         sa, values = codes(sensitive)
         x = ordinal(qi)
+        size = block_size(len(sa), r.options.get("block_size"), bool(r.options.get("exact")))
         state, waiting = None, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
         if policy == "persist":
@@ -163,9 +171,11 @@ class CrossBucket(Method):
             gid, bid, unit = laid.gid, laid.bid, laid.unit
             suppressed = laid.suppressed
         elif state is None or not (state[0] >= 0).any():
-            result = cross_bucket(x, sa, k, ell, np.random.default_rng(r.seed))
+            result = cross_bucket(x, sa, k, ell, np.random.default_rng(r.seed), size)
             gid, bid, unit = result.gid, result.bid, result.tgen
-            figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens}
+            figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens,
+                       "clustering": "exact" if size is None else "partitioned",
+                       **({} if size is None else {"block_size": size})}  # fmt: skip
             suppressed = result.suppressed
         else:
             ctx.say("cross-bucket for the new rows; persisting rows keep their units")
@@ -178,6 +188,7 @@ class CrossBucket(Method):
                     x, sa, groups, plausible, as_codes, k, ell,
                     composition.values_needed(r.models),
                     np.random.default_rng(secrets.randbits(64)),  # bucket ids: a secret order
+                    size,
                 )  # fmt: skip
             except ValueError as e:
                 raise DbanonError(f"cbg cannot publish {r.source}: {e}") from None

@@ -27,7 +27,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon import composition
-from dbanon.algorithms.cbg import cross_bucket
+from dbanon.algorithms.cbg import block_size, cross_bucket
 from dbanon.algorithms.cbg_persist import Layout, deal, layout, unit_holds
 from dbanon.algorithms.sealed import seal_groups
 from dbanon.db.stream import Keys
@@ -67,7 +67,8 @@ def seal(
 
     def cluster(rows: np.ndarray) -> np.ndarray:
         """Cross-bucket's T_gens of the rows (each a unit); a row it leaves out alone."""
-        ids = cross_bucket(x[rows], sa[rows], k, ell, rng).tgen.copy()
+        size = block_size(len(rows), r.options.get("block_size"), bool(r.options.get("exact")))
+        ids = cross_bucket(x[rows], sa[rows], k, ell, rng, size).tgen.copy()
         loose = ids < 0
         ids[loose] = int(ids.max(initial=-1)) + 1 + np.arange(int(loose.sum()))
         return ids

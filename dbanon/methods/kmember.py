@@ -26,13 +26,15 @@ BLOCK_SIZE = Option(
 EXACT = Option("exact", bool, False, "Always run the exact greedy rule on the whole table.")
 
 
-def validate_blocks(r: Resolved) -> None:
-    """--block-size and --exact (k-member's and (θ,k)'s): not both, and blocks of 2k rows."""
+def validate_blocks(r: Resolved, least: int | None = None, rule: str = "2k") -> None:
+    """--block-size and --exact (k-member's, (θ,k)'s and cbg's): not both, and blocks of at
+    least `least` rows (named `rule`; 2k unless given)."""
     size = r.options.get("block_size")
     if size is not None and r.options.get("exact"):
         raise DbanonError("--block-size and --exact contradict each other: give one")
-    if size is not None and size < 2 * (r.k or 1):
-        raise DbanonError(f"--block-size must be at least 2k = {2 * (r.k or 1)}, got {size}")
+    least = 2 * (r.k or 1) if least is None else least
+    if size is not None and size < least:
+        raise DbanonError(f"--block-size must be at least {rule} = {least}, got {size}")
 
 
 class KMember(GroupingMethod):
