@@ -46,6 +46,10 @@ thus (k,l) hold by construction:
   permutation of 1..B (not the T_gen order) and rows enter in a random order (so "ties to the
   lower row number" is a random tie-break, not the source's order). Without `rng` the stride
   is the thesis's, deterministic (to reproduce its Table 3.6).
+- Scale (issue 23): each T_gen narrows every row left to a small region, a pass over the table
+  per T_gen, so the thesis's algorithm is O(n^2 / beta): 11 s for 45,000 rows, hours for a
+  million. Above AUTO_ROWS rows (the thesis's own tables stay below) it runs in blocks of
+  BLOCK_SIZE rows cut along the QIs (`in_blocks`), linear in n; T_gens are QI-local anyway.
 """
 
 from __future__ import annotations
