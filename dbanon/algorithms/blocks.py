@@ -107,10 +107,16 @@ def cut(
     sensitive: np.ndarray | None = None,
     p: int = 1,
     fits: Callable[[np.ndarray], bool] | None = None,
+    even: bool = False,
 ) -> list[np.ndarray]:
     """Row indices of each block, in cut order (a block's halves replace it in place). With
     `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
-    with `fits`, both halves fit it (the rows of a block can be clustered on their own)."""
+    with `fits`, both halves fit it (the rows of a block can be clustered on their own).
+    With `even`, a cut aims not at the middle but where both sides split into blocks of
+    nearly `block_size` rows (the first side takes half of the ceil(rows / block_size)
+    blocks), so that blocks are of one size at any table size: halving blocks leaves them
+    anywhere between half and all of it, and a rule whose cost per row grows with the block
+    then costs per row what the table's size happens to give."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -124,8 +130,10 @@ def cut(
         """Which rows of the block go to its first half (None: the block stays whole)."""
         m = len(rows)
         balanced = _BALANCE * m
-        best: tuple[float, int, int, int] | None = None  # (penalty, smaller side, QI, rank)
-        fallback: tuple[int, np.ndarray] | None = None  # (smaller side, first half)
+        parts = -(-m // block_size)
+        aim = m * (parts // 2) / parts if even else m / 2
+        best: tuple[float, float, int, int] | None = None  # (penalty, smaller side, QI, rank)
+        fallback: tuple[float, np.ndarray] | None = None  # (smaller side, first half)
         for j in range(qi.cat.shape[1]):
             # Counting, not sorting: a cut falls between two ranks of the leaves present.
             rank = ranks[j][qi.cat[rows, j]]
@@ -138,19 +146,19 @@ def cut(
             # LCA of the two leaves next to the cut (depth-first order).
             leaf = leaf_of_rank[j]
             penalty = weights[j, qi.lca[j, leaf[present[:-1]], leaf[present[1:]]]]
-            small = np.minimum(pos, m - pos)
-            valid = small >= k
+            small = m / 2 - np.abs(pos - aim)  # the smaller side's rows when aim is m / 2
+            valid = np.minimum(pos, m - pos) >= k
             if not valid.any():
                 continue
             i = int(np.flatnonzero(valid)[np.argmax(small[valid])])
             if fallback is None or small[i] > fallback[0]:
-                fallback = (int(small[i]), rank < present[i + 1])
+                fallback = (float(small[i]), rank < present[i + 1])
             ok = valid & (small >= balanced) & (penalty > 0)
             if ok.any():
                 # The dearest crossing, then the most balanced.
                 i = int(np.flatnonzero(ok)[np.lexsort((-small[ok], -penalty[ok]))[0]])
                 if best is None or (penalty[i], small[i]) > (best[0], best[1]):
-                    best = (float(penalty[i]), int(small[i]), j, int(present[i + 1]))
+                    best = (float(penalty[i]), float(small[i]), j, int(present[i + 1]))
         if best is not None:
             _, _, j, r = best
             return ranks[j][qi.cat[rows, j]] < r
@@ -158,20 +166,23 @@ def cut(
         for i in sorted(range(nn), key=lambda i: -extents[i]):
             if extents[i] <= 0:
                 break
-            # The boundary nearest the median is just below or just above its run of equals.
+            # The boundary nearest the aim (the median unless `even`) is just below or just
+            # above its run of equals.
             col = qi.num[rows, i]
-            median = np.partition(col, m // 2)[m // 2]
+            at = int(min(aim, m - 1))
+            median = np.partition(col, at)[at]
             below = int((col < median).sum())
             upto = int((col <= median).sum())
-            options = [(abs(p - m / 2), p) for p in (below, upto) if k <= p <= m - k]
+            options = [(abs(p - aim), p) for p in (below, upto) if k <= p <= m - k]
             if not options:
                 continue
             p = min(options)[1]
             mask = col < median if p == below else col <= median
-            if min(p, m - p) >= balanced:
+            side = m / 2 - abs(p - aim)
+            if side >= balanced:
                 return mask
-            if fallback is None or min(p, m - p) > fallback[0]:
-                fallback = (min(p, m - p), mask)
+            if fallback is None or side > fallback[0]:
+                fallback = (side, mask)
         return None if fallback is None else fallback[1]
 
     def keeps(rows: np.ndarray) -> bool:
@@ -341,7 +352,7 @@ def thetak_blocks(
         distinct = np.bincount(pair_cat[np.unique(pair_of[rows])], minlength=len(cats))
         return int((distinct >= need_arr).sum()) >= theta
 
-    blocks = cut(qi, k, block_size, fits=fits)
+    blocks = cut(qi, k, block_size, fits=fits, even=True)
     rng = np.random.default_rng(seed)
     gid = np.full(qi.n, -1, dtype=np.int64)
     left, groups = 0, 0
