@@ -433,36 +433,38 @@ def _scale_floor() -> str:
 
 # Each method's growth runs: (rows, file). (θ,k) from one idle session, after it ran in blocks
 # above 100,000 rows; cbg from the earlier session's runs (it is not partitioned yet).
-GROWTH = {
-    "thetak": [(100_000, "thetak_100000"), (300_000, "thetak_300000"),
-               (1_000_000, "thetak_1000000")],
-    "cbg": [(30_000, "floor_30000"), (100_000, "floor_100000")],
-}  # fmt: skip
+GROWTH = ("growth_100000", "growth_300000", "growth_1000000")  # one session, both methods
 
 
 @block("scale-growth")
 def _scale_growth() -> str:
-    """(θ,k) and cbg: publish seconds as the table grows, and the exponent (issue 23's goal:
-    at most 1.2): the least-squares slope of log seconds on log rows over the sizes measured,
-    and between the two largest."""
+    """(θ,k) and cbg: seconds as the table grows, and the exponent (issue 23's goal: at most
+    1.2): the least-squares slope of log seconds on log rows over the sizes measured, and
+    between the two largest; for the publish and for its `cluster` phase (the algorithm)."""
     import math
 
-    body = []
-    for name, runs in GROWTH.items():
-        points = [(n, _json(f"scale-bench/{f}.json")["methods"][name]["publish_seconds"])
-                  for n, f in runs]  # fmt: skip
+    def slopes(points: list[tuple[int, float]]) -> tuple[float, float]:
         xs = [math.log(n) for n, _ in points]
         ys = [math.log(t) for _, t in points]
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         fit = (sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
                / sum((x - mx) ** 2 for x in xs))  # fmt: skip
-        last = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
-        seconds = ", ".join(f"{n:,} rows {t:.1f} s" for n, t in points)
-        body.append([name, seconds, f"{fit:.2f}", f"{last:.2f}"])
-    files = ",".join(f for runs in GROWTH.values() for _, f in runs)
-    return table(["method", "publish seconds", "exponent (fit over all)",
+        return fit, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2])
+
+    runs = [_json(f"scale-bench/{f}.json") for f in GROWTH]
+    body = []
+    for name in ("thetak", "cbg"):
+        ms = [(d["rows"], d["methods"][name]) for d in runs]
+        for label, seconds in (("publish", lambda m: m["publish_seconds"]),
+                               ("cluster", lambda m: m["timings"]["cluster"])):  # fmt: skip
+            points = [(n, seconds(m)) for n, m in ms]
+            fit, last = slopes(points)
+            body.append([name, label, ", ".join(f"{n:,} rows {t:.1f} s" for n, t in points),
+                         f"{fit:.2f}", f"{last:.2f}"])  # fmt: skip
+    return table(["method", "seconds of", "as the table grows", "exponent (fit over all)",
                   "exponent (two largest)"], body) + _source(
-        f"scale-bench/{{{files}}}.json", "dbanon --json bench scale --rows N --methods M")
+        f"scale-bench/{{{','.join(GROWTH)}}}.json",
+        "dbanon --json bench scale --rows N --methods cbg,thetak")
 
 
 # --- the in-memory and lattice benchmarks (docs/benchmarks/) ------------------------------------

@@ -52,7 +52,7 @@ from dbanon.errors import DbanonError
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
 from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
-from dbanon.methods.kmember import EXACT, validate_blocks
+from dbanon.methods.kmember import validate_blocks
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
@@ -76,6 +76,8 @@ CBG_BLOCK_SIZE = Option(
     "Take T_gens in blocks of at most this many rows, cut along the QIs (default: 8000-row "
     "blocks above 50,000 rows).", low=2,
 )  # fmt: skip
+CBG_EXACT = Option("exact", bool, False, "Always run the thesis's Algorithm 3.1 on the whole "
+                   "table (O(n^2): about 11 s at 45,000 rows).")  # fmt: skip
 L_KIND = "cross-bucket-l-diversity"
 
 
@@ -92,11 +94,11 @@ class CrossBucket(Method):
         "cross-bucket generalisation (thesis Ch. 3): groups of >= k rows generalised for "
         "identity, buckets of distinct sensitive values for (k,l)-anonymity; publishes "
         "`NAME_qit` (generalised QIs, bucket_id) and `NAME_st` (bucket_id, sensitive value, "
-        "count); needs --k and --l"
+        "count); needs --k and --l; above 50,000 rows in blocks cut along the QIs, on all cores"
     )
     promises = ("k-anonymity", L_KIND)
     requires = (L_KIND,)
-    options = (RANGES, CBG_POLICY, CBG_BLOCK_SIZE, EXACT)
+    options = (RANGES, CBG_POLICY, CBG_BLOCK_SIZE, CBG_EXACT)
     randomised = True  # placement inside a group, bucket ids, ties: from the run's secret seed
     shape = "cbg"
     keeps = False
