@@ -22,6 +22,8 @@ from psycopg import sql
 from dbanon.algorithms.featuresel import (
     Feature,
     forward_search,
+    hamdist_counts,
+    hamdist_from_counts,
     hamdist_scores,
     oob_permutation_importance,
 )
@@ -201,6 +203,29 @@ def test_the_rankings() -> None:
     assert ham[0] > 0.9 and ham[2] == 1.0 and ham[1] < 0.6
     imp = oob_permutation_importance(x[:, :2].astype(float), y, trees=30, seed=0)
     assert imp[0] > 0.3 > imp[1]
+
+
+def test_hamdist_counted_in_the_database_equals_the_arrays(
+    conn: psycopg.Connection, people: list[tuple]
+) -> None:
+    """hamdist's ranking counts each label's rows holding each feature in one GROUP BY; the
+    scores equal those of the one-hot matrix built here in Python from the same rows, NULL
+    labels a class of their own, over more features than one query takes."""
+    conn.execute("UPDATE s.people SET buy = NULL WHERE id % 7 = 0")
+    rows = conn.execute("SELECT age, region, job, buy FROM s.people ORDER BY id").fetchall()
+    tests = [(f"age>={a}", sql.SQL("(age >= {})").format(a), lambda r, a=a: r[0] >= a)
+             for a in range(18, 91)]  # fmt: skip
+    tests += [(f"{c}={v}", sql.SQL("({} = {})").format(sql.Identifier(c), v),
+               lambda r, i=i, v=v: r[i] == v)
+              for i, c in ((1, "region"), (2, "job")) for v in "NSEWabc"]  # fmt: skip
+    features = [Feature(name, expr, "x") for name, expr, _ in tests] * 15  # > 1,000 features
+    ones, sizes = hamdist_counts(conn, sql.Identifier("s", "people"), features,
+                                 sql.Identifier("buy"))  # fmt: skip
+    assert len(sizes) == 3 and sizes.sum() == len(rows) and ones.shape == (3, len(features))
+    b = np.array([[test(r) for _, _, test in tests] for r in rows], dtype=float)
+    y = np.unique(np.array([r[3] or "" for r in rows]), return_inverse=True)[1]
+    expected = np.tile(hamdist_scores(b, y), 15)
+    assert np.allclose(hamdist_from_counts(ones, sizes), expected)
 
 
 # --- bad input ----------------------------------------------------------------------------------

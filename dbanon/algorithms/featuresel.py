@@ -14,7 +14,8 @@ The rankings are pure code (arrays in, one score per feature out):
 - `hamdist_scores`: Greedy_Hamdist's measure for binary features, the share of (row, row) pairs
   of different classes that the feature tells apart (their Hamming distance on it is 1). The
   measure of a feature set is the sum of its features' (a Hamming distance is a sum over
-  features), so ranking single features ranks the greedy's additions.
+  features), so ranking single features ranks the greedy's additions. It needs only how many
+  rows of each class hold each feature, which `hamdist_counts` counts in PostgreSQL.
 """
 
 from __future__ import annotations
@@ -164,12 +165,47 @@ def hamdist_scores(b: np.ndarray, y: np.ndarray) -> np.ndarray:
     b = (np.asarray(b) != 0).astype(np.float64)
     classes = np.unique(y)
     ones = np.array([b[y == c].sum(axis=0) for c in classes])  # per class: rows with 1
-    sizes = np.array([(y == c).sum() for c in classes], dtype=np.float64)[:, None]
+    sizes = np.array([(y == c).sum() for c in classes], dtype=np.float64)
+    return hamdist_from_counts(ones, sizes)
+
+
+_PER_QUERY = 1000  # aggregates per query (a target list holds at most 1,664 entries)
+
+
+def hamdist_counts(
+    conn: psycopg.Connection, source: sql.Composable, features: Sequence[Feature],
+    label: sql.Composable,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(per class and feature: rows where it holds, per class: rows), counted in PostgreSQL
+    in one pass per 1,000 features (`count(*) FILTER`, grouped by the label, NULL a class of
+    its own): the measure needs only these, so no row leaves the database."""
+    chunks = [features[i : i + _PER_QUERY] for i in range(0, len(features), _PER_QUERY)]
+    parts: list[np.ndarray] = []
+    sizes = np.zeros(0)
+    for chunk in chunks or [[]]:
+        rows = conn.execute(
+            sql.SQL("SELECT count(*){} FROM {} GROUP BY {} ORDER BY {} NULLS FIRST").format(
+                sql.SQL("").join(sql.SQL(", count(*) FILTER (WHERE {})").format(f.expr)
+                                 for f in chunk),  # fmt: skip
+                source, label, label,
+            )
+        ).fetchall()
+        table = np.array(rows, dtype=np.float64).reshape(len(rows), len(chunk) + 1)
+        sizes = table[:, 0]
+        parts.append(table[:, 1:])
+    return np.hstack(parts), sizes
+
+
+def hamdist_from_counts(ones: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """`hamdist_scores` from the counts alone: `ones` (classes x features) the rows of each
+    class where the feature is 1, `sizes` each class's rows."""
+    ones = np.asarray(ones, dtype=np.float64)
+    sizes = np.asarray(sizes, dtype=np.float64)[:, None]
     zeros = sizes - ones
-    apart = np.zeros(b.shape[1])
+    apart = np.zeros(ones.shape[1])
     pairs = 0.0
-    for i in range(len(classes)):
-        for j in range(i + 1, len(classes)):
+    for i in range(len(sizes)):
+        for j in range(i + 1, len(sizes)):
             apart += ones[i] * zeros[j] + zeros[i] * ones[j]
             pairs += float(sizes[i, 0] * sizes[j, 0])
     return apart / pairs if pairs else apart

@@ -1,7 +1,9 @@
 """Method `hamdist`: the Greedy_Hamdist baseline of the RFKA paper (Zhang et al.): one-hot
 features (numeric QIs cut into `--bins` equal-width bins first), ranked by the share of pairs of
 rows of different labels that each tells apart (their Hamming distance on it), then the same
-forward search and live release as `rfka` (dbanon.methods.projection)."""
+forward search and live release as `rfka` (dbanon.methods.projection). The ranking needs only
+each label's count of rows holding each feature: one GROUP BY in PostgreSQL, no row streamed
+out (streaming a million rows' one-hot matrix took 2.8 GB and 17 s)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import psycopg
 
-from dbanon.algorithms.featuresel import Feature, hamdist_scores
+from dbanon.algorithms.featuresel import Feature, hamdist_counts, hamdist_from_counts
 from dbanon.methods import projection, register
 from dbanon.methods.base import Option
 from dbanon.methods.projection import AS, BINS, ProjectionMethod
@@ -35,8 +37,8 @@ class Hamdist(ProjectionMethod):
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        x, y = projection.design_matrix(conn, r, features, 0, 0)
-        return hamdist_scores(x, y), {"fit_rows": len(y)}
+        ones, sizes = hamdist_counts(conn, r.source.ident, features, r.sensitive[0].ident)
+        return hamdist_from_counts(ones, sizes), {"fit_rows": int(sizes.sum())}
 
 
 register(Hamdist())
