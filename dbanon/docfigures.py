@@ -427,6 +427,12 @@ def _scale_floor() -> str:
     return _floor_table(1_000_000)
 
 
+@block("scale-floor-10m")
+def _scale_floor_10m() -> str:
+    """The same at 10M rows (docs/scale-bench/floor_10000000.json), made as several runs."""
+    return _floor_table(10_000_000)
+
+
 def _floor_table(size: int) -> str:
     d, rows = _floor_rows(size)
     floor = d["floor"]
