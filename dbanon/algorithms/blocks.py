@@ -84,6 +84,15 @@ def partitioned(n: int, block_size: int | None, exact: bool, auto: int = AUTO_RO
     return n > auto
 
 
+def even_aim(m: int, size: int) -> float:
+    """Where to cut m rows so that both sides split into blocks of nearly `size` rows: after
+    the first half of the ceil(m / size) blocks. Halving instead leaves blocks of anywhere
+    between half a block and a whole one, and a rule whose cost per row grows with its block
+    then costs per row what the table's size happens to give."""
+    parts = -(-m // size)
+    return m * (parts // 2) / parts
+
+
 def _depth_first_rank(qi: QIArrays) -> list[np.ndarray]:
     """Per categorical QI, each leaf's rank in a depth-first order of its hierarchy (leaves of
     a subtree are contiguous, so a cut by rank splits the tree near its top)."""
@@ -112,11 +121,8 @@ def cut(
     """Row indices of each block, in cut order (a block's halves replace it in place). With
     `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
     with `fits`, both halves fit it (the rows of a block can be clustered on their own).
-    With `even`, a cut aims not at the middle but where both sides split into blocks of
-    nearly `block_size` rows (the first side takes half of the ceil(rows / block_size)
-    blocks), so that blocks are of one size at any table size: halving blocks leaves them
-    anywhere between half and all of it, and a rule whose cost per row grows with the block
-    then costs per row what the table's size happens to give."""
+    With `even`, a cut aims not at the middle but at `even_aim`, so that blocks are of one
+    size at any table size."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -130,8 +136,7 @@ def cut(
         """Which rows of the block go to its first half (None: the block stays whole)."""
         m = len(rows)
         balanced = _BALANCE * m
-        parts = -(-m // block_size)
-        aim = m * (parts // 2) / parts if even else m / 2
+        aim = even_aim(m, block_size) if even else m / 2
         best: tuple[float, float, int, int] | None = None  # (penalty, smaller side, QI, rank)
         fallback: tuple[float, np.ndarray] | None = None  # (smaller side, first half)
         for j in range(qi.cat.shape[1]):
@@ -336,20 +341,16 @@ def thetak_blocks(
     hold k rows and θ categories with need_c distinct values each (at least one class can
     then be built in each: dbanon.algorithms.thetak._greedy_construction's argument). Blocks
     run one after another (the greedy loop holds the GIL)."""
-    from dbanon.algorithms.thetak import category_needs, thetak_detail
+    from dbanon.algorithms.thetak import encode, needs, thetak_detail
 
-    need = category_needs(category, value, k, theta)
-    cats, cat_of = np.unique(np.asarray(category), return_inverse=True)
-    cat_of = cat_of.reshape(-1)
-    pair = np.unique(np.stack([cat_of, np.unique(np.asarray(value), return_inverse=True)[1]
-                               .reshape(-1)]), axis=1, return_inverse=True)  # fmt: skip
-    pair_cat, pair_of = pair[0][0], pair[1].reshape(-1)
-    need_arr = np.array([need[c] for c in cats.tolist()], dtype=np.int64)
+    cats, catg, vcat, code = encode(category, value)
+    need_arr = needs(catg, code, vcat, k, theta)
+    need = dict(zip(cats.tolist(), need_arr.tolist(), strict=True))
 
     def fits(rows: np.ndarray) -> bool:
         if len(rows) < k:
             return False
-        distinct = np.bincount(pair_cat[np.unique(pair_of[rows])], minlength=len(cats))
+        distinct = np.bincount(vcat[np.unique(code[rows])], minlength=len(cats))
         return int((distinct >= need_arr).sum()) >= theta
 
     blocks = cut(qi, k, block_size, fits=fits, even=True)

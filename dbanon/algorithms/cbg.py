@@ -54,11 +54,13 @@ thus (k,l) hold by construction:
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
 
+from dbanon.algorithms.blocks import cores, even_aim, partitioned
 from dbanon.algorithms.mondrian import _select
 
 
@@ -331,8 +333,6 @@ TAIL = 0.05  # share of each block's T_gens, its last, pooled again with the row
 
 def block_size(n: int, size: int | None, exact: bool) -> int | None:
     """The block size for n rows under the method's options (None: the exact rule)."""
-    from dbanon.algorithms.blocks import partitioned
-
     return (size or BLOCK_SIZE) if partitioned(n, size, exact, AUTO_ROWS) else None
 
 
@@ -369,19 +369,17 @@ def blocks(x: np.ndarray, sa: np.ndarray, k: int, l: int, size: int) -> list[np.
 def _halves(
     x: np.ndarray, rows: np.ndarray, size: int
 ) -> tuple[int, np.ndarray, np.ndarray] | None:
-    """(QI, first half, second half): the rows cut along the widest QI so that both halves
-    split into blocks of nearly `size` rows (the first takes half of the ceil(rows / size)
-    blocks): blocks of one size cost the same per row at any table size. Equal values stay on
-    one side, the boundary nearer the aim; None when the rows agree on every QI."""
+    """(QI, first half, second half): the rows cut along the widest QI at `blocks.even_aim`,
+    so that blocks are of one size and cost the same per row at any table size. Equal values
+    stay on one side, the boundary nearer the aim; None when the rows agree on every QI."""
     pts = x[rows]
     spans = np.ptp(pts, axis=0)
     j = int(np.argmax(spans))
     if spans[j] <= 0:
         return None
-    parts = -(-len(rows) // size)
-    aim = len(rows) * (parts // 2) // parts
+    aim = even_aim(len(rows), size)
     col = pts[:, j]
-    at = np.partition(col, aim)[aim]
+    at = np.partition(col, int(aim))[int(aim)]
     below, upto = col < at, col <= at
     mask = below if below.sum() > 0 and aim - below.sum() < upto.sum() - aim else upto
     if mask.all():
@@ -426,10 +424,6 @@ def in_blocks(
     With `rng`, each block draws from its own generator seeded from it, and bucket ids are a
     permutation over all blocks (their order would show the cut); without, T_gens, groups and
     buckets are numbered block by block as the exact rule numbers them."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from dbanon.algorithms.blocks import cores
-
     x = np.ascontiguousarray(x, dtype=np.float64)
     sa = np.ascontiguousarray(sa, dtype=np.int64)
     parts = blocks(x, sa, k, l, size)

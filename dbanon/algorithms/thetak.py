@@ -74,7 +74,6 @@ for 30,000 hospital rows (k=12, θ=3), growing about as n^1.6 (bench thetak).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -756,26 +755,20 @@ def thetak_detail(
     value = np.asarray(value).reshape(-1)
     if len(category) != n or len(value) != n:
         raise ValueError(f"category and value need {n} entries, got {len(category)}, {len(value)}")
-    cats, catg = np.unique(category, return_inverse=True)
+    cats, catg, vcat, code = encode(category, value)
     if len(cats) < theta:
         raise ValueError(
             f"the sensitive values fall into {len(cats)} categories, fewer than θ={theta}"
         )
-    vals = np.unique(value, return_inverse=True)[1].reshape(-1)
-    # Value codes contiguous per category: np.unique sorts the (category, value) pairs.
-    pairs, code = np.unique(np.stack([catg.reshape(-1), vals]), axis=1, return_inverse=True)
-    vstart = np.searchsorted(pairs[0], np.arange(len(cats) + 1)).astype(np.int64)
+    vstart = np.searchsorted(vcat, np.arange(len(cats) + 1)).astype(np.int64)
     num = np.ascontiguousarray(qi.num, dtype=np.float64) + 0.0
     if np.isnan(num).any():
         raise ValueError("numeric quasi-identifiers contain NaN; remove or impute them first")
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
-    catg = catg.reshape(-1).astype(np.int64)
-    code = code.reshape(-1).astype(np.int64)
     if construction == "greedy":
         given = None if need is None else np.array([need[c] for c in cats.tolist()], np.int64)
         gid, ncl, left = _greedy_construction(
-            qi, num, catg, code, pairs[0].astype(np.int64), perm, int(k), int(theta),
-            leftovers == "category", given,
+            qi, num, catg, code, vcat, perm, int(k), int(theta), leftovers == "category", given,
         )  # fmt: skip
     else:
         qcat = np.ascontiguousarray(qi.cat, dtype=np.int64)
@@ -792,12 +785,17 @@ def thetak_detail(
     return gid, int(left)
 
 
-def category_needs(category: np.ndarray, value: np.ndarray, k: int, theta: int) -> dict[Any, int]:
-    """need_c per category of the whole table, keyed by the category as given."""
-    from dbanon.models.thetak import theta_k_needs
-
-    counts = Counter(zip(np.asarray(category).tolist(), np.asarray(value).tolist(), strict=True))
-    return theta_k_needs(counts, k, theta)
+def encode(
+    category: np.ndarray, value: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(the categories, each row's category code, each value code's category code, each row's
+    value code). A value is identified together with its category, and value codes are
+    contiguous per category: np.unique sorts the (category, value) pairs."""
+    cats, catg = np.unique(np.asarray(category).reshape(-1), return_inverse=True)
+    vals = np.unique(np.asarray(value).reshape(-1), return_inverse=True)[1].reshape(-1)
+    pairs, code = np.unique(np.stack([catg.reshape(-1), vals]), axis=1, return_inverse=True)
+    return (cats, catg.reshape(-1).astype(np.int64), pairs[0].astype(np.int64),
+            code.reshape(-1).astype(np.int64))  # fmt: skip
 
 
 def needs(catg: np.ndarray, code: np.ndarray, vcat: np.ndarray, k: int, theta: int) -> np.ndarray:

@@ -147,8 +147,15 @@ class CrossBucket(Method):
                 f"{sa.name!r} for k={k}, l={ell}; {r.source} has {distinct}"
             )
 
+    @staticmethod
+    def _block_size(r: Resolved, n: int) -> int | None:
+        """Blocks for n rows laid out (None: the exact rule), under --block-size and --exact."""
+        from dbanon.algorithms.cbg import block_size
+
+        return block_size(n, r.options.get("block_size"), bool(r.options.get("exact")))
+
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
-        from dbanon.algorithms.cbg import block_size, cross_bucket
+        from dbanon.algorithms.cbg import cross_bucket
 
         k, ell = self._kl(r)
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
@@ -158,7 +165,6 @@ class CrossBucket(Method):
         assert sensitive is not None
         sa, values = codes(sensitive)
         x = ordinal(qi)
-        size = block_size(len(sa), r.options.get("block_size"), bool(r.options.get("exact")))
         state, waiting = None, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
         if policy == "persist":
@@ -173,6 +179,7 @@ class CrossBucket(Method):
             gid, bid, unit = laid.gid, laid.bid, laid.unit
             suppressed = laid.suppressed
         elif state is None or not (state[0] >= 0).any():
+            size = self._block_size(r, len(sa))
             result = cross_bucket(x, sa, k, ell, np.random.default_rng(r.seed), size)
             gid, bid, unit = result.gid, result.bid, result.tgen
             figures = {"tgens": result.tgens, "uneven_tgens": result.uneven_tgens,
@@ -190,7 +197,7 @@ class CrossBucket(Method):
                     x, sa, groups, plausible, as_codes, k, ell,
                     composition.values_needed(r.models),
                     np.random.default_rng(secrets.randbits(64)),  # bucket ids: a secret order
-                    size,
+                    self._block_size(r, int((groups < 0).sum())),  # the rule, for new rows
                 )  # fmt: skip
             except ValueError as e:
                 raise DbanonError(f"cbg cannot publish {r.source}: {e}") from None
