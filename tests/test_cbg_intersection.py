@@ -82,9 +82,9 @@ def current(conn: psycopg.Connection) -> dict[int, tuple]:
     return {i: tuple(r) for i, *r in conn.execute("SELECT * FROM h.ward").fetchall()}
 
 
-def rounds(conn: psycopg.Connection, dsn: str, name: str, policy: str) -> tuple:
+def rounds(conn: psycopg.Connection, dsn: str, name: str, policy: str, *extra: str) -> tuple:
     """Publish, then 3 rounds of churn and refresh; the attacker's figures over the 4
-    releases and the composition each refresh recorded."""
+    releases and the composition each refresh recorded. `extra`: more publish options."""
     rng = random.Random(11)
     rows = [person(rng, i) for i in range(1, 1001)]
     make_table(conn, "h", "ward", COLS, rows)
@@ -92,7 +92,7 @@ def rounds(conn: psycopg.Connection, dsn: str, name: str, policy: str) -> tuple:
     code, out = cli_json(dsn, "publish", name, "--source", "h.ward", "--key", "id",
                          "--qi", ",".join(QI), "--sensitive", "dx", "--algorithm", "cbg",
                          "--k", str(K), "--l", str(L), "--refresh-policy", policy,
-                         "--target", f"rel.{name}")  # fmt: skip
+                         "--target", f"rel.{name}", *extra)  # fmt: skip
     assert code == 0, out
     releases = [snapshot(conn, name)]
     states = [current(conn)]
@@ -121,11 +121,14 @@ def rounds(conn: psycopg.Connection, dsn: str, name: str, policy: str) -> tuple:
     return attack(releases, history), measured, len(persisting)
 
 
+@pytest.mark.parametrize("extra", [(), ("--block-size", "60")], ids=["exact", "blocks"])
 def test_four_cbg_releases_narrow_nobody_below_k_and_l(
-    conn: psycopg.Connection, dsn: str
+    conn: psycopg.Connection, dsn: str, extra: tuple[str, ...]
 ) -> None:
+    """The same attacker whether T_gens are taken whole or in blocks (the first publish's
+    1,000 rows and each refresh's new rows: --block-size 60)."""
     (below_k, below_l, fewest_rows, fewest_values, wrong), measured, people = rounds(
-        conn, dsn, "w", "persist"
+        conn, dsn, "w", "persist", *extra
     )
     assert wrong <= 5  # the few rows the first publish left out
     assert people > 700

@@ -109,16 +109,17 @@ def _read_units(conn: psycopg.Connection) -> diffattack.Release:
 
 
 @embedded
-@pytest.mark.parametrize("seed", [5, 6, 7])
+@pytest.mark.parametrize(("seed", "blocks"), [(5, ()), (6, ()), (7, ()),
+                                              (5, ("--block-size", "60"))])  # fmt: skip
 def test_cbg_units_show_no_single_joiner_or_leaver(
-    conn: psycopg.Connection, dsn: str, seed: int
+    conn: psycopg.Connection, dsn: str, seed: int, blocks: tuple[str, ...]
 ) -> None:
     """cbg under sealed, read as the attacker reads QIT and ST: by units (classes and buckets
     that share rows), each unit's box and its buckets' value counts. One joiner waits; one
     leaver retires her unit; then batches of inserts: no diff pins anyone, and waiting rows
-    come back."""
+    come back. The same with T_gens taken in blocks."""
     make_table(conn, "s", "people", COLUMNS, _people(400, seed))
-    _publish(dsn, "cbg", ELL, "--refresh-policy", "sealed")
+    _publish(dsn, "cbg", ELL, "--refresh-policy", "sealed", *blocks)
     releases, leaver_at = _join_then_leave(conn, dsn, _read_units)
     rng = random.Random(11)
     came: dict[tuple[int, int], list[tuple]] = {}
