@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from dbanon import schedule
 from dbanon.db import catalog
 from dbanon.db.connection import connect, resolve_dsn
 from dbanon.errors import DbanonError
@@ -18,16 +17,9 @@ from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
 from dbanon.models.crossbucket import BUCKET_ID, BucketTarget
-from dbanon.release import (
-    Progress,
-    PublishResult,
-    ReleaseSpec,
-    drop,
-    publish,
-    refresh,
-    releases,
-    report,
-)
+
+if TYPE_CHECKING:  # publishing and scheduling load on first use: an audit needs neither
+    from dbanon.release import Progress, PublishResult, ReleaseSpec
 
 
 class Database:
@@ -117,12 +109,14 @@ class Database:
         count: str | None = None,
         sensitive_hierarchies: dict[str, str] | None = None,
         buckets: str | None = None,
+        worst: str = "failing",
         **options: Any,
     ) -> list[CheckResult]:
         """Audit any table or view against the models the options name (see
         dbanon.models.from_options: k, l, l_kind, c, t, alpha, p, theta, ...); the (θ,k)
         model reads its categories from `sensitive_hierarchies` ({column: hierarchy}); the
-        cross-bucket l-diversity reads the ST named by `buckets` beside the QIT `relation`."""
+        cross-bucket l-diversity reads the ST named by `buckets` beside the QIT `relation`.
+        `worst` says when a result names its worst class (`Target.worst`)."""
         named = named_hierarchy(sensitive_hierarchies, [sensitive] if sensitive else [])
         if named is not None:
             options["sensitive_hierarchy"] = named
@@ -134,12 +128,12 @@ class Database:
             cols = catalog.columns(self.conn, rel)
             extra = [c for c in (None if buckets else sensitive, count) if c]
             catalog.require_columns(cols, rel, [*qi, *extra])
-            target = Target(rel.ident, list(qi), sensitive, count)
+            target = Target(rel.ident, list(qi), sensitive, count, worst=worst)
             if buckets is not None:  # a cross-bucket release: QIT `relation`, ST `buckets`
                 st = catalog.relation(self.conn, buckets)
                 needed = [BUCKET_ID, *([sensitive] if sensitive else [])]
                 catalog.require_columns(catalog.columns(self.conn, st), st, needed)
-                target = BucketTarget(rel.ident, list(qi), sensitive, count, st.ident)
+                target = BucketTarget(rel.ident, list(qi), sensitive, count, st.ident, worst=worst)
             return audit(self.conn, target, models)
         finally:
             self.conn.rollback()
@@ -190,6 +184,8 @@ class Database:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
         named in `revoke`); another run of it is waited for up to `wait` seconds; a live
         view is granted to a new role only with `grant_live`."""
+        from dbanon.release import publish
+
         return publish(
             self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
             allow_composition=allow_composition, grant_live=grant_live,
@@ -207,6 +203,8 @@ class Database:
         """Rebuild a release as its spec says; `regroup` starts its groups over for this run
         (refused if a consumer keeping earlier releases could then break the promise, unless
         `allow_composition`)."""
+        from dbanon.release import refresh
+
         return refresh(
             self.conn, name, progress, wait=wait, regroup=regroup,
             allow_composition=allow_composition,
@@ -220,9 +218,13 @@ class Database:
         progress: Progress | None = None,
     ) -> list[dict[str, Any]]:
         """Refresh every scheduled release that is due (at `now`, default the present)."""
+        from dbanon import schedule
+
         return schedule.refresh_due(self.conn, now=now, force=force, progress=progress)
 
     def schedule(self, name: str, *, every: str | None = None, cron: str | None = None) -> dict:
+        from dbanon import schedule
+
         try:
             data = schedule.set_schedule(self.conn, name, every=every, cron=cron)
             self.conn.commit()
@@ -232,6 +234,8 @@ class Database:
             raise
 
     def unschedule(self, name: str) -> bool:
+        from dbanon import schedule
+
         try:
             cleared = schedule.clear_schedule(self.conn, name)
             self.conn.commit()
@@ -241,6 +245,8 @@ class Database:
             raise
 
     def schedules(self, now: datetime | None = None) -> list[dict[str, Any]]:
+        from dbanon import schedule
+
         try:
             return schedule.schedules(self.conn, now)
         finally:
@@ -265,12 +271,16 @@ class Database:
             self.conn.rollback()
 
     def report(self, name: str) -> dict[str, Any]:
+        from dbanon.release import report
+
         try:
             return report(self.conn, name)
         finally:
             self.conn.rollback()
 
     def releases(self) -> list[dict[str, Any]]:
+        from dbanon.release import releases
+
         try:
             return releases(self.conn)
         finally:
@@ -323,6 +333,8 @@ class Database:
     def drop(self, name: str, wait: float = 0.0) -> list[str]:
         """Drop a release's relations and its catalog entry; returns the relations dropped
         (runs.Busy while a run of it is in progress, after waiting up to `wait` seconds)."""
+        from dbanon.release import drop
+
         return drop(self.conn, name, wait)
 
     def uninstall(self) -> dict[str, Any]:

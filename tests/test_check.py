@@ -92,3 +92,25 @@ def test_check_errors(conn: psycopg.Connection, dsn: str) -> None:
         result = cli(dsn, *args)
         assert result.exit_code == 2, args
         assert message in result.stderr
+
+
+def test_worst_class_is_named_on_request(conn: psycopg.Connection, dsn: str) -> None:
+    """The check is one pass over the classes and names no class; `--worst` names the class
+    furthest from holding (the smallest, ties by the QI values), or nearest to failing when the
+    model holds. The text output says how to ask for it when a model fails."""
+    rng = random.Random(11)
+    rows = [(rng.randint(20, 26), rng.choice("abc")) for _ in range(120)]
+    make_table(conn, "w", "t", [("age", "int"), ("zip", "text")], rows)
+    classes = classes_in_memory(rows, [0, 1])
+    smallest = min(classes.values())
+    first = min(c for c, n in classes.items() if n == smallest)
+    named = f"age={first[0]}, zip={first[1]}"
+    base = ["check", "w.t", "--qi", "age,zip"]
+    for k, code in ((smallest + 1, 1), (smallest, 0)):
+        got, out = cli_json(dsn, *base, "--k", str(k))
+        assert got == code and out["models"][0]["worst_class"] is None
+        got, out = cli_json(dsn, *base, "--k", str(k), "--worst")
+        assert got == code and out["models"][0]["worst_class"] == named
+    text = cli(dsn, *base, "--k", str(smallest + 1)).output
+    assert "--worst names the class" in text and "worst class:" not in text
+    assert f"worst class: {named}" in cli(dsn, *base, "--k", "2", "--worst").output

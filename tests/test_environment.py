@@ -39,7 +39,9 @@ NOT_RUN = {"bench", "experiment", "demo", "flags generate", "docs"}  # docs: fil
 
 def _commands(group: click.Group, prefix: str = "") -> set[str]:
     out = set()
-    for name, cmd in group.commands.items():
+    ctx = click.Context(group)
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
         full = f"{prefix}{name}"
         if full in NOT_RUN:
             continue

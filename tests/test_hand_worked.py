@@ -31,8 +31,8 @@ def tables(conn: psycopg.Connection, rows: list[tuple[str, Any]], stype: str) ->
     weighted = [(g, s, n) for (g, s), n in sorted(Counter(rows).items(), key=repr)]
     make_table(conn, "e", "w", [("g", "text"), ("s", stype), ("w", "int")], weighted)
     return [
-        Target(sql.Identifier("e", "t"), ["g"], "s"),
-        Target(sql.Identifier("e", "w"), ["g"], "s", count="w"),
+        Target(sql.Identifier("e", "t"), ["g"], "s", worst="always"),
+        Target(sql.Identifier("e", "w"), ["g"], "s", count="w", worst="always"),
     ]
 
 

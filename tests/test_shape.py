@@ -90,10 +90,10 @@ def test_cli_names_no_method_and_no_experiment() -> None:
     string in it is a method's, an experiment's or a bench's name (a command of its own, such
     as `check`, is the command's name)."""
     from dbanon import methods, runners
-    from dbanon.cli import main
+    from dbanon.cli import COMMANDS
 
     names = set(methods.methods()) | set(runners.experiments()) | set(runners.benches())
-    names -= set(main.commands)
+    names -= set(COMMANDS)
     paths = [PACKAGE / "cli.py"] if (PACKAGE / "cli.py").exists() else []
     paths += sorted((PACKAGE / "cli").glob("*.py")) if (PACKAGE / "cli").is_dir() else []
     assert paths
@@ -104,3 +104,37 @@ def test_cli_names_no_method_and_no_experiment() -> None:
         if isinstance(node, ast.Constant) and node.value in names
     ]
     assert found == []
+
+
+def test_every_command_is_found_under_its_own_name() -> None:
+    """The CLI imports a command's module when the command runs (dbanon.cli.COMMANDS): each
+    name leads to the command of that name, and `dbanon --help` lists every one."""
+    import click
+    from click.testing import CliRunner
+
+    from dbanon.cli import COMMANDS, main
+
+    ctx = click.Context(main)
+    assert {name: main.get_command(ctx, name).name for name in COMMANDS} == {n: n for n in COMMANDS}
+    listed = CliRunner().invoke(main, ["--help"]).output
+    assert [n for n in COMMANDS if f"\n  {n} " not in listed] == []
+
+
+def test_an_audit_starts_without_what_publishing_needs() -> None:
+    """`dbanon check` is a process a cron or CI runs often, and its start-up is part of its cost
+    (a third of it before commands were loaded on use): it must not import the publishing
+    lifecycle, the methods' algorithms or the scheduler."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\nfrom click.testing import CliRunner\nfrom dbanon.cli import main\n"
+        "CliRunner().invoke(main, ['check', '--help'], catch_exceptions=False)\n"
+        "import dbanon.api, dbanon.models  # what the check runs\n"
+        "print(' '.join(m for m in ('dbanon.release', 'dbanon.schedule', 'dbanon.methods.base', "
+        "'numpy') if m in sys.modules))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert loaded == []

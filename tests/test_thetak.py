@@ -129,7 +129,7 @@ def test_vulnerabilities_and_check_equal_a_hand_computation(
     assert cli(dsn, "hierarchy", "import", "dx", str(hierarchy_csv(tmp_path))).exit_code == 0
     base = ["check", "t.toy", "--qi", "zone", "--sensitive", "dx",
             "--sensitive-hierarchy", "dx=dx"]  # fmt: skip
-    code, out = cli_json(dsn, *base, "--k", "2", "--theta", "2")
+    code, out = cli_json(dsn, *base, "--k", "2", "--theta", "2", "--worst")
     theta_k = out["models"][1]
     assert theta_k["similarity_vulnerability"] == pytest.approx(0.7)
     assert theta_k["background_vulnerability"] == pytest.approx(0.6875)

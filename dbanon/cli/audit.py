@@ -126,6 +126,11 @@ def risk_lines(risk: dict[str, Any] | None) -> list[tuple[str, str]]:
     help="ST table (bucket_id, sensitive, count) of a cross-bucket release whose QIT is RELATION "
     "(--l-kind cross-bucket).",
 )
+@click.option(
+    "--worst", is_flag=True,
+    help="Also name each model's worst class: the one furthest from holding (nearest to failing "
+    "when the model holds). Costs one more pass over the classes.",
+)  # fmt: skip
 @risk_options
 @click.pass_obj
 @fails_cleanly
@@ -150,6 +155,7 @@ def check(
     category_width: float | None,
     count: str | None,
     buckets: str | None,
+    worst: bool,
     **risk_args: Any,
 ) -> None:
     """Audit any table or view: exit 0 if the models hold, 1 if not (--risk: also measure
@@ -173,6 +179,7 @@ def check(
                 theta=theta, category_level=category_level, category_width=category_width, k=k,
                 l=l_, l_kind=l_kind or "distinct", c=c_, t=t_, alpha=alpha, p=p_,
                 t_ground=t_ground, alpha_value=alpha_value,
+                worst="always" if worst else "never",
             )  # fmt: skip
     holds = all(r.holds for r in results)
     figures: dict[str, Any] = {}
@@ -198,6 +205,8 @@ def check(
                 out.print(f"  {key.replace('_', ' ')}: {value}")
             if r.worst_class is not None:
                 out.print(f"  worst class: {r.worst_class}", markup=False)
+            elif not r.holds and not worst:
+                out.print("  (--worst names the class furthest from holding)")
         for label, text in risk_lines(data.get("risk")):
             out.print(f"{label}: {text}", markup=False)
 

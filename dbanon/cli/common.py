@@ -11,15 +11,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import psycopg
 
-from dbanon.api import Database
 from dbanon.db import catalog
 from dbanon.errors import DbanonError, first_line
 from dbanon.hierarchy import HierarchyError
+
+if TYPE_CHECKING:
+    from dbanon.api import Database
 
 
 class _Console:
@@ -83,6 +85,8 @@ class Ctx:
         self.json = as_json
 
     def db(self) -> Database:
+        from dbanon.api import Database  # the library, loaded by the commands that use it
+
         return Database(self.dsn)
 
     def emit(self, data: dict[str, Any], human: Callable[[], None]) -> None:

@@ -57,6 +57,9 @@ class Target:
     qi: Sequence[str]
     sensitive: str | None = None
     count: str | None = None
+    # When a check names its worst class: "failing" (only when it fails: one more pass over the
+    # classes then), "always" (also the class nearest to failing when it holds) or "never".
+    worst: str = field(default="failing", kw_only=True)
 
     @property
     def qi_list(self) -> sql.Composable:
@@ -120,8 +123,9 @@ class Target:
 
     def type_category(self, conn: psycopg.Connection, column: str) -> str:
         """pg_type.typcategory of a column of the relation ('N' numeric, 'S' string, ...)."""
-        cur = conn.execute(
-            sql.SQL("SELECT {} FROM {} LIMIT 0").format(sql.Identifier(column), self.relation)
+        cur = conn.execute(  # never prepared: a column's type may change between two calls
+            sql.SQL("SELECT {} FROM {} LIMIT 0").format(sql.Identifier(column), self.relation),
+            prepare=False,
         )
         oid = cur.description[0].type_code
         return conn.execute("SELECT typcategory FROM pg_type WHERE oid = %s", [oid]).fetchone()[0]
@@ -255,23 +259,39 @@ def class_summary(
     worst: sql.Composable,
     figures: Mapping[str, sql.Composable],
 ) -> tuple[int, int, dict[str, Any], str | None]:
-    """One query: the classes of `test` (GROUP BY q1..qn), then the number of classes, of failing
-    classes, the `figures` over all classes and the label of the first class by `worst` (ties
-    broken by the QI values, so reports are reproducible)."""
-    query = sql.SQL(
-        """{with_}SELECT count(*), count(*) FILTER (WHERE ({failing}) IS NOT FALSE), {figs},
-                  (SELECT {label} FROM classes ORDER BY {worst}, {q} LIMIT 1)
-           FROM classes"""
-    ).format(
-        with_=test.with_(sql.SQL("classes AS MATERIALIZED ({})").format(test.classes(target))),
-        q=target.alias_list,
-        failing=test.failing,
-        figs=sql.SQL(", ").join(figures.values()),
-        label=target.alias_label,
-        worst=worst,
+    """The classes of `test` (GROUP BY q1..qn): the number of classes, of failing classes, the
+    `figures` over all classes and, as `target.worst` asks, the label of the first class by
+    `worst` (ties broken by the QI values, so reports are reproducible). Counting is one pass,
+    as cheap as the bare GROUP BY; naming the worst class needs every class twice (a top-1 over
+    them), so it is paid only when asked for or, by default, when the check fails."""
+    if target.worst not in ("failing", "always", "never"):
+        raise ValueError(f"worst must be failing, always or never, not {target.worst!r}")
+    counts = sql.SQL("count(*), count(*) FILTER (WHERE ({failing}) IS NOT FALSE), {figs}").format(
+        failing=test.failing, figs=sql.SQL(", ").join(figures.values())
     )
-    row = conn.execute(query).fetchone()
-    return int(row[0]), int(row[1]), dict(zip(figures, row[2:-1], strict=True)), row[-1]
+
+    def first(classes: sql.Composable) -> sql.Composable:
+        return sql.SQL("(SELECT {label} FROM {classes} ORDER BY {worst}, {q} LIMIT 1)").format(
+            label=target.alias_label, classes=classes, worst=worst, q=target.alias_list
+        )
+
+    if target.worst == "always":  # one query: the classes kept once and read twice
+        cte = sql.SQL("classes AS MATERIALIZED ({})").format(test.classes(target))
+        query = sql.SQL("{with_}SELECT {counts}, {first} FROM classes").format(
+            with_=test.with_(cte), counts=counts, first=first(sql.SQL("classes"))
+        )
+        *row, label = conn.execute(query).fetchone()
+    else:
+        classes = sql.SQL("({}) dbanon_classes").format(test.classes(target))
+        row = conn.execute(
+            sql.SQL("{}SELECT {} FROM {}").format(test.with_(), counts, classes)
+        ).fetchone()
+        label = None
+        if target.worst == "failing" and row[1]:
+            label = conn.execute(
+                sql.SQL("{}SELECT {}").format(test.with_(), first(classes))
+            ).fetchone()[0]
+    return int(row[0]), int(row[1]), dict(zip(figures, row[2:], strict=True)), label
 
 
 # --- shared in-memory helpers -------------------------------------------------------------------
