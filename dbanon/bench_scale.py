@@ -285,14 +285,17 @@ SETUPS: dict[str, Setup] = {
                                   "--sensitive", SENSITIVE, "--flags", s, "--seed", "1"], _lag),
     "ina": Setup(lambda k, l_, s: ["--algorithm", "ina", *_NUMERIC, "--seed", "1"], _noise),
     "noise": Setup(lambda k, l_, s: ["--algorithm", "noise", *_NUMERIC, "--seed", "1"], _noise),
-    "rfka": Setup(lambda k, l_, s: ["--algorithm", "rfka", "--k", str(k), "--sensitive",
-                                   SENSITIVE, "--trees", "100", "--sample", "20000",
-                                   "--seed", "1"], _suppressing),
+    # rfka and hamdist publish a live view unless told: the plain names are their tables
+    "rfka": Setup(lambda k, l_, s: ["--algorithm", "rfka", "--k", str(k), "--as", "table",
+                                   "--sensitive", SENSITIVE, "--trees", "100", "--sample",
+                                   "20000", "--seed", "1"], _suppressing),
     "rfka_view": Setup(lambda k, l_, s: ["--algorithm", "rfka", "--k", str(k), "--as", "view",
                                         "--sensitive", SENSITIVE, "--trees", "100",
                                         "--sample", "20000", "--seed", "1"], _suppressing),
-    "hamdist": Setup(lambda k, l_, s: ["--algorithm", "hamdist", "--k", str(k), "--sensitive",
-                                      SENSITIVE], _suppressing),
+    "hamdist": Setup(lambda k, l_, s: ["--algorithm", "hamdist", "--k", str(k), "--as",
+                                      "table", "--sensitive", SENSITIVE], _suppressing),
+    "hamdist_view": Setup(lambda k, l_, s: ["--algorithm", "hamdist", "--k", str(k), "--as",
+                                           "view", "--sensitive", SENSITIVE], _suppressing),
 }  # fmt: skip
 METHODS = (*SETUPS, "check")
 

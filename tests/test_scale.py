@@ -202,7 +202,8 @@ def test_bench_scale_runs_every_method_and_checks_each_release(
     the bench's independent check; two figures are checked again here with plain SQL. (Every
     method on the embedded server; the second server runs the two checked again, to keep CI's
     minutes.)"""
-    every = {name for name in methods.methods()} | {"fulldomain_view", "rfka_view", "check"}
+    views = {"fulldomain_view", "rfka_view", "hamdist_view"}
+    every = {name for name in methods.methods()} | views | {"check"}
     if "pg15" in request.node.callspec.id:
         every = {"mondrian", "anatomy", "check"}
     code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5",
@@ -226,7 +227,18 @@ def test_bench_scale_runs_every_method_and_checks_each_release(
             "SELECT min(d) FROM (SELECT count(DISTINCT occupation) d "
             "FROM dbanon_bench_scale_out.scale_anatomy_st GROUP BY group_id) c"
         ).fetchone()[0]
+        kinds = dict(conn.execute(
+            "SELECT c.relname, c.relkind FROM pg_class c JOIN pg_namespace n "
+            "ON n.oid = c.relnamespace WHERE n.nspname = 'dbanon_bench_scale_out'"
+        ).fetchall())  # fmt: skip
     assert smallest >= 5 and distinct >= 2
+    if "check" in every:  # the check's process apart from its query
+        check = out["methods"]["check"]
+        assert check["startup_seconds"] > 0 and check["worst_seconds"] > 0
+        assert check["query_ratio_same_work_mem"] < check["ratio_same_work_mem"]
+    # a method's plain name is its table, the _view entry its live view
+    for name in sorted(every & ({"fulldomain", "rfka", "hamdist"} | views)):
+        assert kinds[f"scale_{name}"] == ("v" if name in views else "r"), (name, kinds)
     code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--methods", "nope")
     assert code == 2 and "unknown method" in out["error"]
 
