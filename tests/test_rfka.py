@@ -168,6 +168,48 @@ def test_the_greedy_choice_equals_brute_force(conn: psycopg.Connection, seed: in
             assert smallest == min(sizes.values())
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
+def test_batched_tests_of_binary_features_equal_one_query_each(
+    conn: psycopg.Connection, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One-hot features are judged many to a query (`split_small`); what the search keeps and
+    drops, with each drop's classes below k and smallest class, is what one query per feature
+    finds: indicators that are NULL on NULL values, a plain feature among them, batches cut
+    short by a kept feature and by the batch limit, and an empty table."""
+    from dataclasses import replace
+
+    from dbanon.algorithms import featuresel
+
+    monkeypatch.setattr(featuresel, "BATCH", 5)
+    monkeypatch.setattr(featuresel, "FIRST_BATCH", 2)
+    rng = random.Random(seed)
+    width = [2, 3, 4, 6]
+    n = rng.choice([0, 50, 150, 400])
+    rows = [
+        tuple(None if rng.random() < 0.08 else rng.randrange(w) for w in width)
+        for _ in range(n)
+    ]
+    cols = [f"c{i}" for i in range(len(width))]
+    make_table(conn, "s", "bin", [(c, "int") for c in cols], rows)
+    features = [
+        Feature(f"{c}={v}", sql.SQL("({} = {})").format(sql.Identifier(c), v), c, binary=True)
+        for c, w in zip(cols, width, strict=True)
+        for v in range(w)
+    ]
+    rng.shuffle(features)
+    features.insert(rng.randrange(len(features)), Feature("c3", sql.Identifier("c3"), "c3"))
+    source = sql.Identifier("s", "bin")
+    for k in (2, 3, 6):
+        batched = forward_search(conn, source, features, k)
+        single = forward_search(conn, source, [replace(f, binary=False) for f in features], k)
+        assert [f.name for f in batched.chosen] == [f.name for f in single.chosen], k
+        assert [(f.name, b, s) for f, b, s in batched.dropped] == [
+            (f.name, b, s) for f, b, s in single.dropped
+        ], k
+        assert single.queries == len(features)
+        assert batched.queries <= single.queries
+
+
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:
     """How many chosen columns were tried before column j."""
     return sum(1 for c in chosen if ranked.index(c) < ranked.index(j))

@@ -2,10 +2,11 @@
 rankings and the greedy forward search.
 
 The search keeps a feature when the projection of the source onto the features kept so far plus
-it is still k-anonymous. Each test is ONE query in PostgreSQL,
+it is still k-anonymous. A test is a query in PostgreSQL,
 `SELECT count(*), min(n) FROM (SELECT count(*) AS n FROM src GROUP BY f1..fm HAVING count(*) < k)`,
 over the live source: no table is copied or created per step, so a step costs one hash
-aggregate of the source and nothing grows with the number of steps taken.
+aggregate of the source and nothing grows with the number of steps taken. Binary features
+(one-hot indicators) are tested many to a query (`split_small`).
 
 The rankings are pure code (arrays in, one score per feature out):
 - `oob_permutation_importance`: the paper's random-forest importance, the mean decrease of a
@@ -39,6 +40,7 @@ class Feature:
     name: str
     expr: sql.Composable  # over the source's columns (unqualified)
     column: str  # the source column it comes from
+    binary: bool = False  # expr is a boolean (true, false or NULL): tests of it can be batched
 
 
 @dataclass
@@ -65,19 +67,85 @@ def small_classes(
     return int(row[0]), int(row[1])
 
 
+# Binary candidates tested by one query: two counts each, within PostgreSQL's 1664 columns.
+BATCH = 400
+FIRST_BATCH = 8  # after a feature is kept: its successors are tried against new classes
+
+
+def split_small(
+    conn: psycopg.Connection,
+    source: sql.Composable,
+    kept: Sequence[sql.Composable],
+    candidates: Sequence[Feature],
+    k: int,
+) -> list[tuple[int, int]]:
+    """`small_classes` of `kept` plus each binary candidate, for all of them in one query:
+    adding a boolean splits every class of `kept` into its rows where it is true, false and
+    NULL, so the counts of each class's true and false rows tell every candidate's classes."""
+    if not candidates:
+        return []
+    k_ = sql.Literal(k)
+    counts, judged = [], []
+    for i, f in enumerate(candidates):
+        t, u = sql.Identifier(f"t{i}"), sql.Identifier(f"f{i}")
+        counts.append(sql.SQL("count(*) FILTER (WHERE {e}) AS {t}, "
+                              "count(*) FILTER (WHERE NOT {e}) AS {u}").format(e=f.expr, t=t, u=u))
+        parts = [t, u, sql.SQL("(n - {} - {})").format(t, u)]
+        small = [sql.SQL("CASE WHEN {p} BETWEEN 1 AND {k} - 1 THEN {p} END").format(p=p, k=k_)
+                 for p in parts]  # fmt: skip
+        judged.append(sql.SQL("coalesce(sum({}), 0), coalesce(min(least({})), 0)").format(
+            sql.SQL(" + ").join(sql.SQL("({} BETWEEN 1 AND {} - 1)::int").format(p, k_)
+                                for p in parts),
+            sql.SQL(", ").join(small),
+        ))  # fmt: skip
+    group = sql.SQL(" GROUP BY {}").format(sql.SQL(", ").join(kept)) if kept else sql.SQL("")
+    row = conn.execute(
+        sql.SQL("SELECT {judged} FROM (SELECT count(*) AS n, {counts} FROM {src}{group}) c").format(
+            judged=sql.SQL(", ").join(judged), counts=sql.SQL(", ").join(counts), src=source,
+            group=group,
+        )
+    ).fetchone()  # fmt: skip
+    return [(int(row[2 * i]), int(row[2 * i + 1])) for i in range(len(candidates))]
+
+
 def forward_search(
     conn: psycopg.Connection, source: sql.Composable, ranked: Sequence[Feature], k: int
 ) -> Selection:
     """RFKA's Algorithm 1 (and Greedy_Hamdist's search): try the features in rank order, keep
-    one when the projection onto the kept ones and it stays k-anonymous."""
+    one when the projection onto the kept ones and it stays k-anonymous.
+
+    Binary features (one-hot indicators) are tried in batches by `split_small`: one query
+    judges a run of them against the features kept so far, exactly as one query each would,
+    up to the first it keeps; the rest are tried again against the new classes. A batch
+    doubles while it keeps nothing (a search that keeps few features costs a few passes of
+    the source, not one per feature) and starts small again after a feature is kept."""
     out = Selection()
-    for f in ranked:
-        below, smallest = small_classes(conn, source, [g.expr for g in [*out.chosen, f]], k)
-        out.queries += 1
-        if below:
-            out.dropped.append((f, below, smallest))
+    i, size = 0, FIRST_BATCH
+    while i < len(ranked):
+        kept = [g.expr for g in out.chosen]
+        if not ranked[i].binary:
+            f = ranked[i]
+            below, smallest = small_classes(conn, source, [*kept, f.expr], k)
+            tried = [(f, below, smallest)]
         else:
-            out.chosen.append(f)
+            run = []
+            for f in ranked[i:i + size]:
+                if not f.binary:
+                    break
+                run.append(f)
+            judged = split_small(conn, source, kept, run, k)
+            tried = [(f, b, s) for f, (b, s) in zip(run, judged, strict=True)]
+        out.queries += 1
+        took = False
+        for f, below, smallest in tried:
+            i += 1
+            if below:
+                out.dropped.append((f, below, smallest))
+            else:
+                out.chosen.append(f)
+                took = True
+                break
+        size = FIRST_BATCH if took else min(2 * size, BATCH)
     return out
 
 

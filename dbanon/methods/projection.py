@@ -102,7 +102,9 @@ def onehot_features(
             for (b,) in used:
                 label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
                 name = _short(f"{col.name}={label}", col.name, b)
-                out.append(Feature(name, sql.SQL("({} = {})").format(bucket, b), col.name))
+                out.append(
+                    Feature(name, sql.SQL("({} = {})").format(bucket, b), col.name, binary=True)
+                )
         else:
             values = conn.execute(
                 sql.SQL("SELECT DISTINCT {}::text FROM {} ORDER BY 1").format(col.ident, source)
@@ -112,7 +114,7 @@ def onehot_features(
                 test = sql.SQL("({}::text IS NOT DISTINCT FROM {})").format(
                     col.ident, sql.Literal(v)
                 )
-                out.append(Feature(name, test, col.name))
+                out.append(Feature(name, test, col.name, binary=True))
     return out
 
 
