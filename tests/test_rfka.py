@@ -25,6 +25,7 @@ from dbanon.algorithms.featuresel import (
     hamdist_counts,
     hamdist_from_counts,
     hamdist_scores,
+    indicator,
     oob_permutation_importance,
 )
 
@@ -172,10 +173,12 @@ def test_the_greedy_choice_equals_brute_force(conn: psycopg.Connection, seed: in
 def test_batched_tests_of_binary_features_equal_one_query_each(
     conn: psycopg.Connection, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One-hot features are judged many to a query (`split_small`); what the search keeps and
-    drops, with each drop's classes below k and smallest class, is what one query per feature
-    finds: indicators that are NULL on NULL values, a plain feature among them, batches cut
-    short by a kept feature and by the batch limit, and an empty table."""
+    """One-hot features are judged many to a query (`split_small`) and the kept ones grouped by
+    one number per column (`grouping`); what the search keeps and drops, with each drop's
+    classes below k and smallest class, is what one query per feature grouped by every kept
+    boolean finds: indicators that are NULL on NULL values and indicators of NULL, a plain
+    feature among them, batches cut short by a kept feature and by the batch limit, and an
+    empty table."""
     from dataclasses import replace
 
     from dbanon.algorithms import featuresel
@@ -191,17 +194,24 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
     ]
     cols = [f"c{i}" for i in range(len(width))]
     make_table(conn, "s", "bin", [(c, "int") for c in cols], rows)
+    # c0..c2 as bins are (`c = v`, NULL on NULL), c3 as categories are (IS NOT DISTINCT FROM,
+    # NULL a value of its own)
     features = [
-        Feature(f"{c}={v}", sql.SQL("({} = {})").format(sql.Identifier(c), v), c, binary=True)
-        for c, w in zip(cols, width, strict=True)
+        indicator(f"{c}={v}", c, sql.Identifier(c), v, nullable=True)
+        for c, w in zip(cols[:3], width, strict=False)
         for v in range(w)
+    ] + [
+        indicator(f"c3={v}", "c3", sql.SQL("c3::text"), v, nullable=False)
+        for v in [*map(str, range(width[3])), None]
     ]
     rng.shuffle(features)
-    features.insert(rng.randrange(len(features)), Feature("c3", sql.Identifier("c3"), "c3"))
+    features.insert(rng.randrange(len(features)), Feature("c2", sql.Identifier("c2"), "c2"))
     source = sql.Identifier("s", "bin")
     for k in (2, 3, 6):
         batched = forward_search(conn, source, features, k)
-        single = forward_search(conn, source, [replace(f, binary=False) for f in features], k)
+        # the reference: one query per feature, grouped by each kept indicator's own boolean
+        plain = [replace(f, binary=False, key=None) for f in features]
+        single = forward_search(conn, source, plain, k)
         assert [f.name for f in batched.chosen] == [f.name for f in single.chosen], k
         assert [(f.name, b, s) for f, b, s in batched.dropped] == [
             (f.name, b, s) for f, b, s in single.dropped

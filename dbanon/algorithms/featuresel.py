@@ -41,6 +41,42 @@ class Feature:
     expr: sql.Composable  # over the source's columns (unqualified)
     column: str  # the source column it comes from
     binary: bool = False  # expr is a boolean (true, false or NULL): tests of it can be batched
+    # A one-hot indicator: expr is `key = value` (NULL where key is) or, not `nullable`,
+    # `key IS NOT DISTINCT FROM value`; indicators of one key exclude each other.
+    key: sql.Composable | None = None
+    value: object = None
+    nullable: bool = False
+
+
+def indicator(name: str, column: str, key: sql.Composable, value: object, *,
+              nullable: bool) -> Feature:  # fmt: skip
+    """The one-hot feature `key = value` (NULL where key is NULL) or, not `nullable`,
+    `key IS NOT DISTINCT FROM value` (never NULL)."""
+    test = "({} = {})" if nullable else "({} IS NOT DISTINCT FROM {})"
+    expr = sql.SQL(test).format(key, sql.Literal(value))
+    return Feature(name, expr, column, binary=True, key=key, value=value, nullable=nullable)
+
+
+def grouping(kept: Sequence[Feature]) -> list[sql.Composable]:
+    """What to GROUP BY for the classes of `kept`: the indicators of one key exclude each
+    other, so their tuple of booleans is told by one number, which of them holds (0: none,
+    -1: NULL) - one expression per source column instead of one per indicator kept."""
+    out: list[sql.Composable] = []
+    keyed: dict[str, list[Feature]] = {}  # the indicators of one column share its key
+    for f in kept:
+        if f.key is None:
+            out.append(f.expr)
+        else:
+            keyed.setdefault(f.column, []).append(f)
+    for fs in keyed.values():
+        key, values = fs[0].key, sql.SQL(", ").join(sql.Literal(f.value) for f in fs)
+        found = sql.SQL("coalesce(array_position(ARRAY[{}], {}), 0)").format(values, key)
+        out.append(
+            sql.SQL("CASE WHEN {} IS NULL THEN -1 ELSE {} END").format(key, found)
+            if fs[0].nullable
+            else found
+        )
+    return out
 
 
 @dataclass
@@ -122,7 +158,7 @@ def forward_search(
     out = Selection()
     i, size = 0, FIRST_BATCH
     while i < len(ranked):
-        kept = [g.expr for g in out.chosen]
+        kept = grouping(out.chosen)
         if not ranked[i].binary:
             f = ranked[i]
             below, smallest = small_classes(conn, source, [*kept, f.expr], k)

@@ -40,6 +40,7 @@ from dbanon.algorithms.featuresel import (
     encode_labels,
     equal_width_edges,
     forward_search,
+    indicator,
     smallest_class,
 )
 from dbanon.db import catalog
@@ -102,19 +103,15 @@ def onehot_features(
             for (b,) in used:
                 label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
                 name = _short(f"{col.name}={label}", col.name, b)
-                out.append(
-                    Feature(name, sql.SQL("({} = {})").format(bucket, b), col.name, binary=True)
-                )
+                out.append(indicator(name, col.name, bucket, b, nullable=True))
         else:
             values = conn.execute(
                 sql.SQL("SELECT DISTINCT {}::text FROM {} ORDER BY 1").format(col.ident, source)
             ).fetchall()
             for i, (v,) in enumerate(values, 1):
                 name = _short(f"{col.name}={v}", col.name, i)
-                test = sql.SQL("({}::text IS NOT DISTINCT FROM {})").format(
-                    col.ident, sql.Literal(v)
-                )
-                out.append(Feature(name, test, col.name, binary=True))
+                key = sql.SQL("{}::text").format(col.ident)
+                out.append(indicator(name, col.name, key, v, nullable=False))
     return out
 
 
