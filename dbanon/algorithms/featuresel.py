@@ -105,7 +105,7 @@ def small_classes(
 
 # Binary candidates tested by one query: two counts each, within PostgreSQL's 1664 columns.
 BATCH = 400
-FIRST_BATCH = 8  # after a feature is kept: its successors are tried against new classes
+FIRST_BATCH = 8  # the first batch; then twice the run that ended in a kept feature
 
 
 def split_small(
@@ -152,9 +152,10 @@ def forward_search(
 
     Binary features (one-hot indicators) are tried in batches by `split_small`: one query
     judges a run of them against the features kept so far, exactly as one query each would,
-    up to the first it keeps; the rest are tried again against the new classes. A batch
-    doubles while it keeps nothing (a search that keeps few features costs a few passes of
-    the source, not one per feature) and starts small again after a feature is kept."""
+    up to the first it keeps; the rest are tried again against the new classes. The next batch
+    is twice the run that ended in a kept feature, or twice a batch that kept nothing: a search
+    that keeps few features costs a few passes of the source, not one per feature, and one
+    that keeps most judges few candidates it then throws away."""
     out = Selection()
     i, size = 0, FIRST_BATCH
     while i < len(ranked):
@@ -172,16 +173,17 @@ def forward_search(
             judged = split_small(conn, source, kept, run, k)
             tried = [(f, b, s) for f, (b, s) in zip(run, judged, strict=True)]
         out.queries += 1
-        took = False
-        for f, below, smallest in tried:
+        took = None
+        for at, (f, below, smallest) in enumerate(tried):
             i += 1
             if below:
                 out.dropped.append((f, below, smallest))
             else:
                 out.chosen.append(f)
-                took = True
+                took = at
                 break
-        size = FIRST_BATCH if took else min(2 * size, BATCH)
+        # twice the run that ended in a kept feature, or twice the batch that kept nothing
+        size = min(2 * (size if took is None else took + 1), BATCH)
     return out
 
 
