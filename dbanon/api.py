@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
@@ -109,7 +109,7 @@ class Database:
         count: str | None = None,
         sensitive_hierarchies: dict[str, str] | None = None,
         buckets: str | None = None,
-        worst: str = "failing",
+        worst: Literal["failing", "always", "never"] = "failing",
         **options: Any,
     ) -> list[CheckResult]:
         """Audit any table or view against the models the options name (see

@@ -42,7 +42,8 @@ class Feature:
     column: str  # the source column it comes from
     binary: bool = False  # expr is a boolean (true, false or NULL): tests of it can be batched
     # A one-hot indicator: expr is `key = value` (NULL where key is) or, not `nullable`,
-    # `key IS NOT DISTINCT FROM value`; indicators of one key exclude each other.
+    # `key IS NOT DISTINCT FROM value`; the indicators of one column share one key and exclude
+    # each other (`grouping` relies on it).
     key: sql.Composable | None = None
     value: object = None
     nullable: bool = False

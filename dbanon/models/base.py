@@ -25,7 +25,7 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 from psycopg import sql
@@ -59,7 +59,7 @@ class Target:
     count: str | None = None
     # When a check names its worst class: "failing" (only when it fails: one more pass over the
     # classes then), "always" (also the class nearest to failing when it holds) or "never".
-    worst: str = field(default="failing", kw_only=True)
+    worst: Literal["failing", "always", "never"] = field(default="failing", kw_only=True)
 
     @property
     def qi_list(self) -> sql.Composable:
