@@ -17,6 +17,7 @@ from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
 from dbanon.models.crossbucket import BUCKET_ID, BucketTarget
+from dbanon.models.split import backends
 
 if TYPE_CHECKING:  # publishing and scheduling load on first use: an audit needs neither
     from dbanon.release import Progress, PublishResult, ReleaseSpec
@@ -128,13 +129,15 @@ class Database:
             cols = catalog.columns(self.conn, rel)
             extra = [c for c in (None if buckets else sensitive, count) if c]
             catalog.require_columns(cols, rel, [*qi, *extra])
-            target = Target(rel.ident, list(qi), sensitive, count, worst=worst)
             if buckets is not None:  # a cross-bucket release: QIT `relation`, ST `buckets`
                 st = catalog.relation(self.conn, buckets)
                 needed = [BUCKET_ID, *([sensitive] if sensitive else [])]
                 catalog.require_columns(catalog.columns(self.conn, st), st, needed)
                 target = BucketTarget(rel.ident, list(qi), sensitive, count, st.ident, worst=worst)
-            return audit(self.conn, target, models)
+                return audit(self.conn, target, models)
+            with backends(self.conn, self.dsn, rel, qi) as split:  # big tables: in parts at once
+                target = Target(rel.ident, list(qi), sensitive, count, worst=worst, split=split)
+                return audit(self.conn, target, models)
         finally:
             self.conn.rollback()
 

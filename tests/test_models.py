@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -36,6 +36,7 @@ from dbanon.models import (
     TCloseness,
     from_options,
 )
+from dbanon.models.split import Split, ranges
 
 # Real thresholds (entropy, frequency, EMD) are met within 1e-9, as the models document.
 EPS = 1e-9
@@ -282,12 +283,16 @@ def some_models(draw: st.DrawFn) -> list[PrivacyModel]:
 )
 @given(data=tables(), draw=st.data())
 def test_every_model_agrees_with_its_definition(
-    conn: psycopg.Connection, data: tuple[list[tuple], bool], draw: st.DataObject
+    conn: psycopg.Connection,
+    more_conns: list[psycopg.Connection],
+    data: tuple[list[tuple], bool],
+    draw: st.DataObject,
 ) -> None:
     """Each check, on a weighted table (a row stands for w rows; equal rows may repeat, so
     weights add up within a class and value) and on the same table with every row written out
     w times, reports what the definition computes from the written-out rows; the in-memory form
-    gives the same verdict."""
+    gives the same verdict. So does the check of the written-out table counted in parts, on
+    other backends (`dbanon.models.split`), the parts cut at drawn values of a drawn QI."""
     rows, numeric = data
     models = some_models(draw.draw)
     ts = [
@@ -307,6 +312,13 @@ def test_every_model_agrees_with_its_definition(
             Target(sql.Identifier("h", "plain"), QI_NAMES, "s", worst="always"),
             Target(sql.Identifier("h", "weighted"), QI_NAMES, "s", count="w", worst=worst),
         ]
+        column = draw.draw(st.sampled_from([0, 1]))
+        domain = [["0", "1", "2"], ["x", "y"]][column]
+        bounds = sorted(draw.draw(st.sets(st.sampled_from(domain), min_size=1, max_size=3)))
+        conds = ranges(sql.Identifier(f"q{column + 1}"), bounds)
+        split = Split(list(zip(more_conns, conds, strict=False)))
+        plain = sql.Identifier("h", "plain")
+        targets.append(Target(plain, QI_NAMES, "s", worst=worst, split=split))
         for m in models:
             want = expected(m, classes, QI_NAMES)
             for target in targets:
@@ -352,6 +364,15 @@ def test_in_memory_forms_follow_the_definitions(
         m = TCloseness(t, ground)
         # integer values (and NULL): "auto" means ordered
         assert m.holds_in_memory(classes) is expected_t(m, keyed, ["i"], True).holds, m
+
+
+@pytest.fixture
+def more_conns(dsn: str) -> Iterator[list[psycopg.Connection]]:
+    """Four more backends, for checks counted in parts."""
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(4)]
+    yield conns
+    for c in conns:
+        c.close()
 
 
 # --- edge cases, with figures worked out by hand -------------------------------------------------

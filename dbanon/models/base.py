@@ -25,12 +25,15 @@ from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
+
+if TYPE_CHECKING:
+    from dbanon.models.split import Split
 
 # One class in memory: sensitive value -> number of rows (entries <= 0 are ignored). Models that
 # read only class sizes accept any single key, e.g. {None: size}.
@@ -60,6 +63,8 @@ class Target:
     # When a check names its worst class: "failing" (only when it fails: one more pass over the
     # classes then), "always" (also the class nearest to failing when it holds) or "never".
     worst: Literal["failing", "always", "never"] = field(default="failing", kw_only=True)
+    # Backends that count the classes in parts at once (`dbanon.models.split`), or one query.
+    split: Split | None = field(default=None, kw_only=True, compare=False)
 
     @property
     def qi_list(self) -> sql.Composable:
@@ -229,14 +234,16 @@ class ClassTest:
         items = [*self.ctes, *more]
         return sql.SQL("WITH {} ").format(sql.SQL(", ").join(items)) if items else sql.SQL("")
 
-    def classes(self, target: Target) -> sql.Composable:
-        """SELECT q1..qn and the per-class columns (without the WITH)."""
-        return sql.SQL("SELECT {q}, {cols} FROM {source} GROUP BY {q}").format(
+    def classes(self, target: Target, where: sql.Composable | None = None) -> sql.Composable:
+        """SELECT q1..qn and the per-class columns (without the WITH); `where`, a condition on
+        q1..qn, keeps the classes whose QI values satisfy it."""
+        return sql.SQL("SELECT {q}, {cols} FROM {source}{where} GROUP BY {q}").format(
             q=target.alias_list,
             cols=sql.SQL(", ").join(
                 sql.SQL("{} AS {}").format(e, sql.Identifier(n)) for n, e in self.per_class.items()
             ),
             source=self.source,
+            where=sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where),
         )
 
     def passing(self, target: Target) -> sql.Composable:
@@ -251,23 +258,40 @@ class ClassTest:
         )
 
 
+@dataclass(frozen=True)
+class Figure:
+    """An aggregate over the classes (their per-class columns), e.g. min(n). `combine` makes
+    it from the same figure of disjoint sets of classes ("sum", "min" or "max"; None where it
+    cannot be, and then the classes are counted in one query); `default` is its value over no
+    classes (an aggregate's NULL)."""
+
+    expr: sql.Composable
+    combine: Literal["sum", "min", "max"] | None = None
+    default: Any = None
+
+
+COMBINE = {"sum": sum, "min": min, "max": max}
+
+
 def class_summary(
     conn: psycopg.Connection,
     target: Target,
     test: ClassTest,
     *,
     worst: sql.Composable,
-    figures: Mapping[str, sql.Composable],
+    figures: Mapping[str, Figure],
 ) -> tuple[int, int, dict[str, Any], str | None]:
     """The classes of `test` (GROUP BY q1..qn): the number of classes, of failing classes, the
     `figures` over all classes and, as `target.worst` asks, the label of the first class by
     `worst` (ties broken by the QI values, so reports are reproducible). Counting is one pass,
-    as cheap as the bare GROUP BY; naming the worst class needs every class twice (a top-1 over
-    them), so it is paid only when asked for or, by default, when the check fails."""
+    as cheap as the bare GROUP BY, or with `target.split` one pass over each part of the
+    classes, the parts on their own backends at once; naming the worst class needs every
+    class twice (a top-1 over them), so it is paid only when asked for or, by default, when
+    the check fails."""
     if target.worst not in ("failing", "always", "never"):
         raise ValueError(f"worst must be failing, always or never, not {target.worst!r}")
     counts = sql.SQL("count(*), count(*) FILTER (WHERE ({failing}) IS NOT FALSE), {figs}").format(
-        failing=test.failing, figs=sql.SQL(", ").join(figures.values())
+        failing=test.failing, figs=sql.SQL(", ").join(f.expr for f in figures.values())
     )
 
     def first(classes: sql.Composable) -> sql.Composable:
@@ -275,23 +299,35 @@ def class_summary(
             label=target.alias_label, classes=classes, worst=worst, q=target.alias_list
         )
 
+    def counted(where: sql.Composable | None) -> sql.Composable:
+        return sql.SQL("{}SELECT {} FROM ({}) dbanon_classes").format(
+            test.with_(), counts, test.classes(target, where)
+        )
+
+    label = None
     if target.worst == "always":  # one query: the classes kept once and read twice
         cte = sql.SQL("classes AS MATERIALIZED ({})").format(test.classes(target))
         query = sql.SQL("{with_}SELECT {counts}, {first} FROM classes").format(
             with_=test.with_(cte), counts=counts, first=first(sql.SQL("classes"))
         )
         *row, label = conn.execute(query).fetchone()
+    elif target.split is not None and all(f.combine for f in figures.values()):
+        parts = target.split.run(counted)
+        row = [sum(p[0] for p in parts), sum(p[1] for p in parts)]
+        for i, f in enumerate(figures.values(), start=2):
+            values = [p[i] for p in parts if p[i] is not None]
+            row.append(COMBINE[f.combine](values) if values else None)  # type: ignore[index]
     else:
+        row = conn.execute(counted(None)).fetchone()
+    if target.worst == "failing" and row[1]:
         classes = sql.SQL("({}) dbanon_classes").format(test.classes(target))
-        row = conn.execute(
-            sql.SQL("{}SELECT {} FROM {}").format(test.with_(), counts, classes)
-        ).fetchone()
-        label = None
-        if target.worst == "failing" and row[1]:
-            label = conn.execute(
-                sql.SQL("{}SELECT {}").format(test.with_(), first(classes))
-            ).fetchone()[0]
-    return int(row[0]), int(row[1]), dict(zip(figures, row[2:], strict=True)), label
+        query = sql.SQL("{}SELECT {}").format(test.with_(), first(classes))
+        label = conn.execute(query).fetchone()[0]
+    values = {
+        name: f.default if v is None else v
+        for (name, f), v in zip(figures.items(), row[2:], strict=True)
+    }
+    return int(row[0]), int(row[1]), values, label
 
 
 # --- shared in-memory helpers -------------------------------------------------------------------

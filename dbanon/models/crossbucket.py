@@ -34,6 +34,7 @@ from dbanon.models.base import (
     CheckResult,
     ClassTest,
     Counts,
+    Figure,
     PrivacyModel,
     Target,
     class_summary,
@@ -115,8 +116,8 @@ class CrossBucketLDiversity(PrivacyModel):
             raise DbanonError(f"{self.name} needs a sensitive attribute (--sensitive)")
         _, failing, figs, worst = class_summary(
             conn, target, self.class_test(target), worst=sql.SQL("bad DESC, p DESC"),
-            figures={"p": sql.SQL("coalesce(max(p), 0)"),
-                     "bad": sql.SQL("count(*) FILTER (WHERE bad)")},
+            figures={"p": Figure(sql.SQL("max(p)"), "max", 0),
+                     "bad": Figure(sql.SQL("count(*) FILTER (WHERE bad)"), "sum", 0)},
         )  # fmt: skip
         figures: dict[str, Any] = {
             "max_disclosure": float(figs["p"]),

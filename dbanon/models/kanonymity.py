@@ -22,6 +22,7 @@ from dbanon.models.base import (
     CheckResult,
     ClassTest,
     Counts,
+    Figure,
     PrivacyModel,
     Target,
     class_summary,
@@ -60,11 +61,11 @@ class KAnonymity(PrivacyModel):
             test,
             worst=sql.SQL("n"),
             figures={
-                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
-                "rows_in_small_classes": sql.SQL("coalesce(sum(n) FILTER (WHERE {}), 0)").format(
-                    test.failing
+                "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
+                "rows_in_small_classes": Figure(
+                    sql.SQL("sum(n) FILTER (WHERE {})").format(test.failing), "sum", 0
                 ),
-                "dm": DM,
+                "dm": Figure(DM, "sum", 0),
             },
         )
         return CheckResult(
@@ -126,8 +127,8 @@ class AlphaKAnonymity(PrivacyModel):
             test,
             worst=sql.SQL("{} DESC, f DESC, n").format(test.failing),
             figures={
-                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
-                "max_frequency": sql.SQL("coalesce(max(f), 0)"),
+                "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
+                "max_frequency": Figure(sql.SQL("max(f)"), "max", 0),
             },
         )
         return CheckResult(
@@ -179,8 +180,8 @@ class PKAnonymity(PrivacyModel):
             test,
             worst=sql.SQL("{} DESC, d, n").format(test.failing),
             figures={
-                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
-                "min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)"),
+                "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
+                "min_distinct_sensitive": Figure(sql.SQL("min(d)"), "min", 0),
             },
         )
         return CheckResult(

@@ -23,6 +23,7 @@ from dbanon.models.base import (
     CheckResult,
     ClassTest,
     Counts,
+    Figure,
     PrivacyModel,
     Target,
     class_summary,
@@ -54,7 +55,7 @@ class DistinctLDiversity(PrivacyModel):
             target,
             self.class_test(target),
             worst=sql.SQL("d"),
-            figures={"min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)")},
+            figures={"min_distinct_sensitive": Figure(sql.SQL("min(d)"), "min", 0)},
         )
         return CheckResult(
             self.name,
@@ -95,7 +96,7 @@ class EntropyLDiversity(PrivacyModel):
             target,
             self.class_test(target),
             worst=sql.SQL("h"),
-            figures={"min_entropy": sql.SQL("min(h)")},
+            figures={"min_entropy": Figure(sql.SQL("min(h)"), "min")},
         )
         low = float(figs["min_entropy"]) if figs["min_entropy"] is not None else 0.0
         low = max(low, 0.0)  # a one-value class computes as -0.0 or -1e-16
@@ -150,10 +151,12 @@ class RecursiveCLDiversity(PrivacyModel):
             # the largest r1 / tail; classes with no tail at all (fewer than l values) first
             worst=sql.SQL("tail = 0 DESC, r1 / nullif(tail, 0) DESC"),
             figures={
-                "ratio": sql.SQL(
-                    "CASE WHEN bool_or(tail = 0) THEN NULL ELSE max(r1 / nullif(tail, 0)) END"
+                "ratio": Figure(  # NULL when some class has no tail: not made from parts
+                    sql.SQL(
+                        "CASE WHEN bool_or(tail = 0) THEN NULL ELSE max(r1 / nullif(tail, 0)) END"
+                    )
                 ),
-                "min_distinct_sensitive": sql.SQL("coalesce(min(d), 0)"),
+                "min_distinct_sensitive": Figure(sql.SQL("min(d)"), "min", 0),
             },
         )
         ratio = figs["ratio"]
@@ -199,7 +202,7 @@ class FrequencyLDiversity(PrivacyModel):
             target,
             self.class_test(target),
             worst=sql.SQL("f DESC"),
-            figures={"max_frequency": sql.SQL("coalesce(max(f), 0)")},
+            figures={"max_frequency": Figure(sql.SQL("max(f)"), "max", 0)},
         )
         return CheckResult(
             self.name,

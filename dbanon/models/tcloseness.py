@@ -39,6 +39,7 @@ from dbanon.models.base import (
     CheckResult,
     ClassTest,
     Counts,
+    Figure,
     PrivacyModel,
     Target,
     class_summary,
@@ -188,7 +189,7 @@ class TCloseness(PrivacyModel):
             target,
             self.class_test(target, ground),
             worst=sql.SQL("emd DESC"),
-            figures={"max_emd": sql.SQL("coalesce(max(emd), 0)")},
+            figures={"max_emd": Figure(sql.SQL("max(emd)"), "max", 0)},
         )
         return CheckResult(
             self.name,

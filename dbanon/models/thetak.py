@@ -42,6 +42,7 @@ from dbanon.models.base import (
     CheckResult,
     ClassTest,
     Counts,
+    Figure,
     PrivacyModel,
     Target,
     class_summary,
@@ -123,8 +124,8 @@ class ThetaKAnonymity(PrivacyModel):
             test,
             worst=sql.SQL("{} DESC, good, n").format(test.failing),
             figures={
-                "min_class_size": sql.SQL("coalesce(min(n), 0)"),
-                "min_categories": sql.SQL("coalesce(min(good), 0)"),
+                "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
+                "min_categories": Figure(sql.SQL("min(good)"), "min", 0),
             },
         )
         return CheckResult(
