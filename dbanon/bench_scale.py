@@ -402,7 +402,8 @@ def check(
     server's work_mem (what a DBA's psql would get) and with the session memory dbanon sets for
     itself (`raise_memory`), so that the second ratio is dbanon's overhead alone. The same
     process on an empty copy of the table (`startup_seconds`) parts that overhead into the
-    process's start-up and the query; `worst_seconds` is the check naming its worst class."""
+    process's start-up and the query; `worst_seconds` is the check naming its worst class;
+    `backends`, how many count its classes (`dbanon.models.split`)."""
     from dbanon.db.settings import raise_memory
 
     query = sql.SQL(
@@ -435,6 +436,11 @@ def check(
         runs = [child(args, ok=(0, 1)) for _ in "ab"]
         return min(r[0] for r in runs), max(r[1] for r in runs)
 
+    from dbanon.db.catalog import relation
+    from dbanon.models.split import plan
+
+    chosen = plan(conn, relation(conn, source), QI)  # as the child decides: one backend or more
+    conn.rollback()
     seconds, rss = timed(source)
     # the same process on an empty table: start-up, connection and catalog, no classes
     startup, _ = timed(f"{SCHEMA}.census_empty")
@@ -449,4 +455,5 @@ def check(
         "startup_seconds": round(startup, 3),
         "query_ratio_same_work_mem": round((seconds - startup) / same, 2),
         "worst_seconds": round(worst, 3),
+        "backends": 1 if chosen is None else len(chosen[1]) + 1,
     }

@@ -433,6 +433,12 @@ def _scale_floor_10m() -> str:
     return _floor_table(10_000_000)
 
 
+def backends(check: dict[str, Any]) -> str:
+    """How many backends counted the check's classes, in words."""
+    n = check["backends"]
+    return "1 backend" if n == 1 else f"{n} backends"
+
+
 def _floor_table(size: int) -> str:
     d, rows = _floor_rows(size)
     floor = d["floor"]
@@ -441,7 +447,7 @@ def _floor_table(size: int) -> str:
         m = r["m"]
         if r["name"] == "check":
             parts = (f"start-up {m['startup_seconds']:.2f} s, the query "
-                     f"{m['query_ratio_same_work_mem']:.2f}x; with --worst "
+                     f"{m['query_ratio_same_work_mem']:.2f}x on {backends(m)}; with --worst "
                      f"{m['worst_seconds']:.2f} s")  # fmt: skip
             body.append(["check", f"{m['seconds']:.2f}", "-", f"{m['peak_rss_mb']:,.0f}",
                          f"{r['ratio']:.2f}x a bare GROUP BY",
@@ -487,7 +493,7 @@ def _readme_scale() -> str:
         mem = f"{m['peak_rss_mb']:,.0f} MiB (goal {r['rss_goal']})"
         tail = (f"; most time in {r['phases']}" if r["name"] != "check" else
                 f"; {m['startup_seconds']:.2f} s of it is the process starting, the query "
-                f"is {m['query_ratio_same_work_mem']:.2f}x")  # fmt: skip
+                f"is {m['query_ratio_same_work_mem']:.2f}x on {backends(m)}")  # fmt: skip
         lines.append(f"- `{r['name']}`: {r['ratio']:.1f}x {what} (goal {r['goal']:g}x), {mem}"
                      f"{tail}.")
     return "\n".join(lines) + _source("scale-bench/floor_1000000.json",
