@@ -3,6 +3,10 @@ it reads, and when it does not split at all."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -147,3 +151,37 @@ def test_the_library_check_splits_big_tables(
         db.conn.rollback()
     assert used and used[0] is not None
     assert split == one
+
+
+class _Stop(BaseException):
+    """What the test's signal raises, as dbanon's Interrupted does on Ctrl-C."""
+
+
+def test_an_interrupt_stops_every_part(dsn: str, conn: psycopg.Connection) -> None:
+    """A signal while the parts run raises in the caller and cancels each part's query on the
+    server, not only the one the main thread waits for."""
+    parts = [psycopg.connect(dsn, autocommit=True) for _ in range(2)]
+
+    def stop(*_: object) -> None:
+        raise _Stop
+
+    old = signal.signal(signal.SIGUSR1, stop)
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1))
+    try:
+        split = Split([(c, sql.SQL("true")) for c in parts])
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(_Stop):
+            split.run(lambda where: sql.SQL("SELECT pg_sleep(30) WHERE {}").format(where))
+        time.sleep(0.5)
+        pids = [c.info.backend_pid for c in parts]
+        active = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND state = 'active'",
+            [pids],
+        ).fetchone()[0]
+        assert active == 0 and time.monotonic() - started < 10
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGUSR1, old)
+        for c in parts:
+            c.close()
