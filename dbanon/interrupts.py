@@ -45,6 +45,7 @@ class _State:
     raised: bool = False  # Interrupted has been raised for it (a callback may have lost it)
     holding: int = 0  # inside a commit that must not be cut
     published: list[str] = field(default_factory=list)
+    releasing: bool = False  # a release run has begun (one that has checkpoints)
 
 
 state = _State()
@@ -90,7 +91,7 @@ def _unraisable(hook: Callable[..., None]) -> Callable[..., None]:
 
 def reset() -> None:
     """Forget a previous command's signal (an in-process caller runs several)."""
-    state.signum, state.raised, state.holding = None, False, 0
+    state.signum, state.raised, state.holding, state.releasing = None, False, 0, False
     state.published.clear()
 
 
@@ -142,6 +143,7 @@ def phase(name: str) -> None:
 def checkpoints(progress: Callable[[str], None] | None) -> Callable[[str], None]:
     """A progress callback that is also a checkpoint and, for tests, a phase marker (a phase is
     named by the first word of a progress message: validating, streaming, clustering, ...)."""
+    state.releasing = True
 
     def say(message: str) -> None:
         checkpoint()
@@ -161,7 +163,9 @@ def message() -> tuple[str, int] | None:
     if state.published:
         names = ", ".join(repr(n) for n in state.published)
         return f"interrupted after publishing {names}", code
-    return "interrupted; the previous release is kept", code
+    if state.releasing:
+        return "interrupted; the previous release is kept", code
+    return "interrupted", code  # an audit, a report: no release was being made
 
 
 def explain(error: BaseException, default: str) -> str:

@@ -247,3 +247,17 @@ def test_due_refresh_stops_after_the_release_it_published(db: str) -> None:
             ).fetchall()
         )
     assert status == {"a": "succeeded", "b": "failed: interrupted by SIGTERM"}
+
+
+def test_an_interrupted_check_says_only_that(db: str) -> None:
+    """An audit makes no release: its interrupt is one line that claims nothing about one."""
+    with psycopg.connect(db, autocommit=True) as conn:  # about 10 s to read: 5 ms a row
+        conn.execute("CREATE VIEW s.slow AS SELECT * FROM s.t WHERE pg_sleep(0.005)::text = ''")
+    env = {**os.environ, "DBANON_DSN": db}
+    args = [DBANON, "check", "s.slow", "--qi", "age,zip", "--k", "5"]
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(args, env=env, stdout=pipe, stderr=pipe, text=True)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and err.splitlines() == ["interrupted"], err
