@@ -107,38 +107,55 @@ def plan(
     one query."""
     if rel.kind not in SPLIT_KINDS:
         return None
+    regclass = sql.Identifier(rel.schema, rel.name).as_string(conn)
     parts, rows = conn.execute(
         "SELECT current_setting('max_parallel_workers_per_gather')::int + 1, reltuples "
         "FROM pg_class WHERE oid = %s::regclass",
-        [sql.Identifier(rel.schema, rel.name).as_string(conn)],
+        [regclass],
     ).fetchone()
     parts = min(parts, os.cpu_count() or 1)
     if parts < 2 or rows < MIN_ROWS:
         return None
-    # the orderable column (pg_stats has its correlation) with the most distinct values;
-    # n_distinct < 0 is a fraction of the rows
+    # the orderable column (pg_stats has its correlation) with the most distinct values, not
+    # an array (percentile_disc has no array of arrays); n_distinct < 0 is a fraction of rows
     best = conn.execute(
-        "SELECT attname FROM pg_stats "
-        "WHERE schemaname = %(s)s AND tablename = %(t)s AND attname = ANY(%(qi)s) "
-        "AND correlation IS NOT NULL "
+        "SELECT s.attname FROM pg_stats s "
+        "JOIN pg_attribute a ON a.attrelid = %(rel)s::regclass AND a.attname = s.attname "
+        "JOIN pg_type t ON t.oid = a.atttypid "
+        "WHERE s.schemaname = %(s)s AND s.tablename = %(t)s AND s.attname = ANY(%(qi)s) "
+        "AND s.correlation IS NOT NULL AND t.typcategory <> 'A' "
         "AND CASE WHEN n_distinct < 0 THEN -n_distinct * %(n)s ELSE n_distinct END >= %(least)s "
         "ORDER BY CASE WHEN n_distinct < 0 THEN -n_distinct * %(n)s ELSE n_distinct END DESC, "
-        "attname LIMIT 1",
-        {"s": rel.schema, "t": rel.name, "qi": list(qi), "n": rows, "least": 10 * parts},
-    ).fetchone()
+        "s.attname LIMIT 1",
+        {"rel": regclass, "s": rel.schema, "t": rel.name, "qi": list(qi), "n": rows,
+         "least": 10 * parts},
+    ).fetchone()  # fmt: skip
     if best is None:
         return None
-    # cut at its quantiles in a sample of pages (the histogram leaves out the common values)
-    cuts = conn.execute(
-        sql.SQL(
-            "SELECT (percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY {c}))::text[] "
-            "FROM {rel} TABLESAMPLE SYSTEM (%s) WHERE {c} IS NOT NULL"
-        ).format(c=sql.Identifier(best[0]), rel=rel.ident),
-        [[i / parts for i in range(1, parts)], min(100.0, 100.0 * SAMPLE_ROWS / max(rows, 1))],
-    ).fetchone()[0]
-    if not cuts:
+    column = sql.Identifier(best[0])
+    try:
+        with conn.transaction():  # a savepoint: a type this cannot cut leaves one query
+            # its quantiles in a sample of pages (the histogram leaves out the common values)
+            cuts = conn.execute(
+                sql.SQL(
+                    "SELECT (percentile_disc(%s::float8[]) WITHIN GROUP (ORDER BY {c}))::text[] "
+                    "FROM {rel} TABLESAMPLE SYSTEM (%s) WHERE {c} IS NOT NULL"
+                ).format(c=column, rel=rel.ident),
+                [[i / parts for i in range(1, parts)], min(100.0, 100.0 * SAMPLE_ROWS / rows)],
+            ).fetchone()[0]
+            if not cuts:
+                return None
+            cuts = list(dict.fromkeys(cuts))
+            # each cut read back as the column's type, as the parts will read it
+            conn.execute(
+                sql.SQL("SELECT FROM {rel} WHERE {conds} LIMIT 0").format(
+                    rel=rel.ident,
+                    conds=sql.SQL(" AND ").join(ranges(column, cuts)),
+                )
+            )
+    except psycopg.Error:
         return None
-    return qi.index(best[0]), list(dict.fromkeys(cuts))
+    return qi.index(best[0]), cuts
 
 
 @contextmanager
