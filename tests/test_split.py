@@ -96,15 +96,19 @@ def test_the_parts_read_the_state_of_one_moment(
 def test_no_split_where_one_query_is_the_right_choice(
     dsn: str, table: str, conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A view, a table without a histogram on any QI, a server that allows no parallel
-    workers, a small table, and a server that refuses more connections: one query, and the
-    check still answers."""
+    """A view, a temporary table, a table whose QIs have few values, a server that allows no
+    parallel workers, a small table, and a server that refuses more connections: one query,
+    and the check still answers."""
     conn.execute("CREATE VIEW sp.v AS SELECT * FROM sp.t")
     db = Database(dsn)
     try:
         view = catalog.relation(db.conn, "sp.v")
         rel = catalog.relation(db.conn, table)
         assert plan(db.conn, view, QI) is None
+        db.conn.execute("CREATE TEMP TABLE mine AS SELECT * FROM sp.t")
+        db.conn.execute("ANALYZE mine")
+        temp = db.conn.execute("SELECT pg_my_temp_schema()::regnamespace::text").fetchone()[0]
+        assert plan(db.conn, catalog.Relation(temp, "mine", "r"), QI) is None
         assert plan(db.conn, rel, ["c"]) is None  # every value of c is a common one
         db.conn.execute("SET max_parallel_workers_per_gather = 0")
         assert plan(db.conn, rel, QI) is None

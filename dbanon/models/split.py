@@ -17,10 +17,10 @@ together the size of the one.
 - The backends import one snapshot (`pg_export_snapshot`): the parts add up to one state of
   the table, as a single query's would.
 - Only tables (a view may read differently on each backend: in another random order, with
-  other noise) of at least MIN_ROWS rows (below that the connections cost what they save), and
-  no more backends than the server lets one query use (1 + max_parallel_workers_per_gather, so
-  0 turns this off) nor than this machine's cores (the embedded server's cores; a remote
-  server's are unknown, and this machine's stand in).
+  other noise; a temporary table is one session's) of at least MIN_ROWS rows (below that the
+  connections cost what they save), and no more backends than the server lets one query use
+  (1 + max_parallel_workers_per_gather, so 0 turns this off) nor than this machine's cores
+  (the embedded server's cores; a remote server's are unknown, and this machine's stand in).
 """
 
 from __future__ import annotations
@@ -108,12 +108,14 @@ def plan(
     if rel.kind not in SPLIT_KINDS:
         return None
     regclass = sql.Identifier(rel.schema, rel.name).as_string(conn)
-    parts, rows = conn.execute(
+    row = conn.execute(  # a temporary table is this session's alone: other backends lack it
         "SELECT current_setting('max_parallel_workers_per_gather')::int + 1, reltuples "
-        "FROM pg_class WHERE oid = %s::regclass",
+        "FROM pg_class WHERE oid = %s::regclass AND relpersistence <> 't'",
         [regclass],
     ).fetchone()
-    parts = min(parts, os.cpu_count() or 1)
+    if row is None:
+        return None
+    parts, rows = min(row[0], os.cpu_count() or 1), row[1]
     if parts < 2 or rows < MIN_ROWS:
         return None
     # the orderable column (pg_stats has its correlation) with the most distinct values, not
