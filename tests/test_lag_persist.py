@@ -63,6 +63,26 @@ def test_rows_too_few_to_bucketise_join_kept_buckets_that_lack_their_value() -> 
     assert out[6] == out[0]
 
 
+def test_a_value_every_kept_bucket_holds_dissolves_one_instead_of_jamming() -> None:
+    """Kept buckets {a,b,c,h} and {a,d,e,i} both hold a; new rows a, a and f cannot be
+    bucketised alone (a twice in three rows, l=2) nor join a kept bucket (each holds a). The
+    whole table can (a in 4 of 11 rows): a kept bucket is dissolved and the pool bucketised
+    again, each bucket with >= 2 values, each once. Before, the refresh failed ("value code 0
+    is in every bucket")."""
+    l2 = Principle("l", 2)
+    #                  a  b  c  h  a  d  e  i  a  a  f
+    codes = np.array([0, 1, 2, 7, 0, 3, 4, 8, 0, 0, 5])
+    old = np.array([1, 1, 1, 1, 2, 2, 2, 2, 0, 0, 0])
+    for seed in range(20):
+        out, dissolved = _bucket(Attr(codes, l2, codes), np.ones(11, bool), old > 0, old, False,
+                                 np.random.default_rng(seed))  # fmt: skip
+        assert dissolved >= 1 and (out > 0).all()
+        assert sorted(np.unique(out).tolist()) == list(range(1, int(out.max()) + 1))
+        for b in np.unique(out):
+            vals = codes[out == b]
+            assert len(vals) >= 2 and len(set(vals.tolist())) == len(vals), (seed, out)
+
+
 def test_a_class_holds_the_values_of_its_rows_buckets() -> None:
     """Group 0's rows lie in buckets 1 and 2, group 1's in bucket 2 only; bucket 1 holds code 0,
     bucket 2 codes {2, 3}. An unflagged row (bucket 0) adds nothing, nor does a row the release

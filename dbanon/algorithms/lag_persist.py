@@ -13,7 +13,9 @@ So a refresh keeps what the consumer already holds:
 2. a bucket left with fewer than l values (or, under a t principle, too far from the
    attribute's values) is dissolved; its rows, the new rows and the changed ones are bucketised
    as local anatomy does (Algorithm 4.1/4.2/4.3), or, when they cannot be on their own, each put
-   into a kept bucket that lacks its value;
+   into a kept bucket that lacks its value; when a value is in every kept bucket, kept buckets
+   are dissolved one at a time (a secret draw) and the pool bucketised again, so a refresh never
+   stops here while the attribute's rows can be bucketised at all;
 3. each new or changed row joins the group of its QI-partition subset whose centre is nearest
    (the k-member distance over the subset's unflagged columns); a subset with no persisting
    group is split by LAG's own algorithm;
@@ -281,22 +283,47 @@ def _bucket(
                 out[members] = kept
             else:
                 dissolved += 1
-    pool = np.flatnonzero(flagged & (out == 0))
-    if not len(pool):
-        return out, dissolved
-    try:
-        out[pool] = bucketise(attr.values[pool], attr.principle, heuristic, rng) + out.max()
-        return out, dissolved
-    except ValueError:
-        if not out.any():
-            raise
+    while True:
+        pool = np.flatnonzero(flagged & (out == 0))
+        if not len(pool):
+            return _numbered(out), dissolved
+        try:
+            out[pool] = bucketise(attr.values[pool], attr.principle, heuristic, rng) + out.max()
+            return _numbered(out), dissolved
+        except ValueError:
+            if not out.any():
+                raise
+        full = _join_kept(attr, out, pool, rng)
+        if isinstance(full, np.ndarray):
+            return _numbered(full), dissolved
+        # value `full` is in every kept bucket: dissolve one (a secret draw), its rows join the
+        # pool and the pool is bucketised again; with none kept it is a fresh bucketising
+        holding = sorted(b for b, v in _bucket_sets(out, attr.codes).items() if full in v)
+        out[out == holding[int(rng.integers(len(holding)))]] = 0
+        dissolved += 1
+
+
+def _join_kept(
+    attr: Attr, out: np.ndarray, pool: np.ndarray, rng: np.random.Generator
+) -> np.ndarray | int:
+    """The bucket ids with each pool row put into a kept bucket that lacks its value (any
+    bucket under a t principle), or the value code that every kept bucket holds."""
+    out = out.copy()
     held = _bucket_sets(out, attr.codes)
-    for r in rng.permutation(pool).tolist():  # too few to bucketise alone: join kept buckets
+    for r in rng.permutation(pool).tolist():
         c = int(attr.codes[r])
         lacking = [b for b, v in held.items() if attr.principle.kind == "t" or c not in v]
         if not lacking:
-            raise ValueError(f"value code {c} is in every bucket; it cannot be placed")
+            return c
         b = lacking[int(rng.integers(len(lacking)))]
         out[r] = b
         held[b] = held[b] | {c}
-    return out, dissolved
+    return out
+
+
+def _numbered(bucket: np.ndarray) -> np.ndarray:
+    """Bucket ids 1..g in the order they had (a dissolved bucket leaves no gap); 0 stays 0."""
+    used = bucket > 0
+    out = np.zeros_like(bucket)
+    out[used] = np.unique(bucket[used], return_inverse=True)[1].reshape(-1) + 1
+    return out
