@@ -93,3 +93,33 @@ def test_a_class_holds_the_values_of_its_rows_buckets() -> None:
     g, c = class_values(gid, bucket, codes)
     assert list(zip(g.tolist(), c.tolist(), strict=True)) == [(0, 0), (0, 2), (0, 3), (1, 2),
                                                               (1, 3)]  # fmt: skip
+
+
+def test_a_person_no_grouping_can_keep_is_withheld_not_a_refused_refresh() -> None:
+    """Twelve rows in one QI-partition subset, all flagging dx, one group of four kept buckets.
+    Person 0 was seen with plausible values {9, 10, 11}, which no row holds any more: no class
+    can show her three of them. She is left out of the release (she keeps what the earlier
+    ones showed), the other eleven are laid out and every person the consumer knew holds;
+    before, the subset stayed one failing group and the refresh was refused."""
+    from dbanon.algorithms.base import QIArrays
+    from dbanon.algorithms.lag import VARIANTS
+    from dbanon.algorithms.lag_persist import persist
+
+    n = 12
+    qi = QIArrays(np.arange(n, dtype=np.float64)[:, None] / n, np.zeros((n, 0), np.int32),
+                  np.zeros((0, 1, 1), np.int32), np.zeros((0, 1), np.float64))  # fmt: skip
+    codes = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 3, 6])
+    old = {"dx": np.repeat([1, 2, 3, 4], 3)}
+    known: list = [None] * n
+    known[0] = {"dx": frozenset({9, 10, 11})}  # her values have left the table
+    known[4] = {"dx": frozenset({3, 4, 5, 0, 6})}  # one that a class can keep
+    rng, flags = np.random.default_rng(5), (np.zeros((n, 1), bool), np.zeros((n, 0), bool))
+    layout, judge = persist(qi, *flags, {"dx": Attr(codes, L3, codes)}, 3, VARIANTS[0], False,
+                            rng, np.zeros(n, np.int64), old, known)  # fmt: skip
+    assert layout.gid[0] == -1 and (layout.gid[1:] >= 0).all()
+    assert layout.figures["withheld_rows"] == 1
+    measured = judge.measure(layout.gid).known
+    assert measured[0] == (known[0], -1, -1)  # left out: she keeps her past
+    assert measured[4][1] >= 3 and measured[4][2] >= 3
+    for g in np.unique(layout.gid[1:]):
+        assert judge.holds(np.flatnonzero(layout.gid == g))

@@ -146,15 +146,16 @@ class Judge:
     def holds(self, rows: np.ndarray) -> bool:
         """k rows, and every member the consumer knew keeps k plausible rows and, in each
         attribute she was seen to flag, the attribute's needed values."""
-        if len(rows) < self.k:
-            return False
-        for r, now, count, _ in self.members(rows):
-            before = self.known[r]
-            if before is not None and (count < self.k or any(
-                len(now[a]) < self.attrs[a].need for a in before if a in now
-            )):  # fmt: skip
-                return False
-        return True
+        return len(rows) >= self.k and not len(self.narrowed(rows))
+
+    def narrowed(self, rows: np.ndarray) -> np.ndarray:
+        """The members of the class `rows` the consumer knew whom it leaves fewer than k
+        plausible rows or, in an attribute she was seen to flag, fewer than its needed values."""
+        return np.array([
+            r for r, now, count, _ in self.members(rows)
+            if self.known[r] is not None and (count < self.k or any(
+                len(now[a]) < self.attrs[a].need for a in self.known[r] if a in now))
+        ], dtype=np.int64)  # fmt: skip
 
     def measure(self, gid: np.ndarray) -> Measured:
         """The figures of every person the consumer knew, under the release's groups (gid -1:
@@ -182,9 +183,33 @@ def persist(
     old_buckets: dict[str, np.ndarray], known: list[Plausible | None],
 ) -> tuple[Layout, Judge]:  # fmt: skip
     """The refreshed release's groups and buckets (rows where old_gid >= 0 persist, as the
-    module says), and the judge that measured them."""
+    module says), and the judge that measured them. A person no grouping of her subset can
+    keep (the values she may hold have left the subset's flagged rows) is withheld: left out
+    of this release, she keeps what the earlier ones showed, and the rest are laid out again
+    without her."""
     pattern = qi_partition(np.hstack([fnum, fcat]))
-    shown = released(pattern, k)
+    withheld = np.zeros(len(old_gid), dtype=bool)
+    while True:
+        shown = np.zeros(len(old_gid), dtype=bool)
+        shown[~withheld] = released(pattern[~withheld], k)
+        layout, judge, stuck = _lay_out(
+            qi, fnum, fcat, attrs, k, variant, heuristic, rng, old_gid, old_buckets, known,
+            pattern, shown,
+        )  # fmt: skip
+        if not stuck.any():  # else each round withholds someone: it ends
+            layout.figures["withheld_rows"] = int(withheld.sum())
+            return layout, judge
+        withheld |= stuck
+
+
+def _lay_out(
+    qi: QIArrays, fnum: np.ndarray, fcat: np.ndarray, attrs: dict[str, Attr], k: int,
+    variant: str, heuristic: bool, rng: np.random.Generator, old_gid: np.ndarray,
+    old_buckets: dict[str, np.ndarray], known: list[Plausible | None], pattern: np.ndarray,
+    shown: np.ndarray,
+) -> tuple[Layout, Judge, np.ndarray]:  # fmt: skip
+    """One layout of the `shown` rows; and the people the judge finds narrowed in a subset
+    that fails as one group (none: the layout stands)."""
     stay = (old_gid >= 0) & shown
     buckets, dissolved = {}, 0
     for i, (a, attr) in enumerate(attrs.items()):
@@ -193,6 +218,7 @@ def persist(
         dissolved += d
     judge = Judge(attrs, buckets, known, k)
     gid = np.full(len(stay), -1, dtype=np.int64)
+    stuck = np.zeros(len(stay), dtype=bool)
     merged, next_id = 0, 0
     for s in np.unique(pattern[shown]).tolist():
         rows = np.flatnonzero((pattern == s) & shown)
@@ -210,15 +236,16 @@ def persist(
 
         try:
             local = merge_failing(part, local, before, holds)
-        except ValueError:  # the whole subset fails: one group, and the gate refuses
+        except ValueError:  # the whole subset fails: withhold who it narrows, or the gate refuses
             local = np.zeros(len(rows), dtype=np.int64)
+            stuck[judge.narrowed(rows)] = True
         merged += before - (int(local.max()) + 1)
         local = split_large(local.astype(np.int64), cluster, holds, k)
         gid[rows] = local + next_id
         next_id += int(local.max()) + 1
     figures = {"persisting_rows": int(stay.sum()), "merged_groups": merged,
                "dissolved_buckets": dissolved}  # fmt: skip
-    return Layout(gid, buckets, figures), judge
+    return Layout(gid, buckets, figures), judge, stuck
 
 
 def _groups(
