@@ -70,7 +70,9 @@ class Split:
 
 def at_once(calls: Sequence[Callable[[], Any]]) -> list[Any]:
     """Each call's result or the exception it raised, the calls run in threads at once (psycopg
-    waits for the server without holding the GIL)."""
+    waits for the server without holding the GIL). Daemon threads, not a ThreadPoolExecutor:
+    leaving an executor waits for its threads, so an interrupt would wait for every part's
+    query to end before `Split.run` could cancel them."""
     results: list[Any] = [None] * len(calls)
 
     def one(i: int) -> None:
