@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon import methods, runs
-from dbanon.db import catalog
+from dbanon.db import catalog, store
 from dbanon.errors import DbanonError
 from dbanon.release import ReleaseSpec, load_spec, owned
 
@@ -110,7 +110,7 @@ def grant(
         added = [r for r in dict.fromkeys(roles) if r not in spec.grants]
         views = [
             f"{schema}.{o}" for o in _objects(conn, name, schema, objects)
-            if catalog.find_relation(conn, f"{schema}.{o}").kind == "v"
+            if store.live(conn, schema, o)
         ]  # fmt: skip
         refuse_live(name, views, added, grant_live)
         for obj in _objects(conn, name, schema, objects):

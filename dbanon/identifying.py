@@ -147,7 +147,7 @@ def recheck(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> CheckR
     if not r.keep:
         return None
     try:
-        figures = gate(conn, r, built, r.ident(built[0].build))
+        figures = gate(conn, r, built, r.stored(built[0]))
     except Identifying as e:
         return CheckResult("kept columns single out no rows", False, {}, str(e))
     shares = figures.get("unique_share", {})

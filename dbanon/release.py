@@ -32,8 +32,9 @@ import psycopg
 from psycopg import sql
 
 from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
-from dbanon.db import catalog
-from dbanon.db.catalog import Column, Relation
+from dbanon import swap as swap_
+from dbanon.db import catalog, store
+from dbanon.db.catalog import STORE_SCHEMA, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Built, Method, Resolved, failed
@@ -44,7 +45,7 @@ from dbanon.spec import ReleaseSpec
 
 DEFAULT_SCHEMA = "released"
 # Schemas a release never goes to: the catalog, everybody's, the system's.
-RESERVED_SCHEMAS = ("dbanon", "public", "information_schema")
+RESERVED_SCHEMAS = ("dbanon", STORE_SCHEMA, "public", "information_schema")
 # Figures every run reports, whatever the method; the rest of a run's metrics are the method's.
 COMMON_FIGURES = ("rows", "classes", "min_class_size", "gcp", "risk", "seconds", "seed")
 
@@ -403,7 +404,8 @@ def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
     assert row is not None  # load_spec found it
     _, _, schema, objects = row
     try:
-        r = replace(resolve(conn, spec, replace=True), target_schema=schema, objects=objects)
+        r = replace(resolve(conn, spec, replace=True), target_schema=schema,
+                    build_schema=schema, objects=objects)
         missing = _missing(conn, schema, objects)
         if missing:
             raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
@@ -536,7 +538,7 @@ def _publish(
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
-        ctx = BuildContext(say, lap, {o: _build_name(conn, r.target_schema) for o in r.objects})
+        ctx = BuildContext(say, lap, {o: _build_name(conn) for o in r.objects})
         as_view = r.options.get("as") == "view"  # known before the build, for most methods
         _refuse_live(r, r.objects if as_view else [], grant_live)
         metrics = r.method.build(conn, r, ctx)
@@ -546,7 +548,7 @@ def _publish(
             raise DbanonError(f"method {r.method.name} built {built}, not {r.objects}")
         for b in built:  # statistics before the checks' GROUP BYs: sorts stay in memory
             if b.kind == "table":
-                conn.execute(sql.SQL("ANALYZE {}").format(r.ident(b.build)))
+                conn.execute(sql.SQL("ANALYZE {}").format(r.stored(b)))
         say("verifying the release")
         checked = verify(conn, r, built)
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
@@ -729,20 +731,13 @@ def _schema_exists(conn: psycopg.Connection, schema: str) -> bool:
     )
 
 
-def _build_name(conn: psycopg.Connection, schema: str) -> str:
-    """A name no relation has: dbanon only ever creates, renames or drops what it made."""
+def _build_name(conn: psycopg.Connection) -> str:
+    """A name no relation in the store has: dbanon only ever creates, renames or drops what it
+    made."""
     while True:
         name = f"dbanon_build_{secrets.token_hex(8)}"
-        if catalog.find_relation(conn, f"{schema}.{name}") is None:
+        if store.find(conn, STORE_SCHEMA, name) is None:
             return name
-
-
-def _drop(conn: psycopg.Connection, schema: str, name: str) -> None:
-    """Drop a table or view if it exists, whichever it is."""
-    rel = catalog.find_relation(conn, f"{schema}.{name}")
-    if rel is not None:
-        kind = "VIEW" if rel.kind == "v" else "TABLE"
-        conn.execute(sql.SQL("DROP {} {}").format(sql.SQL(kind), rel.ident))
 
 
 SWAP_LOCK_TIMEOUT = "2s"  # per attempt: how long new readers may queue behind the swap
@@ -775,24 +770,22 @@ def swap_patiently(conn: psycopg.Connection, r: Resolved, built: list[Built]) ->
 
 
 def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
-    """Replace the previous release by the built one and grant consumers read access."""
+    """Point the release's views at the built relations (dbanon.swap: objects consumers built
+    over them are kept) and grant consumers read access."""
+    keeps = {(r.target_schema, b.name) for b in built}
     for schema, name in r.previous:  # checked in resolve: each is the release's own, or gone
-        _drop(conn, schema, name)
+        old = store.find(conn, schema, name)
+        if (schema, name) not in keeps and old is not None:
+            swap_.drop(conn, old, f"dropped (release {r.spec.name!r} no longer publishes it)")
     promise = ", ".join(m.name for m in r.models) or "no equivalence-class model"
+    comment = f"{owner_comment(r.spec.name)} {r.method.name}; {promise}"
     for b in built:
-        kind = sql.SQL("VIEW" if b.kind == "view" else "TABLE")
-        conn.execute(
-            sql.SQL("ALTER {} {} RENAME TO {}").format(
-                kind, r.ident(b.build), sql.Identifier(b.name)
+        swap_.point(conn, r.ident(b.name), r.target_schema, b.name, r.stored(b))
+        stored_kind = "VIEW" if b.kind == "view" else "TABLE"
+        for kind, rel in (("VIEW", r.ident(b.name)), (stored_kind, r.stored(b))):
+            conn.execute(
+                sql.SQL("COMMENT ON {} {} IS {}").format(sql.SQL(kind), rel, sql.Literal(comment))
             )
-        )
-        conn.execute(
-            sql.SQL("COMMENT ON {} {} IS {}").format(
-                kind,
-                r.ident(b.name),
-                sql.Literal(f"{owner_comment(r.spec.name)} {r.method.name}; {promise}"),
-            )
-        )
         for role in r.grants:
             conn.execute(
                 sql.SQL("GRANT SELECT ON {} TO {}").format(r.ident(b.name), sql.Identifier(role))
@@ -1021,8 +1014,9 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
                     f"{schema}.{obj} is not the relation release {name!r} published; "
                     "dbanon will not drop it"
                 )
-            if mine:
-                _drop(conn, schema, obj)
+            rel = store.find(conn, schema, obj)
+            if mine and rel is not None:
+                swap_.drop(conn, rel, f"dropped with release {name!r}")
                 dropped.append(f"{schema}.{obj}")
         composition.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])

@@ -88,7 +88,8 @@ def load_grouped(
 ) -> Release:  # fmt: skip
     """A QIT(qi..., bucket) with ST(bucket, value, count): cbg's and anatomy's shape."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in [*qi, bucket])
-    query = sql.SQL("SELECT {} FROM {} ORDER BY ctid").format(cols, _rel(qit))
+    # in the order the release stores its rows (a view reads its table in physical order)
+    query = sql.SQL("SELECT {} FROM {}").format(cols, _rel(qit))
     rows = [Row(tuple(r[:-1]), int(r[-1]), None, i) for i, r in enumerate(conn.execute(query))]
     buckets: dict[int, Counter] = {}
     values: dict[int, list[Any]] = {}
@@ -113,8 +114,9 @@ def load_local(
         for c in qi
     )
     rows = [Row(tuple(r[2:]), int(r[1]), int(r[0]), i) for i, r in enumerate(conn.execute(
-        sql.SQL("SELECT m.row_id, i.bucket_id, {} FROM {} m JOIN {} i USING (row_id) "
-                "ORDER BY m.ctid").format(cells, _rel(main), _rel(idt))))]  # fmt: skip
+        sql.SQL("SELECT m.row_id, i.bucket_id, {} FROM (SELECT *, row_number() OVER () AS pos "
+                "FROM {}) m JOIN {} i USING (row_id) ORDER BY m.pos"
+                ).format(cells, _rel(main), _rel(idt))))]  # fmt: skip
     buckets: dict[int, Counter] = {}
     values: dict[int, list[Any]] = {}
     for b, v in conn.execute(

@@ -86,3 +86,30 @@ def snapshot(conn: psycopg.Connection) -> dict[str, Any]:
             digest = None
         state["relations"][f"{schema}.{name}"] = (kind, digest)
     return state
+
+
+def stored_kind(conn: psycopg.Connection, relation: str) -> str | None:
+    """The relkind of what a released view reads in the private store (r: a materialised
+    release, v: a live view), None when it reads nothing there."""
+    row = conn.execute(
+        """SELECT DISTINCT c.relkind FROM pg_rewrite rw
+           JOIN pg_depend d ON d.classid = 'pg_rewrite'::regclass AND d.objid = rw.oid
+           JOIN pg_class c ON c.oid = d.refobjid JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE rw.ev_class = %s::regclass AND n.nspname = 'dbanon_store'""",
+        [relation],
+    ).fetchone()
+    return row[0] if row else None
+
+
+def stray_builds(conn: psycopg.Connection) -> list[str]:
+    """Build relations that no released view reads: what a failed or killed run left behind."""
+    return [r for (r,) in conn.execute(
+        """SELECT n.nspname || '.' || c.relname FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+           WHERE c.relname LIKE 'dbanon\\_build%%' AND c.relkind IN ('r', 'v', 'm')
+             AND NOT EXISTS (
+                 SELECT FROM pg_depend d JOIN pg_rewrite rw ON rw.oid = d.objid
+                 WHERE d.classid = 'pg_rewrite'::regclass AND d.refobjid = c.oid
+                   AND rw.ev_class <> c.oid)
+           ORDER BY 1"""
+    )]  # fmt: skip

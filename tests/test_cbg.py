@@ -127,7 +127,7 @@ def test_a_broken_build_is_refused(
 
     def broken(self: CrossBucket, conn_: psycopg.Connection, r, ctx):  # noqa: ANN001, ANN202
         metrics = real(self, conn_, r, ctx)
-        st = r.ident(ctx.build_name(r.objects[1]))
+        st = r.stored(ctx.built[1])
         conn_.execute(sql.SQL("UPDATE {} SET disease = 'Flu' WHERE bucket_id = 1").format(st))
         return metrics
 

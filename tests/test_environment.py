@@ -220,7 +220,7 @@ def test_uninstall_refuses_when_a_release_name_was_taken_over(dsn: str) -> None:
                              "age", "--k", "5", "--algorithm", "mondrian")  # fmt: skip
         assert code == 0, out
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("DROP TABLE released.b")
+        conn.execute("DROP VIEW released.b")
         conn.execute("CREATE TABLE released.b (x int)")  # someone else's now
         before = snapshot(conn)
     code, out = cli_json(dsn, "uninstall", "--yes")

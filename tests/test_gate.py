@@ -370,7 +370,7 @@ def test_a_perturbed_build_that_leaks_is_refused(
         metrics = real_build(self, conn_, r, ctx)
         conn_.execute(
             psycopg.sql.SQL("UPDATE {} SET dx = 'leaked' WHERE dx = 'flu'").format(
-                r.ident(ctx.built[0].build)
+                r.stored(ctx.built[0])
             )
         )
         return metrics
@@ -409,7 +409,7 @@ def test_a_build_breaking_a_promise_is_refused(
     def corrupting_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
         metrics = real_build(self, conn_, r, ctx)
         if case.corrupt is not None:
-            rels = [r.ident(next(b for b in ctx.built if b.name == o).build) for o in r.objects]
+            rels = [r.stored(next(b for b in ctx.built if b.name == o)) for o in r.objects]
             done.append(case.corrupt(conn_, rels, sensitive, r.spec.models, kind))
             return metrics
         number, qi = case.at(kind)
@@ -419,7 +419,7 @@ def test_a_build_breaking_a_promise_is_refused(
         done.append(
             corrupt(
                 conn_,
-                r.ident(built.build),
+                r.stored(built),
                 list(qi or QI),
                 sensitive_at(models, sensitive),
                 case.count,

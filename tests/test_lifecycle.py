@@ -88,7 +88,7 @@ class OneClass(Method):
         limit = sql.SQL(" LIMIT 1") if self.broken else sql.SQL("")
         conn.execute(
             sql.SQL("CREATE TABLE {} AS SELECT {} FROM {}{}").format(
-                r.ident(built.build), sql.SQL(", ").join(star + keep), r.source.ident, limit
+                r.stored(built), sql.SQL(", ").join(star + keep), r.source.ident, limit
             )
         )
         return {"gcp": 1.0, "toy": True}
@@ -190,7 +190,7 @@ def test_report_has_one_shape_for_every_method(
     ward.execute("UPDATE h.ward SET age = NULL WHERE id = 1")
     assert cli(dsn, "refresh", "r").exit_code == 2
     ward.execute(
-        sql.SQL("DROP TABLE {} CASCADE").format(sql.Identifier(*rep["objects"][-1].split(".")))
+        sql.SQL("DROP VIEW {} CASCADE").format(sql.Identifier(*rep["objects"][-1].split(".")))
     )
     code, rep = cli_json(dsn, "report", "r")
     assert code == 0 and "NULL" in rep["last_failure"]["error"]
@@ -292,7 +292,7 @@ def test_refresh_never_drops_a_relation_it_did_not_publish(
     ward: psycopg.Connection, dsn: str
 ) -> None:
     assert publish(dsn, "mine", "--k", "5")[0] == 0
-    ward.execute("DROP TABLE released.mine")
+    ward.execute("DROP VIEW released.mine")
     ward.execute("CREATE TABLE released.mine AS SELECT 42 AS precious")
     before = snapshot(ward)
     code, out = cli_json(dsn, "refresh", "mine")

@@ -273,7 +273,7 @@ def test_refresh_follows_changed_consent(conn: psycopg.Connection, dsn: str) -> 
     assert code == 0, out
     names = {r[0] for r in conn.execute(
         "SELECT relname FROM pg_class WHERE relnamespace = 'released'::regnamespace "
-        "AND relkind = 'r'")}  # fmt: skip
+        "AND relkind = 'v'")}  # fmt: skip
     assert names == {"t44", "t44_age_idt", "t44_age_st", "t44_gender_idt", "t44_gender_st",
                      "t44_disease_idt", "t44_disease_st"}  # fmt: skip
     flagged = {"age": T41_FLAGS["age"], "gender": {1001, 1003, 1006, 1008},

@@ -295,7 +295,7 @@ def test_report_reads_for_people(
     monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
     monkeypatch.setattr(grouped, "persist_groups", lambda qi, *_: np.arange(qi.n, dtype=np.int32))
     assert cli(dsn, "refresh", "patients_k5").exit_code == 2
-    conn.execute("DROP TABLE released.patients_k5")
+    conn.execute("DROP VIEW released.patients_k5")
     result = cli(dsn, "report", "patients_k5")
     assert result.exit_code == 0
     assert "latest run failed at " in result.stdout

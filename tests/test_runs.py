@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from helpers import cli_json, make_table, snapshot
+from helpers import cli_json, make_table, snapshot, stray_builds
 from psycopg import sql
 
 from dbanon.api import Database
@@ -200,7 +200,7 @@ def test_a_killed_run_changes_nothing_and_is_marked_abandoned(
     proc.wait()
     after = snapshot(ward)
     assert after["relations"]["released.victim"] == before
-    assert not [r for r in after["relations"] if "dbanon_build" in r]
+    assert not stray_builds(ward)
     assert statuses(ward) == ["succeeded", "running"]
     assert cli_json(dsn, "refresh", "victim", "--wait", "30")[0] == 0
     assert statuses(ward) == ["succeeded", "abandoned", "succeeded"]
@@ -242,14 +242,17 @@ def test_the_swap_waits_for_a_reader_without_stalling_new_ones(
 
 def test_every_error_is_a_failed_run(ward: psycopg.Connection, dsn: str) -> None:
     assert publish(dsn, "dep", "--k", "5")[0] == 0
-    # A view of the user's over the release blocks the swap's DROP: a PostgreSQL error.
-    ward.execute("CREATE VIEW h.over_release AS SELECT * FROM released.dep")
+    # An event trigger of the DBA's refuses the build's DDL: a PostgreSQL error.
+    ward.execute("CREATE FUNCTION h.no_ddl() RETURNS event_trigger LANGUAGE plpgsql AS "
+                 "$$BEGIN RAISE EXCEPTION 'no DDL during the audit'; END$$")
+    ward.execute("CREATE EVENT TRIGGER no_ddl ON ddl_command_start EXECUTE FUNCTION h.no_ddl()")
     code, out = cli_json(dsn, "refresh", "dep")
+    ward.execute("DROP EVENT TRIGGER no_ddl")
     assert code == 2 and "PostgreSQL" in out["error"]
     assert statuses(ward) == ["succeeded", "failed"]
     error = ward.execute("SELECT error FROM dbanon.run ORDER BY id DESC").fetchone()[0]
-    assert "depend" in error
-    assert ward.execute("SELECT count(*) FROM h.over_release").fetchone()[0] == 400
+    assert "no DDL during the audit" in error
+    assert ward.execute("SELECT count(*) FROM released.dep").fetchone()[0] == 400
 
 
 def test_fingerprint_and_rows_come_from_the_released_snapshot(

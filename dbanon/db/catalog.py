@@ -226,7 +226,10 @@ def init(dsn: str) -> str:
 
 
 # The catalog revision this code reads and writes (Alembic's head; a test keeps them equal).
-REVISION = "0011"
+REVISION = "0012"
+# The private schema of the relations behind the released views (migration 0012): never granted,
+# so no consumer object can depend on a relation a refresh drops.
+STORE_SCHEMA = "dbanon_store"
 
 
 def installed(conn: psycopg.Connection) -> bool:

@@ -61,8 +61,8 @@ class Anatomy(Method):
         ctx.say(f"bucketing {r.rows} rows for l={self._l(r)}")
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         result = anatomy.build_anatomy(
-            conn, r.source, r.qi, r.sensitive[0], self._l(r), r.ident(qit.build),
-            r.ident(st.build), r.seed or 0, eligible=True,  # validate() checked this snapshot
+            conn, r.source, r.qi, r.sensitive[0], self._l(r), r.stored(qit),
+            r.stored(st), r.seed or 0, eligible=True,  # validate() checked this snapshot
         )  # fmt: skip
         ctx.lap("materialise")
         # The QIs are released unchanged: no generalisation loss, the loss is in the association.
@@ -74,7 +74,7 @@ class Anatomy(Method):
         from dbanon.db.settings import local_settings
         from dbanon.setlogic.anatomy import COUNT, GROUP_ID, verify_anatomy
 
-        qit, st = (r.ident(b.build) for b in built)
+        qit, st = (r.stored(b) for b in built)
         target = Target(st, [GROUP_ID], r.sensitive[0].name, COUNT)
         model = r.models[0]
 
@@ -98,7 +98,7 @@ class Anatomy(Method):
         counted on the ST (a row per group and value, with its count), much smaller than the QIT."""
         from dbanon.setlogic.anatomy import COUNT, GROUP_ID
 
-        return class_sizes(conn, r.ident(built[1].build), [sql.Identifier(GROUP_ID)],
+        return class_sizes(conn, r.stored(built[1]), [sql.Identifier(GROUP_ID)],
                            sql.Identifier(COUNT))  # fmt: skip
 
 

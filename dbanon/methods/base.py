@@ -12,7 +12,8 @@ A method declares:
 - `objects(target)`: the names of the relations it publishes (Anatomy: NAME_qit and NAME_st),
   or `release_objects(conn, spec, target)` when they depend on the spec or the data;
 - `validate(conn, r)`: refusals specific to it, before anything is written;
-- `build(conn, r, ctx)`: CREATE its relations under `ctx.build_name(obj)`; returns metrics;
+- `build(conn, r, ctx)`: CREATE its relations as `r.stored(ctx.made(obj))` (the private
+  store, under a build name; consumers read them through views); returns metrics;
 - `checks(r, built)`: the independent checks of what it promised, run by the lifecycle. The
   default checks every promised model on the first object, the released table itself; a
   method that promises no model (noise) names checks of its own;
@@ -33,7 +34,7 @@ from typing import Any, ClassVar
 import psycopg
 from psycopg import sql
 
-from dbanon.db.catalog import CATEGORICAL, Column, Relation
+from dbanon.db.catalog import CATEGORICAL, STORE_SCHEMA, Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
 from dbanon.hierarchy import Hierarchy
 from dbanon.models import PrivacyModel
@@ -129,7 +130,8 @@ SEED = Option(
 
 @dataclass(frozen=True)
 class Built:
-    """A relation built aside: `name` in the target schema once swapped in, `build` until then."""
+    """A relation built aside, in the private store (STORE_SCHEMA) under `build`; once swapped
+    in, consumers read it through the view `name` in the target schema."""
 
     name: str
     build: str
@@ -142,7 +144,7 @@ class BuildContext:
 
     say: Progress
     lap: Callable[[str], None]
-    build_names: Mapping[str, str]  # object name -> its build name in the target schema
+    build_names: Mapping[str, str]  # object name -> its build name in the private store
     built: list[Built] = field(default_factory=list)
 
     def build_name(self, obj: str) -> str:
@@ -248,7 +250,7 @@ class Method(ABC):
         """What the checks and figures read for the first built relation: the relation itself,
         or (a view) a snapshot the method made of it in the publish's transaction, so that a
         view is evaluated once to verify it rather than once per check."""
-        return r.ident(built[0].build)
+        return r.stored(built[0])
 
     def risk_target(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built]
@@ -349,9 +351,17 @@ class Resolved:
     # Progress of long phases (rows streamed, blocks clustered), on a terminal only.
     say: Callable[[str], None] = field(default=lambda _msg: None, compare=False, repr=False)
     keep: list[Column] = field(default_factory=list)  # --keep: released as they are
+    # Where the built relations are: the private store while publishing (dbanon.release's
+    # swap points the released views at them), the target schema when re-checking a release.
+    build_schema: str = STORE_SCHEMA
 
     def ident(self, name: str) -> sql.Identifier:
+        """A relation in the target schema (what consumers read)."""
         return sql.Identifier(self.target_schema, name)
+
+    def stored(self, b: Built) -> sql.Identifier:
+        """Where a built relation is, under its build name."""
+        return sql.Identifier(self.build_schema, b.build)
 
     @property
     def released_columns(self) -> list[Column]:

@@ -225,7 +225,7 @@ class CrossBucket(Method):
             cbg_sealed.stage_waiting(conn, STAGE, texts, waiting)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
-        self._materialise(conn, r, r.ident(qit.build), r.ident(st.build))
+        self._materialise(conn, r, r.stored(qit), r.stored(st))
         ctx.lap("materialise")
         return {
             **(loss.as_dict() if loss else {"gcp": None}),
@@ -282,7 +282,7 @@ class CrossBucket(Method):
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """k-anonymity of QIT; cross-bucket l-diversity of QIT with ST (join on bucket)."""
-        qit, st = (r.ident(b.build) for b in built)
+        qit, st = (r.stored(b) for b in built)
         names = [c.name for c in r.qi]
         out = []
         for m in r.models:

@@ -129,14 +129,14 @@ class FullDomain(Method):
             "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
         )
         with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
-            conn.execute(sql.SQL(create).format(r.ident(built.build), select))
+            conn.execute(sql.SQL(create).format(r.stored(built), select))
             if as_view:
                 # Evaluated once, in the publish's (repeatable read) snapshot: the checks and
                 # the figures read this copy, exactly the rows a reader of the view sees now.
-                _snapshot(conn, r.ident(built.build))
+                _snapshot(conn, r.stored(built))
         ctx.lap("materialise")
         if sealed:
-            fulldomain_sealed.all_shown(conn, r.ident(built.build), metrics)
+            fulldomain_sealed.all_shown(conn, r.stored(built), metrics)
         return metrics
 
     def group_map(self, r: Resolved) -> sql.Composable | None:
@@ -146,7 +146,7 @@ class FullDomain(Method):
     def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
         """A published view is checked as its publish checked it: on a snapshot of its rows."""
         if r.options["as"] == "view":
-            _snapshot(conn, r.ident(built[0].build))
+            _snapshot(conn, r.stored(built[0]))
 
     def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
         if r.options["as"] == "view":

@@ -476,7 +476,7 @@ class GroupingMethod(Method):
         conn.execute(sql.SQL("ANALYZE {}").format(stage))
         value_sets = stage_labels(conn, r, shown_qi, shown_gid)
         built = ctx.made(r.objects[0])
-        materialise(conn, r, stage, r.ident(built.build))
+        materialise(conn, r, stage, r.stored(built))
         ctx.lap("materialise")
         metrics: dict[str, Any] = {**loss.as_dict(), **figures}
         if value_sets:  # columns without a hierarchy, released as the values present

@@ -15,7 +15,7 @@ import psycopg
 from dbanon.algorithms.featuresel import Feature, hamdist_counts, hamdist_from_counts
 from dbanon.methods import projection, register
 from dbanon.methods.base import Option
-from dbanon.methods.projection import AS, BINS, ProjectionMethod
+from dbanon.methods.projection import AS, BINS, REFRESH, ProjectionMethod
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -29,7 +29,7 @@ class Hamdist(ProjectionMethod):
         "distance between the `--sensitive` label's classes; a live view like rfka's"
     )
     score_name = "hamdist"
-    options: ClassVar[tuple[Option, ...]] = (AS, BINS)
+    options: ClassVar[tuple[Option, ...]] = (AS, BINS, REFRESH)
 
     def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
         return projection.onehot_features(conn, r.source.ident, r, r.options["bins"])

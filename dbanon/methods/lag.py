@@ -257,7 +257,7 @@ class LAG(LocalAnatomy):
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Local anatomy's checks, and k-anonymity of NAME over its QI columns."""
         k = r.model("k-anonymity")
-        target = Target(r.ident(built[0].build), [c.name for c in r.qi])
+        target = Target(r.stored(built[0]), [c.name for c in r.qi])
         return [model_check(k, target), *super().checks(r, built)]  # type: ignore[arg-type]
 
 

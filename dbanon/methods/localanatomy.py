@@ -258,10 +258,10 @@ class LocalAnatomy(Method):
                    [buckets[a.column] for a in attrs])  # fmt: skip
         built = [ctx.made(o) for o in r.objects]
         ctx.say("materialising the release")
-        self.materialise(conn, r, attrs, r.ident(built[0].build))
+        self.materialise(conn, r, attrs, r.stored(built[0]))
         for i, a in enumerate(attrs):
             idt, st = built[1 + 2 * i], built[2 + 2 * i]
-            materialise_buckets(conn, r, a, i, r.ident(idt.build), r.ident(st.build))
+            materialise_buckets(conn, r, a, i, r.stored(idt), r.stored(st))
         ctx.lap("materialise")
         metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
         if r.options.get("flags"):  # flags of rows deleted since: ignored, counted
@@ -298,11 +298,11 @@ class LocalAnatomy(Method):
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Per attribute, its principle on its buckets and IDT/ST/NAME agreeing."""
-        main = r.ident(built[0].build)
+        main = r.stored(built[0])
         model = r.model("distinct-l-diversity")
         out = []
         for i, a in enumerate(self.attributes(r)):
-            idt, st = r.ident(built[1 + 2 * i].build), r.ident(built[2 + 2 * i].build)
+            idt, st = r.stored(built[1 + 2 * i]), r.stored(built[2 + 2 * i])
             label = (f"{model.name} of {a.column}" if a.principle.kind == "l" and model
                      else f"{a.principle.describe()} of {a.column}")  # fmt: skip
 

@@ -249,7 +249,7 @@ class PerturbingMethod(Method):
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Independent SQL checks of the built table (shape; every row paired with one source
         row whose other columns it carries unchanged), then the stream's own."""
-        rel = r.ident(built[0].build)
+        rel = r.stored(built[0])
 
         def shape(conn: psycopg.Connection) -> CheckResult:
             expected = [ROW, *released_columns(conn, r)]
@@ -324,7 +324,7 @@ class PerturbingMethod(Method):
             ).format(
                 src=sql.SQL(", ").join(sql.SQL("s.{}::float8").format(c.ident) for c in r.qi),
                 out=sql.SQL(", ").join(sql.SQL("b.{}::float8").format(c.ident) for c in r.qi),
-                rel=r.ident(built[0].build), stage=STAGE, row=sql.Identifier(ROW),
+                rel=r.stored(built[0]), stage=STAGE, row=sql.Identifier(ROW),
                 source=r.source.ident, key=r.key.ident,
             )  # fmt: skip
         ).fetchall()
@@ -420,7 +420,7 @@ class PerturbingMethod(Method):
                 "CREATE TABLE {build} AS SELECT {out} FROM {stage} st "
                 "JOIN {src} s ON s.{key}::text = st.key ORDER BY st.row_id"
             ).format(
-                build=r.ident(built.build),
+                build=r.stored(built),
                 out=sql.SQL(", ").join(out),
                 stage=STAGE,
                 src=r.source.ident,

@@ -37,6 +37,7 @@ from psycopg import sql
 
 from dbanon.algorithms.featuresel import (
     Feature,
+    Selection,
     encode_labels,
     equal_width_edges,
     forward_search,
@@ -58,6 +59,14 @@ MAX_IDENT = 63  # PostgreSQL's identifier length in bytes
 
 AS = Option(
     "as", str, "view", "A materialised table, or a live view over the source.", ("table", "view")
+)
+REFRESH = Option(
+    "refresh_policy", str, "keep",
+    "On refresh: release the features the last run chose (keep: the release keeps its columns, "
+    "so what consumers built over it keeps working; classes under k are left out as always), "
+    "or rank and search again (search: the columns may change, and a consumer's object over "
+    "one that goes stops the refresh, named).",
+    ("keep", "search"),
 )
 BINS = Option(
     "bins", int, 5,
@@ -279,9 +288,13 @@ class ProjectionMethod(Method):
         ctx.lap("rank")
         order = sorted(range(len(features)), key=lambda i: (-score[i], features[i].name))
         ranked = [features[i] for i in order]
-        ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
         started = time.perf_counter()
-        found = forward_search(conn, r.source.ident, ranked, k)
+        kept = self._previous(conn, r) if r.options.get("refresh_policy") == "keep" else None
+        if kept is not None and set(kept) <= {f.name for f in features}:
+            found = Selection([f for f in ranked if f.name in kept])
+        else:
+            ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
+            found = forward_search(conn, r.source.ident, ranked, k)
         search = time.perf_counter() - started
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
@@ -290,10 +303,13 @@ class ProjectionMethod(Method):
         create = (
             "CREATE VIEW {} WITH (security_barrier) AS {}" if as_view else "CREATE TABLE {} AS {}"
         )
+        # Released in the candidates' order, not the ranking's (which moves with the data): a
+        # refresh that chooses the same features shows the same columns, so the release's view
+        # is re-pointed in place and what consumers built over it stays (dbanon.swap).
+        picked = {f.name for f in found.chosen}
+        shown = [f for f in features if f.name in picked]
         conn.execute(
-            sql.SQL(create).format(
-                r.ident(built.build), projection_select(r, found.chosen, extra, k)
-            )
+            sql.SQL(create).format(r.stored(built), projection_select(r, shown, extra, k))
         )
         ctx.lap("materialise")
         of = {f.name: float(score[i]) for i, f in enumerate(features)}
@@ -315,8 +331,8 @@ class ProjectionMethod(Method):
             "subset_changed": self._changed(conn, r, chosen),
         }
 
-    def _changed(self, conn: psycopg.Connection, r: Resolved, chosen: list[str]) -> bool | None:
-        """Whether the chosen subset differs from the last successful run's (None: first)."""
+    def _previous(self, conn: psycopg.Connection, r: Resolved) -> list[str] | None:
+        """The features the last successful run chose (None: a first publish)."""
         if r.release_id is None:
             return None
         row = conn.execute(
@@ -324,32 +340,37 @@ class ProjectionMethod(Method):
                AND status = 'succeeded' ORDER BY finished_at DESC LIMIT 1""",
             [r.release_id],
         ).fetchone()
-        return None if row is None or row[0] is None else list(row[0]) != chosen
+        return None if row is None or row[0] is None else list(row[0])
 
-    def _target(self, conn: psycopg.Connection, r: Resolved, rel: str) -> Target:
+    def _changed(self, conn: psycopg.Connection, r: Resolved, chosen: list[str]) -> bool | None:
+        """Whether the chosen subset differs from the last successful run's (None: first)."""
+        previous = self._previous(conn, r)
+        return None if previous is None else sorted(previous) != sorted(chosen)
+
+    def _target(self, conn: psycopg.Connection, r: Resolved, b: Built) -> Target:
         """The released relation's classes: its columns but the label and the kept ones."""
         extra = {r.sensitive[0].name, *self._keep(r)}
-        cols = catalog.columns(conn, catalog.Relation(r.target_schema, rel))
+        cols = catalog.columns(conn, catalog.Relation(r.build_schema, b.build))
         qi = [c for c in cols if c not in extra]
-        return Target(r.ident(rel), qi, r.sensitive[0].name)
+        return Target(r.stored(b), qi, r.sensitive[0].name)
 
     def risk_target(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built]
     ) -> Target | None:
         """A k-anonymous projection groups rows by the features it shows."""
-        t = self._target(conn, r, built[0].build)
+        t = self._target(conn, r, built[0])
         return Target(t.relation, t.qi)
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Every promised model on the relation as published, over the features it shows."""
 
         def check(m: Any) -> Check:
-            return Check(m.name, lambda conn: m.check(conn, self._target(conn, r, built[0].build)))
+            return Check(m.name, lambda conn: m.check(conn, self._target(conn, r, built[0])))
 
         return [check(m) for m in r.models]
 
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        t = self._target(conn, r, built[0].build)
+        t = self._target(conn, r, built[0])
         return class_sizes(conn, t.relation, [t.qi_list])

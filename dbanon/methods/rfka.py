@@ -24,6 +24,7 @@ from dbanon.methods.base import Option
 from dbanon.methods.projection import (
     AS,
     BINS,
+    REFRESH,
     ProjectionMethod,
     design_matrix,
     onehot_features,
@@ -59,6 +60,7 @@ class RFKA(ProjectionMethod):
             ("plain", "onehot"),
         ),
         BINS,
+        REFRESH,
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:

@@ -196,7 +196,7 @@ def at_publish(
         return {}
     names = [c.name for c in r.qi]
     if dm is None or shape != "generalised":
-        dm = discernibility(conn, r.ident(built[0].build), names)
+        dm = discernibility(conn, r.stored(built[0]), names)
     out: dict[str, Any] = {"dm": dm}
     if r.rows > EXPOSURE_MAX_ROWS:
         return {**out, "exposure": None}
@@ -204,7 +204,7 @@ def at_publish(
     attrs = metric_attributes(conn, r.source.ident, r.qi, cats, r.hierarchies)
     if attrs is None:
         return out
-    pub = queries.Published(shape, [r.ident(b.build) for b in built], [c.name for c in r.qi],
+    pub = queries.Published(shape, [r.stored(b) for b in built], [c.name for c in r.qi],
                             r.sensitive[0].name)  # fmt: skip
     release = queries.load(conn, pub, attrs)
     source = source_points(conn, r.source.ident, attrs, r.sensitive[0].name)
