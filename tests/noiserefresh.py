@@ -33,11 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noiseattack import attack, figures, read  # noqa: E402
 
 Run = Callable[..., tuple[int, dict[str, Any]]]  # (*args) -> (exit code, JSON output)
+COLUMNS = ("age", "hours", "job")  # as the attacker reads a release: the noisy age first
 CHANGES = (1.0, 7.0)  # known changes of age
 PER_CHANGE = 60  # changed people per known change
 CONFIGS: dict[str, tuple[str, ...]] = {
     "noise (defaults)": ("--algorithm", "noise"),
     "noise --noise-floor 0": ("--algorithm", "noise", "--noise-floor", "0"),
+    "ina (defaults)": ("--algorithm", "ina"),
 }
 
 
@@ -54,7 +56,7 @@ def make_people(conn: psycopg.Connection, schema: str, rows: int, seed: int) -> 
                             f"j{i % 9}"))  # fmt: skip
 
 
-def _rows_by_key(conn: psycopg.Connection, name: str, relation: str) -> dict[int, int]:
+def rows_by_key(conn: psycopg.Connection, name: str, relation: str) -> dict[int, int]:
     """Source key -> index of its row in `read(relation)`'s order, through the private map."""
     schema, rel = relation.split(".")
     got = conn.execute(
@@ -71,6 +73,58 @@ def _rows_by_key(conn: psycopg.Connection, name: str, relation: str) -> dict[int
     return {key: at[row] for key, row in got}
 
 
+def _largest_moves(
+    conn: psycopg.Connection, name: str, source: str, relation: str
+) -> tuple[float, float]:
+    """The largest |released - true| of age and of hours, through the private map."""
+    return conn.execute(
+        sql.SQL(
+            "SELECT max(abs(r.age - s.age)), max(abs(r.hours - s.hours)) FROM {} r "
+            "JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row JOIN dbanon.release l "
+            "ON l.id = m.release_id AND l.name = %s JOIN {} s ON s.id::text = m.key"
+        ).format(sql.Identifier(*relation.split(".")), sql.Identifier(*source.split("."))),
+        [name],
+    ).fetchone()
+
+
+def publish(
+    conn: psycopg.Connection, run: Run, options: tuple[str, ...], rows: int, seed: int
+) -> str:
+    """A fresh people table and its release (both named by the returned NAME)."""
+    name = f"n31_{uuid.uuid4().hex[:8]}"
+    make_people(conn, name, rows, seed)
+    code, out = run("publish", name, "--source", f"{name}.people", "--key", "id",
+                    "--columns", "age,hours", "--keep", "job", "--seed", str(seed),
+                    *options)  # fmt: skip
+    assert code == 0, out
+    return name
+
+
+def support(
+    conn: psycopg.Connection, run: Run, name: str, options: tuple[str, ...]
+) -> tuple[float, float, float]:
+    """What the attacker knows of the noise: the least and largest move of age (the floor and
+    the size times the column's range), and the largest move of hours."""
+    code, report = run("report", name)
+    assert code == 0, report
+    scale, hours = conn.execute(  # the attacker knows the columns' ranges and the options
+        sql.SQL("SELECT max(age) - min(age), max(hours) - min(hours) FROM {}")
+        .format(sql.Identifier(name, "people"))
+    ).fetchone()  # fmt: skip
+    given = dict(zip(options[::2], options[1::2], strict=False))
+    lo = report["method_metrics"]["noise_floor"]["age"] * scale
+    if given["--algorithm"] == "noise":
+        size = float(given.get("--size", 0.05))
+        return lo, size * scale, size * hours
+    # ina's size is the tuple's own: the attacker is given the largest move of each column
+    return lo, *_largest_moves(conn, name, f"{name}.people", f"released.{name}")
+
+
+def change_age(conn: psycopg.Connection, name: str, change: float, keys: list[int]) -> None:
+    conn.execute(sql.SQL("UPDATE {} SET age = age + %s WHERE id = ANY(%s)").format(
+        sql.Identifier(name, "people")), [int(change), keys])  # fmt: skip
+
+
 def scenario(
     conn: psycopg.Connection,
     run: Run,
@@ -80,39 +134,22 @@ def scenario(
 ) -> list[dict[str, Any]]:
     """Publish, change PER_CHANGE people's age by each of CHANGES, refresh, attack: one result
     per changed person (tests.noiseattack.attack). Leaves its schema and release behind."""
-    tag = uuid.uuid4().hex[:8]
-    schema, name = f"n31_{tag}", f"n31_{tag}"
+    name = publish(conn, run, options, rows, seed)
     relation = f"released.{name}"
-    make_people(conn, schema, rows, seed)
-    code, out = run("publish", name, "--source", f"{schema}.people", "--key", "id",
-                    "--columns", "age,hours", "--keep", "job", "--seed", str(seed),
-                    *options)  # fmt: skip
-    assert code == 0, out
-    code, report = run("report", name)
-    assert code == 0, report
-    metrics = report["method_metrics"]
-    scale, hours = conn.execute(  # the attacker knows the columns' ranges and the options
-        sql.SQL("SELECT max(age) - min(age), max(hours) - min(hours) FROM {}")
-        .format(sql.Identifier(schema, "people"))
-    ).fetchone()  # fmt: skip
-    size = float(dict(zip(options[::2], options[1::2], strict=False)).get("--size", 0.05))
-    lo, hi = metrics["noise_floor"]["age"] * scale, size * scale
-
-    columns = ["age", "hours", "job"]
-    first = read(conn, relation, columns)
-    where = _rows_by_key(conn, name, relation)
+    lo, hi, far = support(conn, run, name, options)
+    first = read(conn, relation, COLUMNS)
+    where = rows_by_key(conn, name, relation)
     picked = np.random.default_rng(seed + 1).choice(rows, PER_CHANGE * len(CHANGES),
                                                     replace=False) + 1  # fmt: skip
     targets: dict[int, float] = {}
     for j, change in enumerate(CHANGES):
         keys = [int(k) for k in picked[j * PER_CHANGE : (j + 1) * PER_CHANGE]]
-        conn.execute(sql.SQL("UPDATE {} SET age = age + %s WHERE id = ANY(%s)").format(
-            sql.Identifier(schema, "people")), [int(change), keys])  # fmt: skip
+        change_age(conn, name, change, keys)
         targets |= {where[k]: change for k in keys}
     code, out = run("refresh", name)
     assert code == 0, out
-    second = read(conn, relation, columns)
-    return attack(first, second, targets, 0, lo, hi, {1: size * hours})
+    second = read(conn, relation, COLUMNS)
+    return attack(first, second, targets, 0, lo, hi, {1: far})
 
 
 def main() -> None:

@@ -133,7 +133,8 @@ class PerturbingMethod(Method):
     randomised = True
     generalises = False
     shape = "perturbed"
-    keyed: ClassVar[str] = "value"  # prf_uniform: noise per value, or per tuple (ina)
+    keyed: ClassVar[str] = "row"  # prf_uniform's keying of a fresh draw (ina: per tuple)
+    legacy_keyed: ClassVar[str] = "value"  # of a kept state drawn before the keying was kept
     releases = (
         "`NAME`: a random row id, the `--columns` with noise, then `--sensitive` and `--keep` "
         "as they are; no other column, not even one added to the source later"
@@ -220,7 +221,7 @@ class PerturbingMethod(Method):
             while rows := read.fetchmany(BATCH):
                 keys = [row[0] for row in rows]
                 x = np.array([row[1:] for row in rows], dtype=np.float64)
-                u = prf_uniform(state.secret, keys, x, self.keyed)
+                u = prf_uniform(state.secret, keys, x, self.keying(state))
                 out, count = self.noise(r, state, x, u)
                 measure.add(keys, x)
                 for name, v in count.items():
@@ -358,6 +359,12 @@ class PerturbingMethod(Method):
 
     # --- helpers --------------------------------------------------------------------------------
 
+    def keying(self, state: NoiseState) -> str:
+        """How the state's noise is keyed: as recorded when it was drawn; a state kept from
+        before the keying was recorded keeps the keying it was drawn with (`legacy_keyed`), so
+        a refresh does not silently give every row of an old release a second draw."""
+        return str(state.extra.get("keyed", self.legacy_keyed))
+
     def signature(self, r: Resolved) -> str:
         """The spec a state was drawn for: source, key, columns, options but the seed."""
         opts = {k: v for k, v in r.options.items() if k not in ("seed", "refresh_policy")}
@@ -387,6 +394,7 @@ class PerturbingMethod(Method):
             secret = secrets.token_bytes(32)
         extra = self.draw(conn, r, alpha, seed)
         extra["floor"] = self.floor(r, ranges, alpha).tolist()
+        extra["keyed"] = self.keyed
         return NoiseState(secret, alpha, extra, sig)
 
     def _linkage(
@@ -403,7 +411,8 @@ class PerturbingMethod(Method):
         ).fetchall()  # fmt: skip
         keys = [row[0] for row in rows]
         x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
-        released, _ = self.noise(r, state, x, prf_uniform(state.secret, keys, x, self.keyed))
+        u = prf_uniform(state.secret, keys, x, self.keying(state))
+        released, _ = self.noise(r, state, x, u)
         return Linkage(keys, released, state.alpha)
 
     def _materialise(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> None:
