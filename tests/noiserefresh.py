@@ -8,7 +8,7 @@ tests, `python -m dbanon` here); the attacker reads the released tables with pla
 private row map names each target's row in the first release (the attacker's own
 identification of its targets, given to it).
 
-    python tests/noiserefresh.py [--dsn DSN] [--out docs/noise/attack.json]
+    python tests/noiserefresh.py [--dsn DSN] [--out docs/noise/attack.json] [--label TEXT]
 
 runs the scenario for each configuration in CONFIGS (the embedded server when no DSN is given)
 and writes the figures that docs/noise.md's table is generated from.
@@ -158,6 +158,7 @@ def main() -> None:
     parser.add_argument("--out", default="docs/noise/attack.json")
     parser.add_argument("--rows", type=int, default=2_000)
     parser.add_argument("--seed", type=int, default=31)
+    parser.add_argument("--label", default="", help="Which code ran (kept in the file).")
     args = parser.parse_args()
     dsn = args.dsn
     if dsn is None:
@@ -172,8 +173,9 @@ def main() -> None:
 
     subprocess.run([sys.executable, "-m", "dbanon", "--dsn", dsn, "init"], check=True,
                    capture_output=True)  # fmt: skip
-    data: dict[str, Any] = {"rows": args.rows, "seed": args.seed, "columns": ["age", "hours"],
-                            "changed_per_change": PER_CHANGE, "configs": {}}  # fmt: skip
+    data: dict[str, Any] = {"code": args.label, "rows": args.rows, "seed": args.seed,
+                            "columns": ["age", "hours"], "changed_per_change": PER_CHANGE,
+                            "configs": {}}  # fmt: skip
     with psycopg.connect(dsn, autocommit=True) as conn:
         for label, options in CONFIGS.items():
             results = scenario(conn, run, options, args.rows, args.seed)

@@ -11,17 +11,19 @@ one added to the source later either: dbanon.identifying), ordered by `dbanon_ro
 63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is deprecated:
 what is not declared is not released; it is accepted (old specs) and refused on a declared one.
 
-The noise is a keyed pseudo-random function of a secret, the row key and the value perturbed
-(prf_uniform; per value for `noise`, per tuple for `ina`, whose noise size depends on the whole
-tuple). The secret, the normalisation, the noise floor and (ina) the reference points are kept
-in the catalog (dbanon.noise_state, never granted) with the row map (dbanon.noise_map:
-dbanon_row -> key, for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them,
-so a value that has not changed gets exactly the noise it had (keeping releases averages
-nothing away), and a changed value gets fresh noise (the difference of two releases is the
-true change plus the difference of two independent draws, never the change itself). Row ids and
-so the row order are drawn anew every run: they link no row across releases (the unchanged
-values still do, by design: docs/noise.md). `regroup` (or `refresh --regroup`) draws
-everything anew: averaging r releases then divides the noise variance of unchanged rows by r.
+The noise is a keyed pseudo-random function of a secret and the row key (prf_uniform): per row
+and column for `noise` (not the value: a known change then narrows nothing across releases),
+per tuple value for `ina` (its noise size depends on the whole tuple). A state records its
+keying; one kept from before keeps the keying it was drawn with. The secret, the keying, the
+normalisation, the noise floor and (ina) the reference points are kept in the catalog
+(dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key, for
+`dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so an unchanged value
+gets exactly the noise it had (keeping releases averages nothing away); with `noise` a changed
+one keeps its noise too (the difference of two releases is the true change), with `ina` a
+changed tuple gets fresh noise. Row ids and so the row order are drawn anew every run: they
+link no row across releases (the unchanged values still do, by design: docs/noise.md).
+`regroup` (or `refresh --regroup`) draws everything anew: averaging r releases then divides
+the noise variance of unchanged rows by r.
 
 The floor (`--noise-floor`): no value moves by less than a share of its column's scale; the
 default is the side of the cell a row would own if the rows filled the normalised box evenly,
