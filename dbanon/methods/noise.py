@@ -37,7 +37,8 @@ class UniformNoise(PerturbingMethod):
     name = "noise"
     attacker = (
         "no class model: uniform noise of ±size·range per value, measured by its security; "
-        "whoever holds the originals can re-link some rows"
+        "whoever holds the originals can re-link some rows; a row keeps its noise, so a known "
+        "change narrows nothing across releases (the change itself shows in their difference)"
     )
     summary = (
         "uniform noise of one size for every tuple (the INA paper's baseline): each value "
