@@ -693,3 +693,32 @@ def _swap_runs() -> str:
         f"a refresh took {d['median_refresh_seconds']:.0f} s (median); the reader's median query "
         f"with no refresh running {d['reader_baseline_median_seconds'] * 1000:.2f} ms."
     )  # fmt: skip
+
+
+# --- noise over refreshes: the known-change attack (docs/noise/attack*.json) ----------------
+
+
+@block("noise-attack")
+def _noise_attack() -> str:
+    """Per configuration and known change: what one release and two releases leave of each
+    changed person's true value, before issue 31 (noise keyed on the value) and now."""
+    before, now = _json("noise/attack-before.json"), _json("noise/attack.json")
+    body = []
+    for label, conf in now["configs"].items():
+        for change, c in conf["changes"].items():
+            b = before["configs"][label]["changes"][change]
+            cells = [[f"{d['one_min']} / {d['one_median']:g}", f"{d['two_min']} / "
+                      f"{d['two_median']:g}", str(d["narrowed"]), str(d["pinned"])]
+                     for d in (b, c)]  # fmt: skip
+            cells[1][2] = f"**{cells[1][2]}**"
+            body.append([f"`{label}`", change, f"{c['changed']} ({c['linked']} linked)",
+                         *cells[0], *cells[1]])  # fmt: skip
+    head = ["release", "known change", "changed people (linked by equal values)",
+            "before: one release, min / median", "two releases", "narrowed", "pinned",
+            "now: one release", "two releases", "narrowed", "pinned"]  # fmt: skip
+    return table(head, body) + (
+        f"\n\n{now['rows']:,} rows, {now['changed_per_change']} people per known change, seed "
+        f"{now['seed']}. From `docs/noise/attack-before.json` ({before['code']}) and "
+        f"`docs/noise/attack.json` ({now['code']}), written by `python tests/noiserefresh.py "
+        "--out FILE --label TEXT`."
+    )  # fmt: skip

@@ -72,7 +72,7 @@ def test_leader_makes_more_reference_points_as_beta_grows() -> None:
 def test_keyed_noise_is_a_function_of_secret_key_and_value() -> None:
     keys = [str(i) for i in range(1000)]
     x = np.arange(3000, dtype=np.float64).reshape(1000, 3)
-    for keyed in ("value", "tuple"):
+    for keyed in ("row", "value", "tuple"):
         a = prf_uniform(b"s" * 32, keys, x, keyed)
         assert a.shape == (1000, 3) and (a >= -1).all() and (a < 1).all()
         assert abs(a.mean()) < 0.05 and abs(a.var() - 1 / 3) < 0.02  # uniform on [-1, 1)
@@ -83,6 +83,9 @@ def test_keyed_noise_is_a_function_of_secret_key_and_value() -> None:
         changed = x.copy()
         changed[:, 1] += 7.0  # one column of every row changes
         b = prf_uniform(b"s" * 32, keys, changed, keyed)
+        if keyed == "row":  # the row's own draw, whatever its values: a change keeps it
+            assert np.array_equal(a, b)
+            continue
         assert not np.isclose(a[:, 1], b[:, 1]).any()  # the changed value: fresh noise
         same = np.isclose(a[:, [0, 2]], b[:, [0, 2]])
         assert same.all() if keyed == "value" else not same.any()

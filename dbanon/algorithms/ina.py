@@ -6,10 +6,10 @@ between its distances to its two nearest reference points, so it never leaves th
 its nearest one. Everything here works on one batch of rows at a time (arrays in, arrays out),
 so a caller can stream a table of any size through it.
 
-Noise comes from `prf_uniform`: a keyed pseudo-random function of a secret, the row key and the
-value(s) perturbed, so a refresh that keeps the secret gives an unchanged value the same noise
-(two releases then average to the same value instead of halving the noise variance) and a
-changed value fresh noise (the difference of two releases is not the true change).
+Noise comes from `prf_uniform`: a keyed pseudo-random function of a secret, the row key and
+(for INA, whose noise size depends on the tuple) the values perturbed, so a refresh that keeps
+the secret gives a row the same noise draw (two releases then average to the same value instead
+of halving the noise variance; keyed on the row alone, a known change narrows nothing either).
 `perturb` takes a floor: no value moves by less than a set share of its column's scale.
 """
 
@@ -126,15 +126,16 @@ def prf_uniform(
     secret: bytes,
     keys: Sequence[str],
     values: np.ndarray,
-    keyed: Literal["value", "tuple"] = "value",
+    keyed: Literal["row", "value", "tuple"] = "value",
 ) -> np.ndarray:
-    """(n, m) values uniform in [-1, 1): a keyed BLAKE2b of each row key and its values.
+    """(n, m) values uniform in [-1, 1): a keyed BLAKE2b of each row key (and its values).
 
+    `row`: u_ij depends on (secret, key_i, j) only, so a row keeps its noise whatever its values
+    become (a known change then narrows nothing: the candidates of two releases coincide);
     `value`: u_ij depends on (secret, key_i, j, x_ij), so a column that did not change keeps its
-    noise when another column of the row changes; `tuple`: u_i depends on (secret, key_i, x_i),
-    for noise whose size depends on the whole tuple (INA). The same secret, key and value always
-    give the same noise; a new value gives noise independent of the old; without the secret
-    nobody can tell either. Values are hashed as IEEE doubles (-0.0 as 0.0)."""
+    noise and a changed one gets noise independent of the old; `tuple`: u_i depends on
+    (secret, key_i, x_i), for noise whose size depends on the whole tuple (INA). Without the
+    secret nobody can tell any of them. Values are hashed as IEEE doubles (-0.0 as 0.0)."""
     x = np.ascontiguousarray(np.asarray(values, dtype="<f8") + 0.0)
     n, m = x.shape
     if len(keys) != n:
@@ -144,6 +145,12 @@ def prf_uniform(
     tags = [j.to_bytes(4, "little") for j in range(m)]
     for key, row in zip(keys, x, strict=True):
         raw = key.encode() + b"\x00"
+        if keyed == "row":
+            for j in range(m):
+                h = keyed_state()
+                h.update(raw + tags[j])
+                out += h.digest()
+            continue
         if keyed == "value":
             values = row.tobytes()
             for j in range(m):

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 class Ina(PerturbingMethod):
     name = "ina"
     keyed = "tuple"
+    legacy_keyed = "tuple"
     attacker = (
         "no class model: the noise is measured (security of each column) and every row keeps "
         "its nearest reference point, but whoever holds the originals can re-link some rows"

@@ -2,9 +2,11 @@
 
 Each value moves by uniform(-s, s) times its column's range (or standard deviation), s the
 `--size`, but never by less than the floor f (`--noise-floor`): the magnitude is then uniform
-in [f, s], the sign random. The noise of each value is keyed on the secret, the row key, the
-column and the value itself, so a refresh leaves an unchanged value where it was and gives a
-changed one fresh noise. Streamed, kept and checked like `ina` (dbanon.methods.perturbed).
+in [f, s], the sign random. The noise of each value is keyed on the secret, the row key and
+the column, never on the value (issue 31): a row carries the same noise in every release, so a
+consumer who knows how a person's value changed and shifts a later release back finds exactly
+the candidates one release leaves (the price: the difference of two releases is the change).
+Streamed, kept and checked like `ina` (dbanon.methods.perturbed; docs/noise.md).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class UniformNoise(PerturbingMethod):
     name = "noise"
     attacker = (
         "no class model: uniform noise of ±size·range per value, measured by its security; "
-        "whoever holds the originals can re-link some rows"
+        "whoever holds the originals can re-link some rows; a row keeps its noise, so a known "
+        "change narrows nothing across releases (the change itself shows in their difference)"
     )
     summary = (
         "uniform noise of one size for every tuple (the INA paper's baseline): each value "

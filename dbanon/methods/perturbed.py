@@ -11,17 +11,19 @@ one added to the source later either: dbanon.identifying), ordered by `dbanon_ro
 63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is deprecated:
 what is not declared is not released; it is accepted (old specs) and refused on a declared one.
 
-The noise is a keyed pseudo-random function of a secret, the row key and the value perturbed
-(prf_uniform; per value for `noise`, per tuple for `ina`, whose noise size depends on the whole
-tuple). The secret, the normalisation, the noise floor and (ina) the reference points are kept
-in the catalog (dbanon.noise_state, never granted) with the row map (dbanon.noise_map:
-dbanon_row -> key, for `dbanon compare`). With `--refresh-policy persist` a refresh reuses them,
-so a value that has not changed gets exactly the noise it had (keeping releases averages
-nothing away), and a changed value gets fresh noise (the difference of two releases is the
-true change plus the difference of two independent draws, never the change itself). Row ids and
-so the row order are drawn anew every run: they link no row across releases (the unchanged
-values still do, by design: docs/noise.md). `regroup` (or `refresh --regroup`) draws
-everything anew: averaging r releases then divides the noise variance of unchanged rows by r.
+The noise is a keyed pseudo-random function of a secret and the row key (prf_uniform): per row
+and column for `noise` (not the value: a known change then narrows nothing across releases),
+per tuple value for `ina` (its noise size depends on the whole tuple). A state records its
+keying; one kept from before keeps the keying it was drawn with. The secret, the keying, the
+normalisation, the noise floor and (ina) the reference points are kept in the catalog
+(dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key, for
+`dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so an unchanged value
+gets exactly the noise it had (keeping releases averages nothing away); with `noise` a changed
+one keeps its noise too (the difference of two releases is the true change), with `ina` a
+changed tuple gets fresh noise. Row ids and so the row order are drawn anew every run: they
+link no row across releases (the unchanged values still do, by design: docs/noise.md).
+`regroup` (or `refresh --regroup`) draws everything anew: averaging r releases then divides
+the noise variance of unchanged rows by r.
 
 The floor (`--noise-floor`): no value moves by less than a share of its column's scale; the
 default is the side of the cell a row would own if the rows filled the normalised box evenly,
@@ -133,7 +135,8 @@ class PerturbingMethod(Method):
     randomised = True
     generalises = False
     shape = "perturbed"
-    keyed: ClassVar[str] = "value"  # prf_uniform: noise per value, or per tuple (ina)
+    keyed: ClassVar[str] = "row"  # prf_uniform's keying of a fresh draw (ina: per tuple)
+    legacy_keyed: ClassVar[str] = "value"  # of a kept state drawn before the keying was kept
     releases = (
         "`NAME`: a random row id, the `--columns` with noise, then `--sensitive` and `--keep` "
         "as they are; no other column, not even one added to the source later"
@@ -220,7 +223,7 @@ class PerturbingMethod(Method):
             while rows := read.fetchmany(BATCH):
                 keys = [row[0] for row in rows]
                 x = np.array([row[1:] for row in rows], dtype=np.float64)
-                u = prf_uniform(state.secret, keys, x, self.keyed)
+                u = prf_uniform(state.secret, keys, x, self.keying(state))
                 out, count = self.noise(r, state, x, u)
                 measure.add(keys, x)
                 for name, v in count.items():
@@ -358,6 +361,12 @@ class PerturbingMethod(Method):
 
     # --- helpers --------------------------------------------------------------------------------
 
+    def keying(self, state: NoiseState) -> str:
+        """How the state's noise is keyed: as recorded when it was drawn; a state kept from
+        before the keying was recorded keeps the keying it was drawn with (`legacy_keyed`), so
+        a refresh does not silently give every row of an old release a second draw."""
+        return str(state.extra.get("keyed", self.legacy_keyed))
+
     def signature(self, r: Resolved) -> str:
         """The spec a state was drawn for: source, key, columns, options but the seed."""
         opts = {k: v for k, v in r.options.items() if k not in ("seed", "refresh_policy")}
@@ -387,6 +396,7 @@ class PerturbingMethod(Method):
             secret = secrets.token_bytes(32)
         extra = self.draw(conn, r, alpha, seed)
         extra["floor"] = self.floor(r, ranges, alpha).tolist()
+        extra["keyed"] = self.keyed
         return NoiseState(secret, alpha, extra, sig)
 
     def _linkage(
@@ -403,7 +413,8 @@ class PerturbingMethod(Method):
         ).fetchall()  # fmt: skip
         keys = [row[0] for row in rows]
         x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
-        released, _ = self.noise(r, state, x, prf_uniform(state.secret, keys, x, self.keyed))
+        u = prf_uniform(state.secret, keys, x, self.keying(state))
+        released, _ = self.noise(r, state, x, u)
         return Linkage(keys, released, state.alpha)
 
     def _materialise(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> None:
