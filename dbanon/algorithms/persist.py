@@ -35,7 +35,7 @@ normalised by the domain width, categorical LCA heights) between group centres.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,13 +48,32 @@ _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A spread the promise asks of plausible values ((θ,k): dbanon.models.base.Spread) over
+    History's value codes: at least `least` categories each holding `need[c]` of the values;
+    `category[code]` is a value's category (-1, or a code past the end: none)."""
+
+    category: np.ndarray
+    need: np.ndarray
+    least: int
+
+    def met(self, codes: np.ndarray) -> int:
+        """The categories that these distinct value codes fill to their need."""
+        codes = codes[codes < len(self.category)]
+        cats = self.category[codes]
+        counts = np.bincount(cats[cats >= 0], minlength=len(self.need))
+        return int(((counts > 0) & (counts >= self.need)).sum())
+
+
+@dataclass(frozen=True)
 class History:
     """What a consumer who kept every earlier release knows of the persisting rows.
 
     `tag[i]`: a code of row i's sensitive value now; `history[i]`: the id of row i's running
     intersection of values (-1 for a new row); `values[h]`: the sorted codes of history h's
     plausible values. The figures are dbanon.composition's: k plausible rows (rows of the
-    class whose value is plausible) and `needed` plausible values (l, or p)."""
+    class whose value is plausible), `needed` plausible values (l, or p) and, with a
+    `spread`, the categories those values must still fill ((θ,k))."""
 
     tag: np.ndarray
     history: np.ndarray
@@ -62,15 +81,24 @@ class History:
     k: int
     needed: int
     codes: dict[str, int] | None = None  # tag -> code, for values of rows no longer here
+    spread: Spread | None = None  # and the spread they must keep ((θ,k)'s categories)
+
+    def _left(self, values: np.ndarray) -> bool:
+        """Whether these distinct plausible value codes keep the promise: l values, and the
+        spread's categories."""
+        return len(values) >= self.needed and (
+            self.spread is None or self.spread.met(values) >= self.spread.least
+        )
 
     def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
-        """The histories (of those given) that the rows leave short of k rows or l values."""
+        """The histories (of those given) that the rows leave short of k rows, l values or
+        the spread."""
         tags = self.tag[rows]
         present = np.unique(tags)
         return np.array(
             [h for h in histories.tolist()
              if np.isin(tags, self.values[h]).sum() < self.k
-             or len(np.intersect1d(present, self.values[h], assume_unique=True)) < self.needed],
+             or not self._left(np.intersect1d(present, self.values[h], assume_unique=True))],
             dtype=np.int64,
         )  # fmt: skip
 
@@ -87,16 +115,16 @@ class History:
         if not len(hopeless):
             return self
         history = np.where(np.isin(self.history, hopeless), -1, self.history)
-        return History(self.tag, history, self.values, self.k, self.needed, self.codes)
+        return replace(self, history=history)
 
     def _hopeless(self) -> np.ndarray:
-        """The histories whose plausible values fewer than k rows, or fewer than l values,
-        of the whole table still hold."""
+        """The histories whose plausible values fewer than k rows, or fewer than l values
+        (or than the spread asks), of the whole table still hold."""
         counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
         counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
         return np.array(
             [h for h, v in enumerate(self.values)
-             if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed],
+             if counts[v].sum() < self.k or not self._left(v[counts[v] > 0])],
             dtype=np.int64,
         )  # fmt: skip
 
