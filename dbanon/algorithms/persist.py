@@ -82,13 +82,15 @@ class History:
     needed: int
     codes: dict[str, int] | None = None  # tag -> code, for values of rows no longer here
     spread: Spread | None = None  # and the spread they must keep ((θ,k)'s categories)
+    waived: frozenset[int] = frozenset()  # histories whose spread no grouping can keep
 
-    def _left(self, values: np.ndarray) -> bool:
-        """Whether these distinct plausible value codes keep the promise: l values, and the
-        spread's categories."""
+    def _left(self, values: np.ndarray, h: int) -> bool:
+        """Whether these distinct plausible value codes of history h keep the promise: l
+        values, and the spread's categories (unless waived for h)."""
         return len(values) >= self.needed and (
-            self.spread is None or self.spread.met(values) >= self.spread.least
-        )
+            self.spread is None or h in self.waived
+            or self.spread.met(values) >= self.spread.least
+        )  # fmt: skip
 
     def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
         """The histories (of those given) that the rows leave short of k rows, l values or
@@ -98,7 +100,7 @@ class History:
         return np.array(
             [h for h in histories.tolist()
              if np.isin(tags, self.values[h]).sum() < self.k
-             or not self._left(np.intersect1d(present, self.values[h], assume_unique=True))],
+             or not self._left(np.intersect1d(present, self.values[h], assume_unique=True), h)],
             dtype=np.int64,
         )  # fmt: skip
 
@@ -108,30 +110,34 @@ class History:
         return max([*most, int(self.tag.max(initial=-1))]) + 1
 
     def fixable(self) -> History:
-        """This history without the rows no merge can help (their plausible values are held
-        by fewer than k rows, or fewer than l values are left, in the whole table): the
-        composition check reports those."""
-        hopeless = self._hopeless()
-        if not len(hopeless):
+        """This history without what no merge can help, which the composition check reports:
+        rows whose plausible values are held by fewer than k rows, or fewer than l values are
+        left, in the whole table are left out; where only the spread cannot be kept (its
+        categories' values have left the table), k rows and l values are still kept."""
+        lost, spreadless = self._hopeless()
+        if not len(lost) and not len(spreadless):
             return self
-        history = np.where(np.isin(self.history, hopeless), -1, self.history)
-        return replace(self, history=history)
+        history = np.where(np.isin(self.history, lost), -1, self.history)
+        return replace(self, history=history, waived=frozenset(spreadless.tolist()))
 
-    def _hopeless(self) -> np.ndarray:
-        """The histories whose plausible values fewer than k rows, or fewer than l values
-        (or than the spread asks), of the whole table still hold."""
+    def _hopeless(self) -> tuple[np.ndarray, np.ndarray]:
+        """The histories whose plausible values fewer than k rows, or fewer than l values,
+        of the whole table still hold; and of the others, those the whole table's values
+        cannot fill to the spread."""
         counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
         counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
-        return np.array(
-            [h for h, v in enumerate(self.values)
-             if counts[v].sum() < self.k or not self._left(v[counts[v] > 0])],
-            dtype=np.int64,
-        )  # fmt: skip
+        lost, spreadless = [], []
+        for h, v in enumerate(self.values):
+            if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed:
+                lost.append(h)
+            elif not self._left(v[counts[v] > 0], h):
+                spreadless.append(h)
+        return np.array(lost, dtype=np.int64), np.array(spreadless, dtype=np.int64)
 
     def hopeless_rows(self) -> np.ndarray:
         """Per row, whether no group of this table can keep its promise (see `fixable`)."""
-        hopeless = self._hopeless()
-        return (self.history >= 0) & np.isin(self.history, hopeless)
+        lost, spreadless = self._hopeless()
+        return (self.history >= 0) & np.isin(self.history, np.r_[lost, spreadless])
 
     def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which candidate rows hold a value some persisting row of the group may have."""
