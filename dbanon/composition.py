@@ -10,8 +10,12 @@ grouping release measures for each persisting row:
 - plausible rows: rows of its new class whose value is among its plausible values so far;
 - plausible values: its plausible values so far that its new class also holds.
 A run is refused when some persisting row would keep fewer plausible rows than the promised k
-or fewer plausible values than the promised l (or p), unless composition is allowed. Values
-are tagged ('v:' || value, 'n' for NULL) so NULL is a value of its own, as in the models.
+or fewer plausible values than the promised l (or p), unless composition is allowed. A model
+may promise more of the values than their number (`PrivacyModel.spread`): (θ,k) promises θ
+categories each showing need_c distinct values, so a persisting row's plausible values must
+still fill θ categories to their need_c (plausible categories), need_c taken from this run's
+release as its check takes it. Values are tagged ('v:' || value, 'n' for NULL) so NULL is a
+value of its own, as in the models.
 
 A release whose sensitive values are published per bucket apart from the classes (cbg: QIT and
 ST) shows a row's bucket, not its value: there a class holds the values of every bucket its

@@ -90,7 +90,7 @@ def test_a_thetak_release_keeps_theta_categories_under_churn(dsn: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
 def test_fifteen_refreshes_keep_theta_categories(dsn: str) -> None:
-    soak(dsn, rows=10_000, refreshes=15)
+    soak(dsn, rows=20_000, refreshes=15)
 
 
 # --- a refresh nothing can repair is refused ------------------------------------------------
@@ -137,6 +137,7 @@ def test_a_refresh_that_would_leave_one_category_is_refused(
     assert "release 'ward'" in error and "fewer than θ=2 categories" in error, error
     assert re.search(r"categories with their values \(as few as [01]\)", error), error
     assert "--allow-composition" in error, error
+    assert "plausible rows" not in error, error  # the guard still kept their k rows
     result = cli(dsn, "refresh", "ward")
     assert result.exit_code == 4 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert sorted(_released(conn)) == before

@@ -15,7 +15,8 @@ intersection is its old group again. So a refresh under the `persist` policy:
    until all keep it. A group keeps its promise when it satisfies the promised models (it may
    have lost rows, or a new row broke its l-diversity) and, for a consumer who kept every
    earlier release (`History`), still leaves each of its persisting rows k plausible rows and
-   l plausible values: rows whose sensitive value every earlier class of that row held.
+   l plausible values (rows whose sensitive value every earlier class of that row held) and,
+   under (θ,k), plausible values filling θ categories with need_c values each (`Spread`).
    Deletes, new values and updated sensitive values all shrink those counts; a merge only ever
    grows them, so merging ends. Of the few nearest groups (by the distance below) the nearest
    whose union keeps the promise is taken, else the nearest.
@@ -26,7 +27,8 @@ Information loss still grows over refreshes; `--regroup` starts over (and dbanon
 composition check then says whether the intersection still keeps the promise).
 A persisting row whose plausible values fewer than k rows of the whole table still hold cannot
 be helped by any merge: the guard leaves it out (`History.fixable`) and the composition check
-refuses the run, naming the override.
+refuses the run, naming the override. One whose plausible values the whole table can no
+longer fill to θ categories keeps its k rows and l values in the guard; the check refuses.
 
 Pure arrays in, group ids out; the distance between groups is the k-member one (numeric ranges
 normalised by the domain width, categorical LCA heights) between group centres.

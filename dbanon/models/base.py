@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -226,12 +226,7 @@ class Spread:
     least: int
     category: Mapping[str | None, Hashable]
     need: Mapping[Hashable, int]
-    what: str  # the promise in a sentence's words, e.g. "θ=2 categories"
-
-    def met(self, values: Iterable[str | None]) -> int:
-        """The categories that hold their need among these distinct values."""
-        per: Counter = Counter(self.category[v] for v in set(values) if v in self.category)
-        return sum(n >= self.need[c] for c, n in per.items())
+    what: str  # the promise in a sentence's words, e.g. "θ=2 categories with their values"
 
 
 def audit(
