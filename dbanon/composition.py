@@ -296,11 +296,9 @@ def _categories(
         sql.SQL("CREATE TEMP TABLE {} (t text PRIMARY KEY, cat text, need int4) "
                 "ON COMMIT DROP").format(SPREAD)
     )  # fmt: skip
-    with conn.cursor() as cur:
-        cur.executemany(
-            sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(SPREAD),
-            [(tag_of(v), str(c), int(spread.need[c])) for v, c in spread.category.items()],
-        )
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} FROM STDIN").format(SPREAD)) as copy:
+        for v, c in spread.category.items():  # one per distinct value
+            copy.write_row((tag_of(v), str(c), int(spread.need[c])))
     conn.execute(sql.SQL("ANALYZE {}").format(SPREAD))
     # A class's values: its rows' (or, with buckets, its rows' buckets') values.
     held = sql.SQL(
