@@ -75,7 +75,7 @@ def soak(dsn: str, rows: int, refreshes: int, seed: int = 19) -> dict[str, Any]:
     assert not [r for r in runs if "error" in r], runs
     assert len(check.seen) == refreshes + 1
     assert check.seen[-1][0] > rows * 0.97**refreshes * 0.9  # people present in every release
-    for r in runs[1:]:  # dbanon measured what the attacker found
+    for r in runs[1:]:  # and dbanon's own measure agrees: nobody below
         c = r["composition"]
         assert c["rows_below_k"] == 0 and c["rows_below_categories"] == 0, c
         assert c["min_plausible_categories"] >= THETA, c
