@@ -10,8 +10,12 @@ grouping release measures for each persisting row:
 - plausible rows: rows of its new class whose value is among its plausible values so far;
 - plausible values: its plausible values so far that its new class also holds.
 A run is refused when some persisting row would keep fewer plausible rows than the promised k
-or fewer plausible values than the promised l (or p), unless composition is allowed. Values
-are tagged ('v:' || value, 'n' for NULL) so NULL is a value of its own, as in the models.
+or fewer plausible values than the promised l (or p), unless composition is allowed. A model
+may promise more of the values than their number (`PrivacyModel.spread`): (θ,k) promises θ
+categories each showing need_c distinct values, so a persisting row's plausible values must
+still fill θ categories to their need_c (plausible categories), need_c taken from this run's
+release as its check takes it. Values are tagged ('v:' || value, 'n' for NULL) so NULL is a
+value of its own, as in the models.
 
 A release whose sensitive values are published per bucket apart from the classes (cbg: QIT and
 ST) shows a row's bucket, not its value: there a class holds the values of every bucket its
@@ -27,7 +31,8 @@ key (`rekey` carries it to the new key, docs/composition.md says how people are 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from dbanon.db.stream import Keys
+    from dbanon.models.base import PrivacyModel, Spread
 
 COLUMNS = sql.SQL(
     "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[], "
@@ -64,9 +70,17 @@ class Composition:
     min_plausible_values: int | None  # None without a sensitive column
     rows_below_k: int
     rows_below_l: int
+    # With a promised spread ((θ,k)): the fewest categories that hold their need among a
+    # persisting row's plausible values, and the rows left below the promised number.
+    min_plausible_categories: int | None = None
+    rows_below_categories: int | None = None
 
     def as_dict(self) -> dict[str, int | None]:
-        return asdict(self)
+        """The figures the run records (the spread's only where one was promised)."""
+        out = asdict(self)
+        if self.rows_below_categories is None:
+            del out["min_plausible_categories"], out["rows_below_categories"]
+        return out
 
 
 def tag(col: Column | None, ref: str = "s") -> sql.Composable:
@@ -168,11 +182,24 @@ def map_of(conn: psycopg.Connection, release_id: int) -> sql.Composable:
 
 
 def measure(
-    conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int
-) -> Composition | None:
-    """The intersection figures of this run against all earlier ones (None on a first run)."""
+    conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int,
+    spread: Spread | None = None,
+) -> Composition | None:  # fmt: skip
+    """The intersection figures of this run against all earlier ones (None on a first run);
+    with a `spread`, also how many of its categories every persisting row's plausible values
+    still fill."""
     if not has_map(conn, release_id):
         return None
+    found = _measure(conn, release_id, rows, k, values_needed)
+    if spread is None:
+        return found
+    fewest, below = _categories(conn, release_id, rows, spread)
+    return replace(found, min_plausible_categories=fewest, rows_below_categories=below)
+
+
+def _measure(
+    conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int
+) -> Composition:
     if rows.measured:
         return _figures(conn.execute(
             sql.SQL(
@@ -216,6 +243,92 @@ def measure(
         {"rid": release_id, "k": k, "l": values_needed},
     ).fetchone()
     return _figures(row)
+
+
+SPREAD = sql.Identifier("dbanon_value_spread")  # (t, cat, need): a Spread over tags
+
+
+def tag_of(value: str | None) -> str:
+    """A value (as text, None for NULL) as `tag` writes it."""
+    return "n" if value is None else "v:" + value
+
+
+def value_of(t: str) -> str | None:
+    """The value (as text, None for NULL) a tag stands for."""
+    return None if t == "n" else t.removeprefix("v:")
+
+
+def spread_of(
+    conn: psycopg.Connection, models: Sequence[PrivacyModel],
+    tags: Callable[[], Mapping[str, int]],
+) -> Spread | None:  # fmt: skip
+    """The spread the promised models require of plausible values over time (at most one
+    model promises one: (θ,k)); `tags()` gives the release's rows per tagged value, read
+    only when a model spreads."""
+    spreading = [m for m in models if m.spreads]
+    if not spreading:
+        return None
+    values = {value_of(t): n for t, n in tags().items()}
+    found = [s for m in spreading if (s := m.spread(conn, values)) is not None]
+    if len(found) > 1:
+        raise ValueError("at most one promised model may constrain how values spread")
+    return found[0] if found else None
+
+
+def released_tags(conn: psycopg.Connection, rows: Rows) -> dict[str, int]:
+    """The release's rows per tagged sensitive value (what `spread_of` reads)."""
+    if rows.measured:
+        raise ValueError("a method that measures its own rows promises no spread of values")
+    return dict(conn.execute(
+        sql.SQL("SELECT t, count(*) FROM {} WHERE gid IS NOT NULL AND t IS NOT NULL "
+                "GROUP BY t").format(rows.ident)
+    ).fetchall())  # fmt: skip
+
+
+def _categories(
+    conn: psycopg.Connection, release_id: int, rows: Rows, spread: Spread
+) -> tuple[int | None, int]:
+    """The fewest categories of `spread` that a persisting row's plausible values (its map
+    values among its new class's) fill to their need, and the rows left below its least."""
+    if rows.measured:
+        raise ValueError("a method that measures its own rows promises no spread of values")
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} (t text PRIMARY KEY, cat text, need int4) "
+                "ON COMMIT DROP").format(SPREAD)
+    )  # fmt: skip
+    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} FROM STDIN").format(SPREAD)) as copy:
+        for v, c in spread.category.items():  # one per distinct value
+            copy.write_row((tag_of(v), str(c), int(spread.need[c])))
+    conn.execute(sql.SQL("ANALYZE {}").format(SPREAD))
+    # A class's values: its rows' (or, with buckets, its rows' buckets') values.
+    held = sql.SQL(
+        "SELECT DISTINCT n.gid, bv.t FROM {rows} n JOIN "
+        "(SELECT DISTINCT b, t FROM {rows} WHERE gid IS NOT NULL) bv USING (b) "
+        "WHERE n.gid IS NOT NULL"
+        if rows.buckets
+        else "SELECT DISTINCT gid, t FROM {rows} WHERE gid IS NOT NULL"
+    ).format(rows=rows.ident)
+    fewest, below = conn.execute(
+        sql.SQL(
+            """WITH held AS ({held}),
+               pairs AS (SELECT n.gid, m.vals AS old, count(*) AS members
+                         FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
+                         WHERE n.gid IS NOT NULL AND m.vals IS NOT NULL GROUP BY n.gid, m.vals),
+               cats AS (SELECT p.gid, p.old, sp.cat, count(*) AS n, min(sp.need) AS need
+                        FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+                        JOIN held h ON h.gid = p.gid AND h.t = v
+                        JOIN {spread} sp ON sp.t = v GROUP BY p.gid, p.old, sp.cat),
+               filled AS (SELECT gid, old, count(*) FILTER (WHERE n >= need) AS cats
+                          FROM cats GROUP BY gid, old),
+               judged AS (SELECT p.members, coalesce(f.cats, 0) AS cats FROM pairs p
+                          LEFT JOIN filled f ON f.gid = p.gid AND f.old = p.old)
+               SELECT min(cats), coalesce(sum(members) FILTER (WHERE cats < %(least)s), 0)
+               FROM judged"""
+        ).format(held=held, rows=rows.ident, map=map_of(conn, release_id), spread=SPREAD),
+        {"rid": release_id, "least": spread.least},
+    ).fetchone()
+    conn.execute(sql.SQL("DROP TABLE {}").format(SPREAD))
+    return (None if fewest is None else int(fewest)), int(below)
 
 
 def _figures(row: tuple) -> Composition:

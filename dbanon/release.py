@@ -643,12 +643,18 @@ def compose(
     conn: psycopg.Connection, r: Resolved, rows: composition.Rows | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
-    refuse the run when that breaks the promised k or l (p), unless allowed."""
+    refuse the run when that breaks the promised k, l (p) or spread ((θ,k)'s categories),
+    unless allowed."""
     if rows is None or r.release_id is None:
         return None
     needed = composition.values_needed(r.models)
-    found = composition.measure(conn, r.release_id, rows, r.k or 1, needed)
-    if found is None or allow or not (found.rows_below_k or found.rows_below_l):
+    spread = None if rows.measured else composition.spread_of(
+        conn, r.models, lambda: composition.released_tags(conn, rows)
+    )
+    found = composition.measure(conn, r.release_id, rows, r.k or 1, needed, spread)
+    if found is None or allow or not (
+        found.rows_below_k or found.rows_below_l or found.rows_below_categories
+    ):
         return found
     problems = []
     if found.rows_below_k:
@@ -660,6 +666,11 @@ def compose(
         problems.append(
             f"{found.rows_below_l} persisting rows to fewer than {needed} plausible sensitive "
             f"values (as few as {found.min_plausible_values})"
+        )
+    if found.rows_below_categories and spread is not None:
+        problems.append(
+            f"{found.rows_below_categories} persisting rows to plausible values that fill fewer "
+            f"than {spread.what} (as few as {found.min_plausible_categories})"
         )
     if r.regroup or r.options.get("refresh_policy") == "regroup":
         advice = "refresh with the persist policy, which merges groups until the promise holds"

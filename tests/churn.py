@@ -208,3 +208,36 @@ class LagAttacker:
         self.alive = alive
         self.values = {k: v for k, v in self.values.items() if k[0] in alive}
         return len(alive), fewest_rows, fewest_values
+
+
+def theta_k_needs(values: list[Any], category: dict[Any, Any], k: int, theta: int) -> dict:
+    """need_c of (θ,k)-anonymity from a release's sensitive values (one per row), written
+    out again from its definition: N = max(1, n // k) classes, N_c = min(N, ⌈θ N r_c / n⌉)
+    the category's share, need_c = max(1, min(k // θ, Σ_v min(f_v, N_c) // N_c))."""
+    f: dict[Any, int] = {}
+    for v in values:
+        f[v] = f.get(v, 0) + 1
+    n = len(values)
+    big = max(1, n // k)
+    rows: dict[Any, int] = {}
+    for v, x in f.items():
+        rows[category[v]] = rows.get(category[v], 0) + x
+    share = {c: min(big, -(-theta * big * x // n)) for c, x in rows.items()}
+    supply: dict[Any, int] = {}
+    for v, x in f.items():
+        supply[category[v]] = supply.get(category[v], 0) + min(x, share[category[v]])
+    return {c: max(1, min(k // theta, x // share[c])) for c, x in supply.items()}
+
+
+def fewest_categories(attacker: Attacker, category: dict[Any, Any], need: dict) -> int:
+    """Of the people the attacker has seen in every release, the fewest categories their
+    plausible values fill to need_c (a category's values: those the attacker still finds
+    plausible for her)."""
+    fewest = 10**9
+    for mask in attacker.values.values():
+        per: dict[Any, int] = {}
+        for i, v in enumerate(attacker.dx):
+            if mask >> i & 1:
+                per[category[v]] = per.get(category[v], 0) + 1
+        fewest = min(fewest, sum(n >= need.get(c, 1) for c, n in per.items()))
+    return fewest

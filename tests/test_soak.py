@@ -5,7 +5,8 @@ Every refresh must succeed; every release is checked as it appears, independentl
 its model by a GROUP BY of the released relation (tests/verify.py, verify_cbg.py,
 verify_local.py), and the consumer who kept every release (churn.Attacker for kmember, mondrian,
 thetak and cbg; churn.LagAttacker for lag's NAME, IDTs and STs) finds no person present in all
-of them with fewer than k plausible rows or l plausible values. Stale flags included. CI runs 5
+of them with fewer than k plausible rows or l plausible values (for thetak, plausible values
+filling fewer than θ categories with need_c values each). Stale flags included. CI runs 5
 refreshes of 1,000 rows; the 20-refresh soak of 20,000 rows is marked slow (`dbanon bench
 soak` writes its figures to docs/refresh-soak/).
 """
@@ -21,7 +22,7 @@ import pytest
 import verify
 import verify_cbg
 import verify_local
-from churn import Attacker, LagAttacker
+from churn import Attacker, LagAttacker, fewest_categories, theta_k_needs
 
 from dbanon import bench_soak
 from dbanon.api import Database
@@ -67,6 +68,10 @@ class Checker:
             assert fewest_rows >= K, (method, step, fewest_rows)
             assert fewest_values >= LS.get(method, 1), (method, step, fewest_values)
             self.fewest[method] = (alive, fewest_rows, fewest_values)
+            if method == "thetak":  # θ=2 categories with need_c values each (issue 31)
+                need = theta_k_needs([r[3] for r in released], bench_soak.CATEGORY, K, 2)
+                cats = fewest_categories(attacker, bench_soak.CATEGORY, need)
+                assert cats >= 2, (method, step, cats)
         elif method == "cbg":
             cb = verify_cbg.fetch(self.conn, *result.objects, QI, "dx")
             assert verify_cbg.problems(cb, K, LS["cbg"]) == []
@@ -136,6 +141,7 @@ def soak(
             if r["composition"] is not None:
                 assert r["composition"]["rows_below_k"] == 0
                 assert r["composition"]["rows_below_l"] == 0
+                assert r["composition"].get("rows_below_categories", 0) == 0
     for method in set(bench_soak.METHODS) & set(methods):
         alive = check.fewest[method][0]
         assert alive > rows * (0.97**refreshes) * 0.9  # people present in every release

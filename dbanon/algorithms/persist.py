@@ -15,7 +15,8 @@ intersection is its old group again. So a refresh under the `persist` policy:
    until all keep it. A group keeps its promise when it satisfies the promised models (it may
    have lost rows, or a new row broke its l-diversity) and, for a consumer who kept every
    earlier release (`History`), still leaves each of its persisting rows k plausible rows and
-   l plausible values: rows whose sensitive value every earlier class of that row held.
+   l plausible values (rows whose sensitive value every earlier class of that row held) and,
+   under (θ,k), plausible values filling θ categories with need_c values each (`Spread`).
    Deletes, new values and updated sensitive values all shrink those counts; a merge only ever
    grows them, so merging ends. Of the few nearest groups (by the distance below) the nearest
    whose union keeps the promise is taken, else the nearest.
@@ -26,7 +27,8 @@ Information loss still grows over refreshes; `--regroup` starts over (and dbanon
 composition check then says whether the intersection still keeps the promise).
 A persisting row whose plausible values fewer than k rows of the whole table still hold cannot
 be helped by any merge: the guard leaves it out (`History.fixable`) and the composition check
-refuses the run, naming the override.
+refuses the run, naming the override. One whose plausible values the whole table can no
+longer fill to θ categories keeps its k rows and l values in the guard; the check refuses.
 
 Pure arrays in, group ids out; the distance between groups is the k-member one (numeric ranges
 normalised by the domain width, categorical LCA heights) between group centres.
@@ -35,7 +37,7 @@ normalised by the domain width, categorical LCA heights) between group centres.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,13 +50,32 @@ _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
 
 
 @dataclass(frozen=True)
+class Spread:
+    """A spread the promise asks of plausible values ((θ,k): dbanon.models.base.Spread) over
+    History's value codes: at least `least` categories each holding `need[c]` of the values;
+    `category[code]` is a value's category (-1, or a code past the end: none)."""
+
+    category: np.ndarray
+    need: np.ndarray
+    least: int
+
+    def met(self, codes: np.ndarray) -> int:
+        """The categories that these distinct value codes fill to their need."""
+        codes = codes[codes < len(self.category)]
+        cats = self.category[codes]
+        counts = np.bincount(cats[cats >= 0], minlength=len(self.need))
+        return int(((counts > 0) & (counts >= self.need)).sum())
+
+
+@dataclass(frozen=True)
 class History:
     """What a consumer who kept every earlier release knows of the persisting rows.
 
     `tag[i]`: a code of row i's sensitive value now; `history[i]`: the id of row i's running
     intersection of values (-1 for a new row); `values[h]`: the sorted codes of history h's
     plausible values. The figures are dbanon.composition's: k plausible rows (rows of the
-    class whose value is plausible) and `needed` plausible values (l, or p)."""
+    class whose value is plausible), `needed` plausible values (l, or p) and, with a
+    `spread`, the categories those values must still fill ((θ,k))."""
 
     tag: np.ndarray
     history: np.ndarray
@@ -62,15 +83,26 @@ class History:
     k: int
     needed: int
     codes: dict[str, int] | None = None  # tag -> code, for values of rows no longer here
+    spread: Spread | None = None  # and the spread they must keep ((θ,k)'s categories)
+    waived: frozenset[int] = frozenset()  # histories whose spread no grouping can keep
+
+    def _left(self, values: np.ndarray, h: int) -> bool:
+        """Whether these distinct plausible value codes of history h keep the promise: l
+        values, and the spread's categories (unless waived for h)."""
+        return len(values) >= self.needed and (
+            self.spread is None or h in self.waived
+            or self.spread.met(values) >= self.spread.least
+        )  # fmt: skip
 
     def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
-        """The histories (of those given) that the rows leave short of k rows or l values."""
+        """The histories (of those given) that the rows leave short of k rows, l values or
+        the spread."""
         tags = self.tag[rows]
         present = np.unique(tags)
         return np.array(
             [h for h in histories.tolist()
              if np.isin(tags, self.values[h]).sum() < self.k
-             or len(np.intersect1d(present, self.values[h], assume_unique=True)) < self.needed],
+             or not self._left(np.intersect1d(present, self.values[h], assume_unique=True), h)],
             dtype=np.int64,
         )  # fmt: skip
 
@@ -80,30 +112,34 @@ class History:
         return max([*most, int(self.tag.max(initial=-1))]) + 1
 
     def fixable(self) -> History:
-        """This history without the rows no merge can help (their plausible values are held
-        by fewer than k rows, or fewer than l values are left, in the whole table): the
-        composition check reports those."""
-        hopeless = self._hopeless()
-        if not len(hopeless):
+        """This history without what no merge can help, which the composition check reports:
+        rows whose plausible values are held by fewer than k rows, or fewer than l values are
+        left, in the whole table are left out; where only the spread cannot be kept (its
+        categories' values have left the table), k rows and l values are still kept."""
+        lost, spreadless = self._hopeless()
+        if not len(lost) and not len(spreadless):
             return self
-        history = np.where(np.isin(self.history, hopeless), -1, self.history)
-        return History(self.tag, history, self.values, self.k, self.needed, self.codes)
+        history = np.where(np.isin(self.history, lost), -1, self.history)
+        return replace(self, history=history, waived=frozenset(spreadless.tolist()))
 
-    def _hopeless(self) -> np.ndarray:
+    def _hopeless(self) -> tuple[np.ndarray, np.ndarray]:
         """The histories whose plausible values fewer than k rows, or fewer than l values,
-        of the whole table still hold."""
+        of the whole table still hold; and of the others, those the whole table's values
+        cannot fill to the spread."""
         counts = np.bincount(self.tag[self.tag >= 0], minlength=1)
         counts = np.r_[counts, np.zeros(max(0, self._codes() - len(counts)), dtype=counts.dtype)]
-        return np.array(
-            [h for h, v in enumerate(self.values)
-             if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed],
-            dtype=np.int64,
-        )  # fmt: skip
+        lost, spreadless = [], []
+        for h, v in enumerate(self.values):
+            if counts[v].sum() < self.k or (counts[v] > 0).sum() < self.needed:
+                lost.append(h)
+            elif not self._left(v[counts[v] > 0], h):
+                spreadless.append(h)
+        return np.array(lost, dtype=np.int64), np.array(spreadless, dtype=np.int64)
 
     def hopeless_rows(self) -> np.ndarray:
         """Per row, whether no group of this table can keep its promise (see `fixable`)."""
-        hopeless = self._hopeless()
-        return (self.history >= 0) & np.isin(self.history, hopeless)
+        lost, spreadless = self._hopeless()
+        return (self.history >= 0) & np.isin(self.history, np.r_[lost, spreadless])
 
     def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which candidate rows hold a value some persisting row of the group may have."""

@@ -21,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon import composition, generalise
+from dbanon.algorithms import persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, persist_groups, subset
 from dbanon.algorithms.sealed import seal_groups
@@ -37,6 +38,7 @@ LABELS = sql.Identifier("dbanon_group_labels")  # (gid, label of each categorica
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
+    from dbanon.models.base import Spread
 
 POLICY = Option(
     "refresh_policy",
@@ -308,12 +310,30 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
     ):
         values[h].append(code)
     coded = dict(conn.execute(sql.SQL("SELECT t, code FROM {}").format(TAGS)).fetchall())
+    spread = composition.spread_of(conn, r.models, lambda: dict(conn.execute(
+        sql.SQL("SELECT t, count(*) FROM {} GROUP BY t").format(HISTORY)
+    ).fetchall()))  # fmt: skip
     for table in (rows, HISTORY, TAGS, RUNS):
         conn.execute(sql.SQL("DROP TABLE {}").format(table))
     return History(
         tags, hids, [np.asarray(v, dtype=np.int64) for v in values],
         r.k or 1, composition.values_needed(r.models), coded,
+        None if spread is None else coded_spread(spread, coded),
     )  # fmt: skip
+
+
+def coded_spread(spread: Spread, coded: dict[str, int]) -> persist.Spread:
+    """A promised spread over History's value codes (`coded`: tag -> code); categories are
+    numbered in their sorted order (as text)."""
+    cats = sorted(set(spread.category.values()), key=str)
+    index = {c: i for i, c in enumerate(cats)}
+    category = np.full(max(coded.values(), default=-1) + 1, -1, dtype=np.int64)
+    for t, code in coded.items():
+        v = composition.value_of(t)
+        if v in spread.category:
+            category[code] = index[spread.category[v]]
+    need = np.array([spread.need[c] for c in cats], dtype=np.int64)
+    return persist.Spread(category, need, spread.least)
 
 
 def _shown(

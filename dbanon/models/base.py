@@ -178,6 +178,7 @@ class PrivacyModel(ABC):
 
     needs_sensitive = False
     needs_overall = False  # class_holds reads the whole relation's counts (t-closeness)
+    spreads = False  # `spread` promises something over time ((θ,k))
 
     @property
     @abstractmethod
@@ -204,6 +205,28 @@ class PrivacyModel(ABC):
         """Whether a partition, given as each class's sensitive-value counts, satisfies it."""
         overall = merge(classes) if self.needs_overall else None
         return all(self.class_holds(c, overall) for c in classes)
+
+    def spread(self, conn: psycopg.Connection, values: Counts) -> Spread | None:
+        """What a consumer who intersects every release must still find spread over a
+        persisting person's plausible values, beyond how many there are (l, p: counted by
+        dbanon.composition on their own); `values` is the release's rows per sensitive value
+        (as text, None for NULL). None: the model promises nothing more over time."""
+        return None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A promise on the spread of a set of sensitive values: at least `least` categories
+    each hold at least their `need` of its distinct values ((θ,k): θ categories, need_c
+    values each). It is what a single release's class shows; over time the intersection
+    guard holds a persisting person's plausible values to it, so the promise survives a
+    consumer who keeps every release. `category` maps each value of the release (text, None
+    for NULL) to its category; a value it lacks counts for no category."""
+
+    least: int
+    category: Mapping[str | None, Hashable]
+    need: Mapping[Hashable, int]
+    what: str  # the promise in a sentence's words, e.g. "θ=2 categories with their values"
 
 
 def audit(

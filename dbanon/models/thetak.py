@@ -32,7 +32,7 @@ verdict. In memory, `class_holds` reads counts keyed by (category, value) pairs.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import psycopg
@@ -44,6 +44,7 @@ from dbanon.models.base import (
     Counts,
     Figure,
     PrivacyModel,
+    Spread,
     Target,
     class_summary,
     positive,
@@ -60,6 +61,7 @@ class ThetaKAnonymity(PrivacyModel):
     width: float | None = None  # or: numeric intervals of this width
     needs_sensitive = True
     needs_overall = True
+    spreads = True
 
     def __post_init__(self) -> None:
         self.categories  # noqa: B018 - validates hierarchy/level/width together
@@ -152,6 +154,16 @@ class ThetaKAnonymity(PrivacyModel):
             here[cat].add(value)
         diverse = sum(len(vals) >= need[cat] for cat, vals in here.items())
         return diverse >= self.theta
+
+    def spread(self, conn: psycopg.Connection, values: Counts) -> Spread:
+        """θ categories each holding need_c values, need_c from the release's rows as the
+        check computes it: what a persisting person's plausible values must still span when
+        a consumer intersects every release (dbanon.composition)."""
+        given = [v for v, n in values.items() if n > 0]
+        cats = self.categories.bind(conn).of(given)  # type: ignore[arg-type]
+        category = dict(zip(given, cats, strict=True))
+        need = self.needs(Counter({(category[v], v): int(values[v]) for v in given}))
+        return Spread(self.theta, category, need, f"θ={self.theta} categories with their values")
 
     def needs(self, overall: Counts) -> dict:
         """need_c per category, from the whole relation's rows per (category, value)."""
