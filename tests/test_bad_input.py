@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from helpers import cli, make_table, snapshot
@@ -111,3 +113,55 @@ def test_unreachable_server() -> None:
         "postgresql://nobody@/nodb?host=/nonexistent", "check", "t", "--qi", "a", "--k", "2"
     )
     assert result.exit_code == 2 and result.stderr.startswith("error: cannot connect to PostgreSQL")
+
+
+# --- values no algorithm can measure, keys no view can keep, files that are not UTF-8 -------------
+
+
+def refused(
+    conn: psycopg.Connection, dsn: str, args: list[str], message: str, volatile: tuple = ()
+) -> None:
+    """`args` fail with one line naming the culprit, exit 2, and change nothing; with --json,
+    exactly one JSON object on stdout and nothing on stderr. The rows of `volatile` views
+    (random()) differ at every read: only that they still exist is compared."""
+
+    def state() -> dict:
+        now = snapshot(conn)
+        for name in volatile:
+            now["relations"][name] = now["relations"][name][0]
+        return now
+
+    before = state()
+    result = cli(dsn, *args)
+    assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert state() == before
+    as_json = cli(dsn, "--json", *args)
+    assert as_json.exit_code == 2 and as_json.stderr == "", as_json.stderr
+    assert as_json.stdout.count("\n") == 1, as_json.stdout
+    error = json.loads(as_json.stdout)
+    assert error["exit"] == 2 and message in error["error"], error
+    assert state() == before
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [(b"Oslo;Norge;*\nTroms\xf8;Norge;*\n", "byte 0xf8 on line 2"),
+     ("Oslo;Norge;*\n".encode("utf-16"), "byte 0xff on line 1")],
+    ids=["latin-1", "utf-16"],
+)  # fmt: skip
+def test_hierarchy_file_that_is_not_utf8(
+    conn: psycopg.Connection, dsn: str, tmp_path, content: bytes, where: str  # noqa: ANN001
+) -> None:
+    """Before, a UnicodeDecodeError traceback, exit 1 (issue 31, item 5)."""
+    path = tmp_path / "city.csv"
+    path.write_bytes(content)
+    args = ["hierarchy", "import", "city", str(path)]
+    refused(conn, dsn, args, f"hierarchy file {str(path)!r} is not UTF-8: {where}")
+
+
+def test_spec_file_that_is_not_utf8(conn: psycopg.Connection, dsn: str, tmp_path) -> None:  # noqa: ANN001
+    path = tmp_path / "releases.toml"
+    path.write_bytes(b'[releases.r]\nsource = "src.caf\xe9"\n')
+    refused(conn, dsn, ["apply", str(path)], f"{path}:2: not UTF-8 (byte 0xe9)")
