@@ -303,3 +303,37 @@ def test_spec_file_that_is_not_utf8(conn: psycopg.Connection, dsn: str, tmp_path
     path = tmp_path / "releases.toml"
     path.write_bytes(b'[releases.r]\nsource = "src.caf\xe9"\n')
     refused(conn, dsn, ["apply", str(path)], f"{path}:2: not UTF-8 (byte 0xe9)")
+
+
+@pytest.mark.parametrize("change", ["value", "key"])
+def test_a_refresh_meeting_bad_input_keeps_the_release(
+    people: psycopg.Connection, dsn: str, change: str
+) -> None:
+    """A source that gains an Infinity, or a view redefined to compute its key, after the
+    release was published: the refresh is one line, exit 2, and the release stays as it was;
+    only the run's record (failed, with that line) is new."""
+    people.execute("ALTER TABLE src.people ADD COLUMN score float8")
+    people.execute("UPDATE src.people SET score = id * 1.5")
+    people.execute("CREATE VIEW src.live AS SELECT id, age, city, dx, score FROM src.people")
+    args = ["--source", "src.live", "--key", "id", "--qi", "age,score", "--k", "2"]
+    assert cli(dsn, "publish", "r", *args).exit_code == 0
+    if change == "value":
+        people.execute("UPDATE src.people SET score = 'Infinity' WHERE id = 7")
+        message = "column 'score' of src.live holds Infinity (1 row)"
+    else:
+        people.execute("CREATE OR REPLACE VIEW src.live AS "
+                      "SELECT id * 10 AS id, age, city, dx, score FROM src.people")  # fmt: skip
+        message = "key column 'id' of view src.live is computed by the view"
+    before = snapshot(people)
+    result = cli(dsn, "refresh", "r")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("error: ") and message in result.stderr, result.stderr
+    after = snapshot(people)
+    run = "dbanon.run"
+    assert {k: v for k, v in after["relations"].items() if k != run} == {
+        k: v for k, v in before["relations"].items() if k != run
+    }  # fmt: skip
+    status, error = people.execute(
+        "SELECT status, error FROM dbanon.run ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    assert status == "failed" and message in error
