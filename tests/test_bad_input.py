@@ -337,3 +337,22 @@ def test_a_refresh_meeting_bad_input_keeps_the_release(
         "SELECT status, error FROM dbanon.run ORDER BY id DESC LIMIT 1"
     ).fetchone()
     assert status == "failed" and message in error
+
+
+def test_a_key_is_followed_through_odd_names(people: psycopg.Connection, dsn: str) -> None:
+    """Names with spaces, quotes, brackets, backslashes, a leading colon and unicode are read
+    from the view's rule as PostgreSQL escapes them."""
+    people.execute('CREATE SCHEMA "Sch ema"')
+    people.execute('CREATE TABLE "Sch ema"."Tä""ble" AS '
+                   'SELECT id AS ":Key (1)", age, city FROM src.people')  # fmt: skip
+    people.execute('CREATE VIEW "Sch ema"."V {x}" AS SELECT ":Key (1)" AS "K ey\\ }", age, city '
+                   'FROM "Sch ema"."Tä""ble"')  # fmt: skip
+    people.execute('CREATE VIEW "Sch ema"."W" AS SELECT "K ey\\ }" || \'\' AS "K ey\\ }", age, '
+                   'city FROM "Sch ema"."V {x}"')  # fmt: skip
+    key = "K ey\\ }"
+    args = ["--key", key, "--qi", "age,city", "--k", "2"]
+    result = cli(dsn, "publish", "r", "--source", "Sch ema.V {x}", *args)
+    assert result.exit_code == 0, result.stderr
+    assert people.execute("SELECT count(*) FROM released.r").fetchone()[0] == 30
+    refused(people, dsn, ["publish", "w", "--source", "Sch ema.W", *args],
+            f'key column {key!r} of view "Sch ema"."W" is computed by the view')  # fmt: skip
