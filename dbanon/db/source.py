@@ -13,8 +13,10 @@ the view's rewrite rule rather than guessed from its text.
 
 `Infinity`, `NaN` and `infinity` dates are no place on a line: the algorithms measure ranges,
 distances and noise on numeric and date quasi-identifiers, and one such value turns every
-measure it enters into inf or NaN. They are counted in SQL, named with their column, and
-refused before the build.
+measure it enters into inf or NaN (a numeric double precision cannot hold stops the build's
+cast). They are counted in SQL, one scan, named with their column and rows, and refused
+before the build. Types come from a registry (NOT_FINITE), by base type, so a domain over one
+is checked too.
 """
 
 from __future__ import annotations
