@@ -356,3 +356,21 @@ def test_a_key_is_followed_through_odd_names(people: psycopg.Connection, dsn: st
     assert people.execute("SELECT count(*) FROM released.r").fetchone()[0] == 30
     refused(people, dsn, ["publish", "w", "--source", "Sch ema.W", *args],
             f'key column {key!r} of view "Sch ema"."W" is computed by the view')  # fmt: skip
+
+
+def test_node_tree_reads_escapes_and_datums() -> None:
+    """pg_node_tree as PostgreSQL 18 writes a view's target list (copied from pg_rewrite): an
+    escaped name, a Datum's bytes, empty fields."""
+    from dbanon.db.source import node_tree
+
+    text = (
+        r"({QUERY :targetList ({TARGETENTRY :expr {VAR :varno 1 :varattno 1 :varnullingrels (b)} "
+        r":resno 1 :resname a\ \(b\)\ \{c\}\\ :resorigtbl 16575 :resorigcol 1 :resjunk false} "
+        r"{TARGETENTRY :expr {CONST :consttype 23 :constvalue 4 [ 5 0 0 0 0 0 0 0 ]} :resno 2 "
+        r":resname \5 :resorigtbl 0 :resorigcol 0 :resjunk false}) :cteList <>})"
+    )
+    first, second = node_tree(text)[0]["targetList"]
+    assert first["resname"] == "a (b) {c}\\" and first["resorigtbl"] == "16575"
+    assert first["expr"] == {"": "VAR", "varno": "1", "varattno": "1", "varnullingrels": ["b"]}
+    assert second["expr"]["constvalue"] == ["4", "[", "5", *["0"] * 7, "]"]
+    assert (second["resname"], second["resorigtbl"], second["resorigcol"]) == ("5", "0", "0")
