@@ -133,6 +133,12 @@ class Hierarchy:
                     f"hierarchy file {str(source)!r} is not UTF-8: byte 0x{data[e.start]:02x} on "
                     f"line {line}; save it as UTF-8 (iconv -t UTF-8) and import it again"
                 ) from None
+            if "\0" in text:  # valid UTF-8, but no PostgreSQL text: UTF-16 without its mark
+                line = text[: text.index("\0")].count("\n") + 1
+                raise HierarchyError(
+                    f"hierarchy file {str(source)!r} holds a NUL byte on line {line} (UTF-16?); "
+                    "save it as UTF-8 and import it again"
+                )
             return cls.from_rows(name, _rows(io.StringIO(text, newline=""), source))
         rows = _rows(source, getattr(source, "name", "<stream>"))
         if rows and rows[0] and rows[0][0].startswith("\ufeff"):

@@ -285,9 +285,10 @@ def test_a_key_passed_through_is_accepted(
 
 @pytest.mark.parametrize(
     ("content", "where"),
-    [(b"Oslo;Norge;*\nTroms\xf8;Norge;*\n", "byte 0xf8 on line 2"),
-     ("Oslo;Norge;*\n".encode("utf-16"), "byte 0xff on line 1")],
-    ids=["latin-1", "utf-16"],
+    [(b"Oslo;Norge;*\nTroms\xf8;Norge;*\n", "is not UTF-8: byte 0xf8 on line 2"),
+     ("Oslo;Norge;*\n".encode("utf-16"), "is not UTF-8: byte 0xff on line 1"),
+     ("Oslo;*\nBergen;*\n".encode("utf-16-le"), "holds a NUL byte on line 1")],
+    ids=["latin-1", "utf-16", "utf-16-le"],
 )  # fmt: skip
 def test_hierarchy_file_that_is_not_utf8(
     conn: psycopg.Connection, dsn: str, tmp_path, content: bytes, where: str  # noqa: ANN001
@@ -296,7 +297,7 @@ def test_hierarchy_file_that_is_not_utf8(
     path = tmp_path / "city.csv"
     path.write_bytes(content)
     args = ["hierarchy", "import", "city", str(path)]
-    refused(conn, dsn, args, f"hierarchy file {str(path)!r} is not UTF-8: {where}")
+    refused(conn, dsn, args, f"hierarchy file {str(path)!r} {where}")
 
 
 def test_spec_file_that_is_not_utf8(conn: psycopg.Connection, dsn: str, tmp_path) -> None:  # noqa: ANN001
