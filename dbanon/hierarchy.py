@@ -25,6 +25,15 @@ class HierarchyError(ValueError):
     """A hierarchy file or value that cannot be used; the message names the culprit."""
 
 
+def _rows(f: Iterable[str], where: object) -> list[list[str]]:
+    """The `;`-separated rows of an open file; what csv cannot read (a field past its size
+    limit), or a stream that is not UTF-8, is one line naming the file."""
+    try:
+        return list(csv.reader(f, delimiter=";"))
+    except (csv.Error, UnicodeDecodeError) as e:
+        raise HierarchyError(f"cannot read hierarchy file {str(where)!r}: {e}") from None
+
+
 @dataclass(frozen=True)
 class Hierarchy:
     """A balanced taxonomy tree; node ids are indexes into `labels`, leaves first."""
@@ -110,14 +119,28 @@ class Hierarchy:
         """Read ARX's `value;level1;...;*` format from a path or an open text file."""
         if isinstance(source, (str, Path)):
             try:
-                # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first leaf
-                with open(source, newline="", encoding="utf-8-sig") as f:
-                    return cls.from_rows(name, list(csv.reader(f, delimiter=";")))
+                data = Path(source).read_bytes()
             except OSError as e:
                 raise HierarchyError(
                     f"cannot read hierarchy file {str(source)!r}: {e.strerror}"
                 ) from None
-        rows = list(csv.reader(source, delimiter=";"))
+            try:
+                # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first leaf
+                text = data.decode("utf-8-sig")
+            except UnicodeDecodeError as e:  # a Latin-1 or UTF-16 export: say where, not a trace
+                line = data[: e.start].count(b"\n") + 1
+                raise HierarchyError(
+                    f"hierarchy file {str(source)!r} is not UTF-8: byte 0x{data[e.start]:02x} on "
+                    f"line {line}; save it as UTF-8 (iconv -t UTF-8) and import it again"
+                ) from None
+            if "\0" in text:  # valid UTF-8, but no PostgreSQL text: UTF-16 without its mark
+                line = text[: text.index("\0")].count("\n") + 1
+                raise HierarchyError(
+                    f"hierarchy file {str(source)!r} holds a NUL byte on line {line} (UTF-16?); "
+                    "save it as UTF-8 and import it again"
+                )
+            return cls.from_rows(name, _rows(io.StringIO(text, newline=""), source))
+        rows = _rows(source, getattr(source, "name", "<stream>"))
         if rows and rows[0] and rows[0][0].startswith("\ufeff"):
             rows[0][0] = rows[0][0][1:]
         return cls.from_rows(name, rows)

@@ -34,6 +34,7 @@ from psycopg import sql
 from dbanon import composition, hierarchy_pins, identifying, interrupts, methods, runs
 from dbanon import swap as swap_
 from dbanon.db import catalog, store
+from dbanon.db import source as source_check
 from dbanon.db.catalog import STORE_SCHEMA, Column, Relation
 from dbanon.errors import SHOWN_OFFENDERS, DbanonError, first_line
 from dbanon.hierarchy import Hierarchy
@@ -322,6 +323,7 @@ def resolve(
             f"columns of {source} changed type since release {spec.name!r} was published: "
             f"{'; '.join(changed)}; publish --replace to redefine the release"
         )
+    source_check.require_stable_key(conn, source, key)  # a view's random() key: before any scan
     rows = _check_rows(conn, source, key, qi)
     ks = [m.k for m in models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
     if ks and max(ks) > rows:
@@ -332,6 +334,9 @@ def resolve(
         if column not in spec.qi:
             raise DbanonError(f"hierarchy given for {column!r}, which is not a quasi-identifier")
         hierarchies[column] = catalog.load_hierarchy(conn, hname)
+    if method.finite_qis:  # QIs it measures: numeric and date ones without a hierarchy
+        measured = [c for c in qi if c.kind != catalog.CATEGORICAL and c.name not in hierarchies]
+        source_check.require_finite(conn, source, measured, f"--algorithm {method.name}")
 
     schema, name = catalog.parse_target(spec.target or f"{DEFAULT_SCHEMA}.{spec.name}")
     schema = schema or DEFAULT_SCHEMA

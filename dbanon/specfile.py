@@ -136,9 +136,17 @@ def read(path: str | Path) -> dict[str, Desired]:
     """The releases a file declares; an invalid file is one line naming the file, line and key."""
     path = Path(path)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as e:
         raise DbanonError(f"{path}: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")  # TOML is UTF-8, whatever the locale says
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        raise DbanonError(
+            f"{path}:{line}: not UTF-8 (byte 0x{raw[e.start]:02x}); TOML files are UTF-8"
+        ) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # newlines as read_text() read them
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -32,6 +32,7 @@ class Anatomy(Method):
     shape = "anatomy"
     keeps = False
     sensitive_apart = True
+    finite_qis = False  # its QIs are released as they are, never measured
     releases = (
         "`NAME_qit`: the QIs as they are and a group id; `NAME_st`: per group, each sensitive "
         "value and its count (no `--keep`)"

@@ -189,6 +189,10 @@ class Method(ABC):
     # It releases sensitive values apart from the rows (the anatomy family's buckets): a
     # sensitive column unique for most rows is then no cause for a warning.
     sensitive_apart: ClassVar[bool] = False
+    # It measures its numeric and date QIs (ranges, distances, noise): a QI without a hierarchy
+    # holding Infinity, NaN or an infinite date is refused before the build (dbanon.db.source).
+    # The anatomy family releases QIs as they are, and measures none.
+    finite_qis: ClassVar[bool] = True
     # What it releases, column by column, and the attacker its guarantee holds against: the
     # README's table of releases (dbanon.methods.releases_table).
     releases: ClassVar[str] = ""

@@ -74,6 +74,7 @@ class LAG(LocalAnatomy):
                "refused when it would narrow anyone).", ("persist", "regroup")),
     )  # fmt: skip
     generalises = True
+    finite_qis = True  # unlike local anatomy, it measures its QIs to generalise them
     releases = (
         "as `localanatomy`, with `NAME`'s unflagged values generalised over k-anonymous groups "
         "and a group id (no `--keep`)"

@@ -128,6 +128,7 @@ class LocalAnatomy(Method):
     shape = "localanatomy"  # dbanon.metrics.personal reads it for query error
     keeps = False
     sensitive_apart = True
+    finite_qis = False  # its QIs are released as they are, never measured
     releases = (
         "`NAME`: a random row id and each QI value as it is, the cells people flagged NULL; "
         "per flagged attribute `NAME_ATTR_idt` (row id, bucket id) and `NAME_ATTR_st` (bucket "
