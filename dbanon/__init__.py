@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from dbanon.api import Database
-    from dbanon.release import PublishResult, ReleaseSpec
+    from dbanon.core.spec import ReleaseSpec
+    from dbanon.lifecycle.publish import PublishResult
 
 __all__ = ["Database", "PublishResult", "ReleaseSpec"]
 __version__ = "0.1.0"
@@ -18,8 +19,12 @@ def __getattr__(name: str) -> Any:
         from dbanon.api import Database
 
         return Database
-    if name in ("PublishResult", "ReleaseSpec"):
-        from dbanon import release
+    if name == "PublishResult":
+        from dbanon.lifecycle.publish import PublishResult
 
-        return getattr(release, name)
+        return PublishResult
+    if name == "ReleaseSpec":
+        from dbanon.core.spec import ReleaseSpec
+
+        return ReleaseSpec
     raise AttributeError(f"module 'dbanon' has no attribute {name!r}")

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db.connection import connect, resolve_dsn
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 from dbanon.models import CheckResult, audit, from_options
 from dbanon.models.base import Target
 from dbanon.models.categories import named_hierarchy
@@ -21,7 +21,9 @@ from dbanon.models.crossbucket import BUCKET_ID, BucketTarget
 from dbanon.models.split import backends
 
 if TYPE_CHECKING:  # publishing and scheduling load on first use: an audit needs neither
-    from dbanon.release import Progress, PublishResult, ReleaseSpec
+    from dbanon.core.spec import ReleaseSpec
+    from dbanon.lifecycle.publish import PublishResult
+    from dbanon.lifecycle.resolve import Progress
 
 
 class Database:
@@ -191,7 +193,7 @@ class Database:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
         named in `revoke`); another run of it is waited for up to `wait` seconds; a live
         view is granted to a new role only with `grant_live`."""
-        from dbanon.release import publish
+        from dbanon.lifecycle.publish import publish
 
         return publish(
             self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
@@ -210,7 +212,7 @@ class Database:
         """Rebuild a release as its spec says; `regroup` starts its groups over for this run
         (refused if a consumer keeping earlier releases could then break the promise, unless
         `allow_composition`)."""
-        from dbanon.release import refresh
+        from dbanon.lifecycle.refresh import refresh
 
         return refresh(
             self.conn, name, progress, wait=wait, regroup=regroup,
@@ -225,12 +227,12 @@ class Database:
         progress: Progress | None = None,
     ) -> list[dict[str, Any]]:
         """Refresh every scheduled release that is due (at `now`, default the present)."""
-        from dbanon import schedule
+        from dbanon.lifecycle import schedule
 
         return schedule.refresh_due(self.conn, now=now, force=force, progress=progress)
 
     def schedule(self, name: str, *, every: str | None = None, cron: str | None = None) -> dict:
-        from dbanon import schedule
+        from dbanon.lifecycle import schedule
 
         try:
             data = schedule.set_schedule(self.conn, name, every=every, cron=cron)
@@ -241,7 +243,7 @@ class Database:
             raise
 
     def unschedule(self, name: str) -> bool:
-        from dbanon import schedule
+        from dbanon.lifecycle import schedule
 
         try:
             cleared = schedule.clear_schedule(self.conn, name)
@@ -252,7 +254,7 @@ class Database:
             raise
 
     def schedules(self, now: datetime | None = None) -> list[dict[str, Any]]:
-        from dbanon import schedule
+        from dbanon.lifecycle import schedule
 
         try:
             return schedule.schedules(self.conn, now)
@@ -278,7 +280,7 @@ class Database:
             self.conn.rollback()
 
     def report(self, name: str) -> dict[str, Any]:
-        from dbanon.release import report
+        from dbanon.lifecycle.releases import report
 
         try:
             return report(self.conn, name)
@@ -286,7 +288,7 @@ class Database:
             self.conn.rollback()
 
     def releases(self) -> list[dict[str, Any]]:
-        from dbanon.release import releases
+        from dbanon.lifecycle.releases import releases
 
         try:
             return releases(self.conn)
@@ -297,20 +299,20 @@ class Database:
         self, name: str, roles: Sequence[str], *, wait: float = 0.0, grant_live: bool = False
     ) -> dict[str, Any]:
         """Grant release `name` to `roles`: its spec and its relations at once, no rebuild (a
-        live view only with `grant_live`: see dbanon.grants.refuse_live)."""
-        from dbanon.grants import grant
+        live view only with `grant_live`: see dbanon.lifecycle.grants.refuse_live)."""
+        from dbanon.lifecycle.grants import grant
 
         return grant(self.conn, name, roles, wait, grant_live=grant_live)
 
     def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
         """Revoke release `name` from `roles`: its spec and its relations at once."""
-        from dbanon.grants import revoke
+        from dbanon.lifecycle.grants import revoke
 
         return revoke(self.conn, name, roles, wait)
 
     def show(self, name: str) -> dict[str, Any]:
         """The stored spec of release `name`, as JSON and as `publish` arguments."""
-        from dbanon.grants import show
+        from dbanon.lifecycle.grants import show
 
         try:
             return show(self.conn, name)
@@ -319,7 +321,7 @@ class Database:
 
     def export(self, names: Sequence[str] = ()) -> str:
         """The stored specs (every release, or those named) as one TOML document."""
-        from dbanon import specfile
+        from dbanon.lifecycle import specfile
 
         try:
             return specfile.export(self.conn, list(names) or None)
@@ -329,7 +331,7 @@ class Database:
     def apply(self, path: str, *, plan: bool = False, prune: bool = False) -> list[Any]:
         """Make the catalog match the TOML file at `path` (`plan`: only say what would change;
         `prune`: drop releases the file does not list). Returns the changes."""
-        from dbanon import specfile
+        from dbanon.lifecycle import specfile
 
         wanted = specfile.read(path)
         changes = specfile.plan(self.conn, wanted, prune)
@@ -340,12 +342,12 @@ class Database:
     def drop(self, name: str, wait: float = 0.0) -> list[str]:
         """Drop a release's relations and its catalog entry; returns the relations dropped
         (runs.Busy while a run of it is in progress, after waiting up to `wait` seconds)."""
-        from dbanon.release import drop
+        from dbanon.lifecycle.releases import drop
 
         return drop(self.conn, name, wait)
 
     def uninstall(self) -> dict[str, Any]:
-        """Drop every release, then the catalog (see dbanon.uninstall)."""
-        from dbanon.uninstall import uninstall
+        """Drop every release, then the catalog (see dbanon.lifecycle.uninstall)."""
+        from dbanon.lifecycle.uninstall import uninstall
 
         return uninstall(self.conn, self.dsn)

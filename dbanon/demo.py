@@ -14,6 +14,7 @@ from collections.abc import Collection, Sequence
 from psycopg import sql
 
 from dbanon.api import Database
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import ADULT_COLUMNS, ADULT_HIERARCHIES, ADULT_NUMERIC, adult_rows, hierarchy_file
 from dbanon.data.hospital import (
     HOSPITAL_COLUMNS,
@@ -24,8 +25,9 @@ from dbanon.data.hospital import (
 )
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
-from dbanon.release import Progress, PublishResult, ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
+from dbanon.lifecycle.publish import PublishResult
+from dbanon.lifecycle.resolve import Progress
 
 # The k-member paper's setting: occupation is the sensitive attribute.
 DEMO_QI = ["age", "education_num", "workclass", "marital_status", "race", "sex", "native_country"]
@@ -117,7 +119,7 @@ def prepare(db: Database, progress: Progress | None = None) -> None:
 
 def run_demo(db: Database, k: int = 10, progress: Progress | None = None) -> PublishResult:
     prepare(db, progress)
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         "adult_k10" if k == 10 else f"adult_k{k}",
         "demo.adult",
         "id",
@@ -156,7 +158,7 @@ def run_hospital_demo(
     db: Database, rows: int, k: int = 10, progress: Progress | None = None
 ) -> PublishResult:
     prepare_hospital(db, rows, progress)
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         f"hospital_theta{DEMO_THETA}_k{k}",
         "demo.hospital",
         "id",

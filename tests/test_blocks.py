@@ -9,7 +9,7 @@ import pytest
 from dbanon.algorithms import blocks as bl
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.kmember import kmember
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.metrics.loss import loss_report
 
 # Leaves l0..l11 under m0..m3 under t0, t1 under *.
@@ -100,7 +100,7 @@ def test_the_fix_up_round_never_makes_things_worse() -> None:
 def test_quality_close_to_the_exact_rule(cost: str) -> None:
     # Adult's training set in blocks of 8,000 (exact 7.83 % by heights; without the fix-up
     # round 7.92 %, with it 7.57 %).
-    from dbanon.bench import adult_arrays
+    from dbanon.bench.methods import adult_arrays
 
     qi = adult_arrays()
     exact = loss_report(qi, kmember(qi, 10, cost=cost))

@@ -10,9 +10,9 @@ import pytest
 from alembic import command
 from helpers import cli, cli_json, make_table, snapshot
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import hierarchy_file
 from dbanon.db import catalog
-from dbanon.hierarchy import Hierarchy
 
 
 def test_init_is_idempotent_and_downgrade_removes_everything(dsn: str) -> None:

@@ -213,8 +213,8 @@ def test_the_bucket_measure_by_hand(conn: psycopg.Connection) -> None:
     person 6 left out: class {1,2} holds a..d (2 plausible rows, 4 values), {3,4,5} a..e
     (3 rows, 5 values). Person 6 keeps release 1's values in the map (group -1) and is
     measured again when release 3 brings her back."""
-    from dbanon import composition
     from dbanon.db import catalog
+    from dbanon.setlogic import composition
 
     make_table(conn, "h", "six", [("id", "int"), ("dx", "text")],
                list(zip(range(1, 7), "abcdef", strict=True)))  # fmt: skip

@@ -18,7 +18,7 @@ from helpers import cli_json, make_table
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import persist_groups
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 K, L = 5, 2
 DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina", "ulcer"]

@@ -18,7 +18,7 @@ import pytest
 from helpers import cli_json, snapshot
 from psycopg import sql
 
-from dbanon import bench_scale
+from dbanon.bench import scale as bench_scale
 
 ROWS = 1500
 

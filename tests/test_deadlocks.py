@@ -169,7 +169,7 @@ def test_drop_during_a_refresh_waits_for_it_or_says_busy(
 
 
 def _drop_or_refresh(dsn: str, name: str, drop: bool, barrier: mp.synchronize.Barrier) -> None:
-    from dbanon.runs import Busy
+    from dbanon.lifecycle.runs import Busy
 
     with Database(dsn) as db:
         barrier.wait(timeout=120)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dbanon import docgen
 from dbanon.cli import main
+from dbanon.docsgen import generate as docgen
 from dbanon.errors import DbanonError
 
 
@@ -65,7 +65,7 @@ def test_no_table_of_figures_is_typed_by_hand() -> None:
 def test_a_figure_follows_its_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Change one measurement in a copy of the committed CSV: the block renders the new figure,
     so a page typed from the old one would be stale."""
-    from dbanon import docfigures
+    from dbanon.docsgen import figures as docfigures
 
     src = docgen.ROOT / "docs" / "kmember" / "results.csv"
     (tmp_path / "kmember").mkdir()

@@ -27,10 +27,10 @@ from hypothesis import strategies as st
 from psycopg import sql
 from psycopg.types.range import Range
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 from dbanon.models import (
     AlphaKAnonymity,
     DistinctLDiversity,

@@ -28,10 +28,12 @@ import verify_cbg
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg import sql
 
+from dbanon.core.spec import ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
+from dbanon.lifecycle.resolve import resolve
 from dbanon.methods import methods
 from dbanon.methods.base import BuildContext, Built
 from dbanon.models.specs import from_spec
-from dbanon.release import ReleaseSpec, resolve
 
 DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina"]
 QI = ["age", "region", "sex"]
@@ -468,7 +470,7 @@ def spec_models(method: str, args: Sequence[str]) -> list[dict[str, Any]]:
         if flag in flags:
             key, kind = flags[flag]
             options[key] = kind(value)
-    return ReleaseSpec.from_options("x", "s.t", "id", QI, method=method, **options).models
+    return release_spec("x", "s.t", "id", QI, method=method, **options).models
 
 
 @pytest.mark.parametrize("method", sorted(n for n in CASES if CASES[n].promises))

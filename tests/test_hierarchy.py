@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
+from dbanon.core.hierarchy import Hierarchy, HierarchyError
 from dbanon.data import hierarchy_file
-from dbanon.hierarchy import Hierarchy, HierarchyError
 
 ROWS = [
     ["a1", "A", "*"],

@@ -161,7 +161,7 @@ def test_a_replace_during_a_publish_never_leaves_a_view_on_a_deleted_version(
     still sees the old version, which nothing pins yet; the run must not pin a version the
     replace has deleted, so it fails (one line, nothing published), and the next one takes the
     new version."""
-    from dbanon.hierarchy import Hierarchy
+    from dbanon.core.hierarchy import Hierarchy
     from dbanon.methods.fulldomain import FullDomain
 
     real = FullDomain.build

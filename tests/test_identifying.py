@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from helpers import cli, cli_json, make_table, snapshot
 
 from dbanon.cli import main
-from dbanon.release import ReleaseSpec
+from dbanon.core.spec import ReleaseSpec
 
 ROWS = 240
 CITIES = ["Lyon", "Nantes", "Lille", "Metz"]

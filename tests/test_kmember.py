@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from dbanon.algorithms import kmember as km
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.kmember import kmember
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.metrics.loss import leaf_share, loss_report, node_weights
 
 # Leaves l0..l11 under m0..m3 under t0, t1 under *: a height-3 tree; node ids of leaves are 0..11.
@@ -293,7 +293,7 @@ def test_ncp_cost_and_furthest_seeding_give_the_reference_figure_on_adult() -> N
     """The reference implementation (the same greedy rule with Xu et al.'s NCP as the cost
     and the seed furthest from the previous one) reaches NCP 12.55 % on Adult's first 8,000
     rows, 8 QIs, k=10: ours must be within 0.5 pt, whatever the first random seed."""
-    from dbanon.bench import adult_arrays
+    from dbanon.bench.methods import adult_arrays
 
     qi = adult_arrays(8000)
     for seed in range(3):

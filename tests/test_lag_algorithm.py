@@ -10,7 +10,7 @@ import pytest
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import generalise, leaf_order, ncp, qi_partition
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 H = Hierarchy.from_rows("h", [[v, "ab" if v in "ab" else "cd", "*"] for v in "abcd"])
 

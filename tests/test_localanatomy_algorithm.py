@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import generalise
 from dbanon.algorithms.localanatomy import Principle, bucketise
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 
 def eligible_multiset(draw: st.DrawFn) -> tuple[list[int], int]:

@@ -58,7 +58,7 @@ def test_published_release_reads_as_the_algorithm_built_it(dsn: str) -> None:
     # reordered on the way through publish.
     import numpy as np
 
-    from dbanon.flags import draw
+    from dbanon.core.flags import draw
     from dbanon.metrics import queries
     from dbanon.metrics.personal import exposure
 

@@ -81,7 +81,7 @@ def test_a_consumer_cannot_block_a_refresh(
         code, out = cli_json(dsn, "refresh", "--due", "--force", "--now", "2999-01-01T00:00")
         assert code == 0 and out["results"][0]["outcome"] == "refreshed", out
         # A new grant on the schema is kept waiting, never indefinitely: one line, no change.
-        monkeypatch.setattr("dbanon.runs.USAGE_PATIENCE", 1.0)
+        monkeypatch.setattr("dbanon.lifecycle.runs.USAGE_PATIENCE", 1.0)
         code, out = cli_json(dsn, "grant", "w", "pg_monitor")
         assert code == 2 and "another session holds the privileges of schema" in out["error"]
         c.rollback()
@@ -98,6 +98,7 @@ def test_a_consumer_cannot_block_a_refresh(
 
 HOLDER = """
 import sys, time
+from dbanon.lifecycle.declare import release_spec
 from dbanon.api import Database
 def say(msg):
     if msg.startswith("verifying"):
@@ -134,12 +135,12 @@ def test_the_run_lock_is_the_catalog_row_and_no_advisory_lock(
 FIRST = """
 import sys, time
 from dbanon.api import Database
-from dbanon.release import ReleaseSpec
+from dbanon.core.spec import ReleaseSpec
 def say(msg):
     if msg.startswith("verifying"):
         print("at", msg, flush=True)
         time.sleep(float(sys.argv[2]))
-spec = ReleaseSpec.from_options("fresh", "h.ward", "id", ["age", "region"], k=4)
+spec = release_spec("fresh", "h.ward", "id", ["age", "region"], k=4)
 with Database(sys.argv[1]) as db:
     db.publish(spec, say)
 """

@@ -18,8 +18,8 @@ from alembic import command
 from helpers import cli, cli_json
 from psycopg import sql
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
-from dbanon.hierarchy import Hierarchy
 
 V1 = json.loads((Path(__file__).parent / "data" / "catalog_v1.json").read_text())["releases"]
 WARD = """CREATE SCHEMA src;

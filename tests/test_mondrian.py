@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.mondrian import mondrian
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 TREE = Hierarchy.from_rows(
     "t",

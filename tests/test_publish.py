@@ -14,7 +14,7 @@ import verify
 from helpers import cli, cli_json, make_table, snapshot
 from psycopg.types.range import Range
 
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.methods import grouped
 from dbanon.methods.kmember import KMember
 

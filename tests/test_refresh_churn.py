@@ -17,7 +17,7 @@ from helpers import cli_json, make_table
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, moved, persist_groups
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 K = 5
 

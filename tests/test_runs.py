@@ -23,7 +23,7 @@ from helpers import cli_json, make_table, snapshot, stray_builds
 from psycopg import sql
 
 from dbanon.api import Database
-from dbanon.release import ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
 
 DX = ["flu", "asthma", "diabetes", "cancer", "gout", "angina"]
 
@@ -114,7 +114,7 @@ def _publish_loop(
 ) -> None:
     with Database(dsn) as db:
         for i in range(times):
-            spec = ReleaseSpec.from_options(
+            spec = release_spec(
                 f"{who}{i}", "h.ward", "id", ["age", "region"], k=5,
                 target=f"fresh{i}.{who}", grants=[role],
             )  # fmt: skip

@@ -20,7 +20,7 @@ from helpers import cli, cli_json, make_table, stored_kind
 
 from dbanon import methods
 from dbanon.api import Database
-from dbanon.release import ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
 
 LEAVES = [f"{z:05d}" for z in range(13000, 13040)]  # 40 zip codes, 2 levels above them
 
@@ -64,7 +64,7 @@ def test_publish_reads_the_hierarchy_map_once_however_often_it_was_reimported(
     def publish(name: str) -> int:
         with Database(dsn) as db:
             before = map_reads(db.conn)
-            spec = ReleaseSpec.from_options(
+            spec = release_spec(
                 name, "s.t", "id", ["zip", "age"], method=method, k=2,
                 hierarchies={"zip": "zips"}, target=f"out_{name}.{name}",
             )  # fmt: skip
@@ -148,7 +148,7 @@ def test_a_view_release_is_evaluated_once_to_verify_it(dsn: str) -> None:
     def scans(name: str, **models: float) -> int:
         with Database(dsn) as db:
             before = source_scans(db.conn, "w")
-            spec = ReleaseSpec.from_options(
+            spec = release_spec(
                 name, "s.w", "id", ["age", "sex"], sensitive=["dx"], method="fulldomain",
                 options={"as": "view", "max_suppression": 0.05}, target=f"out_{name}.{name}",
                 **models,
@@ -254,7 +254,7 @@ def test_long_phases_report_rows_streamed_and_blocks_clustered(dsn: str) -> None
                    rows)  # fmt: skip
     heard: list[str] = []
     with Database(dsn) as db:
-        spec = ReleaseSpec.from_options(
+        spec = release_spec(
             "p", "s.p", "id", ["age", "zip"], method="kmember", k=5,
             options={"block_size": 200}, target="out_p.p",
         )  # fmt: skip

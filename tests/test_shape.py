@@ -89,7 +89,8 @@ def test_cli_names_no_method_and_no_experiment() -> None:
     """The CLI builds `publish` options, experiments and benches from their registries: no
     string in it is a method's, an experiment's or a bench's name (a command of its own, such
     as `check`, is the command's name)."""
-    from dbanon import methods, runners
+    from dbanon import methods
+    from dbanon.bench import runners
     from dbanon.cli import COMMANDS
 
     names = set(methods.methods()) | set(runners.experiments()) | set(runners.benches())
@@ -131,8 +132,8 @@ def test_an_audit_starts_without_what_publishing_needs() -> None:
         "import sys\nfrom click.testing import CliRunner\nfrom dbanon.cli import main\n"
         "CliRunner().invoke(main, ['check', '--help'], catch_exceptions=False)\n"
         "import dbanon.api, dbanon.models  # what the check runs\n"
-        "print(' '.join(m for m in ('dbanon.release', 'dbanon.schedule', 'dbanon.methods.base', "
-        "'numpy') if m in sys.modules))"
+        "print(' '.join(m for m in ('dbanon.lifecycle.publish', 'dbanon.lifecycle.schedule', "
+        "'dbanon.methods.base', 'numpy') if m in sys.modules))"
     )
     loaded = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True

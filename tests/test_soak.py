@@ -24,9 +24,9 @@ import verify_cbg
 import verify_local
 from churn import Attacker, LagAttacker, fewest_categories, theta_k_needs
 
-from dbanon import bench_soak
 from dbanon.api import Database
-from dbanon.release import PublishResult
+from dbanon.bench import soak as bench_soak
+from dbanon.lifecycle.publish import PublishResult
 
 QI = ["age", "region", "income"]
 K = 5

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from dbanon.algorithms import thetak as tk
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.thetak import thetak, thetak_detail
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.models.thetak import ThetaKAnonymity
 
 TREE = Hierarchy.from_rows("tree", [[f"l{i}", f"m{i // 3}", f"t{i // 6}", "*"] for i in range(12)])

@@ -25,14 +25,15 @@ import verify
 from churn import Attacker, fewest_categories, theta_k_needs
 from helpers import cli, cli_json, make_table
 
-from dbanon import bench_soak, composition
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, Spread, persist_groups
 from dbanon.api import Database
+from dbanon.bench import soak as bench_soak
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
-from dbanon.hierarchy import Hierarchy
+from dbanon.lifecycle.publish import PublishResult
 from dbanon.models.base import Spread as Promised
-from dbanon.release import PublishResult
+from dbanon.setlogic import composition
 
 K, THETA = 5, 2
 QI = ["age", "region", "income"]

@@ -7,7 +7,7 @@ import psycopg
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dbanon.generalise import read_value_set, value_set
+from dbanon.core.generalise import read_value_set, value_set
 
 VALUES = st.lists(st.text(max_size=6), min_size=1, max_size=5, unique=True)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.hierarchy import Hierarchy
 
 # (θ,k)'s ways of placing rows left over (dbanon.algorithms.thetak), here so that the method's
 # options can name them without importing the numba-compiled module.

@@ -73,7 +73,7 @@ class History:
 
     `tag[i]`: a code of row i's sensitive value now; `history[i]`: the id of row i's running
     intersection of values (-1 for a new row); `values[h]`: the sorted codes of history h's
-    plausible values. The figures are dbanon.composition's: k plausible rows (rows of the
+    plausible values. The figures are dbanon.setlogic.composition's: k plausible rows (rows of the
     class whose value is plausible), `needed` plausible values (l, or p) and, with a
     `spread`, the categories those values must still fill ((θ,k))."""
 

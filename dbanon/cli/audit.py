@@ -163,7 +163,7 @@ def check(
     risk = risk_asked(is_release, qi, risk_args)
     results = []
     if is_release:
-        from dbanon.release import recheck
+        from dbanon.lifecycle.verify import recheck
 
         with c.db() as db:
             results = recheck(db.conn, relation)

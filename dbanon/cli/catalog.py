@@ -185,7 +185,7 @@ def methods_command(c: Ctx, markdown: bool, releases: bool) -> None:
 @click.pass_obj
 def docs_command(c: Ctx, check: bool) -> None:
     """Regenerate the generated blocks of README.md and docs/ (tables, figures, CLI reference)."""
-    from dbanon import docgen
+    from dbanon.docsgen import generate as docgen
 
     files = docgen.stale() if check else docgen.write()
     key = "stale" if check else "changed"
@@ -283,7 +283,7 @@ def flags_generate(
     c: Ctx, source: str, key: str, columns: list[str], density: float, into: str, seed: int
 ) -> None:
     """Flag a seeded share of each column's values (for experiments and the demo)."""
-    from dbanon import flags
+    from dbanon.core import flags
 
     with c.db() as db:
         rel = catalog.relation(db.conn, source)

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 import click
 import psycopg
 
+from dbanon.core.hierarchy import HierarchyError
 from dbanon.db import catalog
 from dbanon.errors import DbanonError, first_line
-from dbanon.hierarchy import HierarchyError
 
 if TYPE_CHECKING:
     from dbanon.api import Database
@@ -182,9 +182,9 @@ Group.group_class = Group
 
 
 def interruptible(run: Callable[[], Any]) -> Any:
-    """Run a command under dbanon's SIGINT/SIGTERM handlers (dbanon.interrupts): after a
+    """Run a command under dbanon's SIGINT/SIGTERM handlers (dbanon.lifecycle.interrupts): after a
     signal, whatever the command ended with, print one line and exit 130 (SIGINT) or 143."""
-    from dbanon import interrupts
+    from dbanon.lifecycle import interrupts
 
     interrupts.reset()
     with interrupts.handled():

@@ -27,8 +27,8 @@ from dbanon.cli.common import (
 )
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
+from dbanon.lifecycle.declare import release_spec
 from dbanon.methods import Option
-from dbanon.release import ReleaseSpec
 
 
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
@@ -211,7 +211,7 @@ def publish(
     """Publish release NAME of a source table (see `dbanon methods`)."""
     hmap = pairs(hierarchies, "--hierarchy")
     options = {n[len("method_") :]: v for n, v in method_opts.items() if v is not None}
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         name, source, key, qi, sensitive=sensitive, method=algorithm, k=k, l=l_, l_kind=l_kind,
         c=c_, t=t_, t_ground=t_ground, alpha=alpha, alpha_value=alpha_value, p=p_, theta=theta,
         sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
@@ -272,7 +272,7 @@ def refresh(
         with c.db() as db, c.progress() as say:
             results = db.refresh_due(now=when, force=force, progress=say)
 
-        from dbanon.schedule import exit_code
+        from dbanon.lifecycle.schedule import exit_code
 
         def human() -> None:
             for r in results:
@@ -313,7 +313,7 @@ def _figure(value: Any) -> str:
 def evaluate(c: Ctx, name: str, n: int, seed: int) -> None:
     """Query error of release NAME (a seeded SUM workload, bounds against the source's exact
     answers), with its DM and the exposure its run recorded."""
-    from dbanon.metrics.evaluate import evaluate as run
+    from dbanon.lifecycle.evaluate import evaluate as run
 
     with c.db() as db:
         data = run(db.conn, name, n, seed)

@@ -1,5 +1,5 @@
 """`dbanon experiment` and `dbanon bench`: commands built from the registered runners
-(dbanon.runners), so this module names no experiment and no benchmark.
+(dbanon.bench.runners), so this module names no experiment and no benchmark.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from dbanon import runners
+from dbanon.bench import runners
 from dbanon.cli.common import Command, Ctx, Table, fails_cleanly, group, out
 from dbanon.db import catalog
 from dbanon.errors import DbanonError

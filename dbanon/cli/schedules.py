@@ -65,7 +65,7 @@ def schedule_list(c: Ctx) -> None:
 def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
     """Print (or write) what runs `dbanon refresh --due` every few minutes, against the server
     this command reaches; a password goes into a passfile of mode 0600, never into the job."""
-    from dbanon import schedule as sched
+    from dbanon.lifecycle import schedule as sched
 
     data = sched.install(kind or "", c.dsn, write)
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import hierarchy_file
-from dbanon.hierarchy import Hierarchy
 
 HOSPITAL_ROWS = 30000
 HOSPITAL_SEED = 2019  # the paper's year

@@ -16,8 +16,8 @@ from importlib.resources import files
 import psycopg
 from psycopg import sql
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 
 NUMERIC, DATE, CATEGORICAL = "numeric", "date", "categorical"
 
@@ -254,7 +254,7 @@ def store_hierarchy(
     """Write a hierarchy into the catalog (nodes and the leaf-to-label map), in the caller's
     transaction. Replacing one that releases use is refused unless `force`; then the version
     they were verified with is retired, not deleted: a live view keeps reading it until its
-    release's next refresh takes the new one (dbanon.hierarchy_pins)."""
+    release's next refresh takes the new one (dbanon.lifecycle.hierarchy_pins)."""
     require_catalog(conn)
     current = conn.execute(
         "SELECT id, version FROM dbanon.hierarchy WHERE name = %s AND retired_at IS NULL "

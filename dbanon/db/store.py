@@ -1,7 +1,7 @@
 """The private store (schema `dbanon_store`, migration 0012): the relations behind released views.
 
 Consumers read a release through a view in its target schema that selects everything from one
-relation here (dbanon.swap). This module looks those links up in PostgreSQL's catalog.
+relation here (dbanon.lifecycle.swap). This module looks those links up in PostgreSQL's catalog.
 """
 
 from __future__ import annotations

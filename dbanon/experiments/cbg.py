@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import hierarchy_file
 from dbanon.data.salary import (
     SALARY_HIERARCHIES,
@@ -36,7 +37,7 @@ from dbanon.data.salary import (
     load_salary,
 )
 from dbanon.db import catalog
-from dbanon.hierarchy import Hierarchy
+from dbanon.lifecycle.declare import release_spec
 
 LS = (2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
 K = 3  # Figs 3.6-3.8
@@ -73,12 +74,13 @@ def publish_one(
 ) -> tuple[str, dict[str, Any]]:
     """Publish one release of the salary table, afresh (an earlier one of the name is dropped:
     a replace would keep its groups and measure against it); returns its name and figures."""
-    from dbanon.release import ReleaseSpec, drop, publish
+    from dbanon.lifecycle.publish import publish
+    from dbanon.lifecycle.releases import drop
 
     name = f"exp_{method}_k{k or 0}_l{ell}"
     if conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [name]).fetchone():
         drop(conn, name)
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         name, source, SALARY_KEY, SALARY_QI, sensitive=["salary"], method=method, k=k, l=ell,
         l_kind="frequency" if method == "mondrian" else None,
         options={"seed": 0} if method == "anatomy" else None,
@@ -92,8 +94,8 @@ def measure(
     conn: psycopg.Connection, source: str, method: str, k: int | None, ell: int, queries: int,
     seed: int,
 ) -> dict[str, Any]:  # fmt: skip
-    from dbanon.metrics.evaluate import evaluate
-    from dbanon.release import drop
+    from dbanon.lifecycle.evaluate import evaluate
+    from dbanon.lifecycle.releases import drop
 
     started = time.perf_counter()
     name, m = publish_one(conn, source, method, k, ell)

@@ -1,5 +1,5 @@
 """The papers' experiments as `dbanon experiment NAME` commands: each one's options, the call
-into its module and the tables a person reads (dbanon.runners builds the commands)."""
+into its module and the tables a person reads (dbanon.bench.runners builds the commands)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from dbanon.runners import Param, Report, Runner, Session, Table, experiment, wrote
+from dbanon.bench.runners import Param, Report, Runner, Session, Table, experiment, wrote
 
 
 def _out(name: str) -> Param:

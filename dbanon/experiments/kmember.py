@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.bench import adult_arrays
+from dbanon.bench.methods import adult_arrays
 from dbanon.metrics.loss import loss_report
 
 KS = (2, 5, 10, 20, 50, 100)

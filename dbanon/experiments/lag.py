@@ -22,6 +22,7 @@ import numpy as np
 
 from dbanon.algorithms.lag import discernibility, generalise, ncp
 from dbanon.algorithms.localanatomy import Principle
+from dbanon.core.flags import draw
 from dbanon.experiments.localanatomy import (
     SALARY,
     T,
@@ -34,7 +35,6 @@ from dbanon.experiments.localanatomy import (
     qi_arrays,
     view,
 )
-from dbanon.flags import draw
 from dbanon.metrics import queries
 from dbanon.metrics.personal import exposure
 

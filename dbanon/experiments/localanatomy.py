@@ -8,7 +8,7 @@ setting. What is not particular to the chapter lives in dbanon.metrics and dbano
 Setting (Table 4.5, with the cross-bucket issue's salary stand-in on Adult, dbanon.data.salary,
 for the thesis's IPUMS extract): 17,629 rows; QI sex, relationship, marital status, race,
 education, hours per week; semi-sensitive age and occupation, a share `density` of each flagged
-by the seeded generator (dbanon.flags.draw) and kept as a flags relation; salary sensitive
+by the seeded generator (dbanon.core.flags.draw) and kept as a flags relation; salary sensitive
 (every value). Every local-anatomy release is published through dbanon's lifecycle (`publish
 --method localanatomy`: validation, the method, the independent gate) from a table of the
 sample, and its released relations are read back (dbanon.metrics: boxes and buckets for the
@@ -44,8 +44,9 @@ from psycopg import sql
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.localanatomy import Principle, deal, local_anatomy
-from dbanon.flags import draw
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.flags import draw
+from dbanon.core.hierarchy import Hierarchy
+from dbanon.lifecycle.declare import release_spec
 from dbanon.metrics import queries
 from dbanon.metrics.boxes import Attribute, Bucketed
 from dbanon.metrics.personal import View, exposure
@@ -281,7 +282,7 @@ def publish_la(
     method, the independent gate) and read the released relations back. l is never capped:
     an attribute whose flagged values are not l-eligible is not released at this l (its
     column left out of the release and of its flags), reported infeasible by the caller."""
-    from dbanon.release import ReleaseSpec, publish
+    from dbanon.lifecycle.publish import publish
 
     given = principles or {}
     feasible = [c for c in flags if c in given
@@ -297,7 +298,7 @@ def publish_la(
     if given:
         options["principle"] = ",".join(f"{c}={p.kind}:{p.value:g}" for c, p in given.items())
     name = "exp_la"
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         name, source, KEY, qi, sensitive=[SALARY], method="localanatomy", l=ell,
         options=options, target=f"{TARGET}.{name}",
     )  # fmt: skip

@@ -42,6 +42,7 @@ from psycopg import sql
 from dbanon.data import ADULT_COLUMNS, ADULT_NUMERIC, ADULT_TRAIN_ROWS, adult_rows
 from dbanon.errors import DbanonError
 from dbanon.experiments.stats import FAILS, HOLDS, at_least, spread
+from dbanon.lifecycle.declare import release_spec
 
 if TYPE_CHECKING:
     from dbanon.api import Database
@@ -153,8 +154,10 @@ def run(
 ) -> dict[str, Any]:
     """Both methods on every data set for every k; results.csv, auc.png and time.png."""
     from dbanon.demo import load_table
+    from dbanon.lifecycle.publish import publish
+    from dbanon.lifecycle.releases import drop
+    from dbanon.lifecycle.resolve import resolve
     from dbanon.methods.projection import onehot_features
-    from dbanon.release import ReleaseSpec, drop, publish, resolve
 
     conn = db.conn
     say = progress or (lambda _msg: None)
@@ -173,7 +176,7 @@ def run(
                 options: dict[str, Any] = {"bins": BINS}
                 if method == "rfka":
                     options |= {"features": "onehot", "trees": trees, "seed": seed}
-                spec = ReleaseSpec.from_options(
+                spec = release_spec(
                     f"exp_{method}_{name}", source, "id", d["qi"], sensitive=[d["label"]],
                     method=method, k=max(k, 2), options=options, target=f"{OUT}.{method}_{name}",
                 )  # fmt: skip

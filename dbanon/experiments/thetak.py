@@ -35,11 +35,11 @@ from typing import Any
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.bench import adult_arrays, hospital_arrays
+from dbanon.bench.methods import adult_arrays, hospital_arrays
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import ADULT_COLUMNS, ADULT_TRAIN_ROWS, adult_rows, hierarchy_file
 from dbanon.data.hospital import HOSPITAL_ROWS
 from dbanon.experiments.stats import HOLDS, at_least, spread
-from dbanon.hierarchy import Hierarchy
 from dbanon.metrics.loss import loss_report
 from dbanon.metrics.vulnerability import vulnerability_in_memory
 from dbanon.models.thetak import ThetaKAnonymity

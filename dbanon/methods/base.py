@@ -34,13 +34,13 @@ from typing import Any, ClassVar
 import psycopg
 from psycopg import sql
 
+from dbanon.core.hierarchy import Hierarchy
+from dbanon.core.spec import ReleaseSpec
 from dbanon.db.catalog import CATEGORICAL, STORE_SCHEMA, Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
-from dbanon.hierarchy import Hierarchy
 from dbanon.models import PrivacyModel
 from dbanon.models.base import CheckResult, Target
 from dbanon.models.specs import MODEL_KINDS, kind_of
-from dbanon.spec import ReleaseSpec
 
 Progress = Callable[[str], None]
 
@@ -183,7 +183,8 @@ class Method(ABC):
     # How its relations read to the metrics (dbanon.metrics.queries.REGISTRY): "generalised"
     # (one table, QIs generalised per class), "anatomy", "cbg", "perturbed", ...
     shape: ClassVar[str] = "generalised"
-    # It can release `--keep` columns beside its QIs (dbanon.identifying); the anatomy family
+    # It can release `--keep` columns beside its QIs (dbanon.lifecycle.identifying); the
+    # anatomy family
     # cannot: its QI table and its sensitive table are joined by group, not by row.
     keeps: ClassVar[bool] = True
     # It releases sensitive values apart from the rows (the anatomy family's buckets): a
@@ -268,7 +269,8 @@ class Method(ABC):
 
     def group_map(self, r: Resolved) -> sql.Composable | None:
         """A relation of (key text, gid int): each source row's group in the built release, for
-        methods whose groups persist across refreshes (dbanon.composition); None otherwise."""
+        methods whose groups persist across refreshes (dbanon.setlogic.composition); None
+        otherwise."""
         return None
 
     def recorded(  # noqa: B027
@@ -370,7 +372,7 @@ class Resolved:
     @property
     def released_columns(self) -> list[Column]:
         """The source columns a release shows of a row (QIs, sensitive, kept): what the map's
-        fingerprint covers (dbanon.composition.fingerprint)."""
+        fingerprint covers (dbanon.setlogic.composition.fingerprint)."""
         return [*self.qi, *self.sensitive, *self.keep]
 
     def is_categorical(self, col: Column) -> bool:

@@ -32,7 +32,7 @@ The verification gate checks k-anonymity of QIT and cross-bucket l-diversity (3.
 ST (dbanon.models.crossbucket). A refresh under the default `persist` policy keeps every
 persisting row in its unit (its T_gen, or the units it was merged with: dbanon.algorithms.
 cbg_persist) and the run measures what intersecting the releases leaves each persisting person
-(dbanon.composition, bucket form): refused below (k,l) unless --allow-composition.
+(dbanon.setlogic.composition, bucket form): refused below (k,l) unless --allow-composition.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import composition
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
@@ -57,6 +56,7 @@ from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
 from dbanon.models.specs import kind_of
+from dbanon.setlogic import composition
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved

@@ -26,12 +26,12 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import composition
 from dbanon.algorithms.cbg import block_size, cross_bucket
 from dbanon.algorithms.cbg_persist import Layout, deal, layout, unit_holds
 from dbanon.algorithms.sealed import seal_groups
 from dbanon.db.stream import Keys
 from dbanon.methods.grouped import _shown, history
+from dbanon.setlogic import composition
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -134,7 +134,7 @@ def stage_waiting(
     conn: psycopg.Connection, stage: sql.Identifier, keys: list[str], block: np.ndarray
 ) -> None:
     """Rows waiting in a block go into the stage with no group and their block (column w),
-    which the map keeps (dbanon.composition's bucket form)."""
+    which the map keeps (dbanon.setlogic.composition's bucket form)."""
     conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN w int4").format(stage))
     waiting = np.flatnonzero(block >= 0)
     with conn.cursor() as cur, cur.copy(

@@ -4,7 +4,7 @@ The least-loss node of the hierarchy lattice is found with GROUP BY counts and m
 pruning (dbanon.setlogic.fulldomain); the release is one SELECT over the source, materialised as
 a table or published as a live view (`--as view`) that generalises and suppresses at every read.
 Interval and calendar levels read as k-member's and Mondrian's ranges do (`--ranges text|typed`,
-dbanon.generalise), so a column reads the same whichever method published it.
+dbanon.core.generalise), so a column reads the same whichever method published it.
 """
 
 from __future__ import annotations

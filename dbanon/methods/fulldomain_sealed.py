@@ -28,12 +28,12 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import composition
 from dbanon.algorithms.sealed import seal_groups
 from dbanon.db.catalog import Relation
 from dbanon.db.stream import Keys, copy_in_ids, copy_out
 from dbanon.errors import DbanonError
 from dbanon.methods.grouped import GroupingMethod, _shown, history, stage_blocks, staged
+from dbanon.setlogic import composition
 from dbanon.setlogic.fulldomain import release_select
 from dbanon.setlogic.hierarchies import AnyHierarchy, CalendarHierarchy, IntervalHierarchy
 

@@ -3,8 +3,8 @@
 stream key, QI (and sensitive) columns out with COPY into numpy arrays; the algorithm returns a
 group id per row (pure code); the ids stream back with COPY into a temporary staging table; one
 CREATE TABLE AS joins source and ids and generalises every QI per group — numeric and date QIs to
-their [min, max] (text or typed range, dbanon.generalise), categorical ones to the label of their
-lowest common ancestor, or without a hierarchy to the set of values present (labelled once per
+their [min, max] (text or typed range, dbanon.core.generalise), categorical ones to the label of
+their lowest common ancestor, or without a hierarchy to the set of values present (labelled once per
 group in numpy and staged, see `stage_labels`) — then the sensitive and `--keep` columns as they
 are, never the row key nor any other column, rows in random order.
 """
@@ -20,18 +20,19 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import composition, generalise
 from dbanon.algorithms import persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, persist_groups, subset
 from dbanon.algorithms.sealed import seal_groups
+from dbanon.core import generalise
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, offenders
-from dbanon.hierarchy import Hierarchy
 from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.metrics.loss import loss_report
+from dbanon.setlogic import composition
 
 STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at commit
 LABELS = sql.Identifier("dbanon_group_labels")  # (gid, label of each categorical QI)
@@ -252,8 +253,9 @@ RUNS = sql.Identifier("dbanon_persist_runs")  # (vals, hid): every running inter
 def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None:
     """What a consumer who kept every earlier release knows of each row (persist.History):
     its sensitive value now, and its running intersection of plausible values in the
-    release's map, both as small integer codes (tags as dbanon.composition writes them). None
-    without a sensitive column (a persisting row's plausible rows are then its class)."""
+    release's map, both as small integer codes (tags as dbanon.setlogic.composition writes
+    them). None without a sensitive column (a persisting row's plausible rows are then its
+    class)."""
     if not r.sensitive or r.release_id is None:
         return None
     rows = sql.Identifier("dbanon_persist_rows")
@@ -365,7 +367,7 @@ def staged(gid: np.ndarray, block: np.ndarray | None) -> np.ndarray:
 
 def stage_blocks(conn: psycopg.Connection, stage: sql.Identifier) -> None:
     """Withheld rows in the stage: gid NULL, and column w the block each waits in (NULL:
-    none), which the map keeps (dbanon.composition.store)."""
+    none), which the map keeps (dbanon.setlogic.composition.store)."""
     conn.execute(
         sql.SQL(
             "ALTER TABLE {st} ADD COLUMN w int4; "

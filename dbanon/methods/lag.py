@@ -26,7 +26,6 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import composition
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
@@ -45,6 +44,7 @@ from dbanon.methods.localanatomy import (
 )
 from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
+from dbanon.setlogic import composition
 from dbanon.setlogic.localanatomy import GROUP_ID, ROW_ID, Attribute
 
 if TYPE_CHECKING:

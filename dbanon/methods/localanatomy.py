@@ -1,6 +1,6 @@
 """Method `localanatomy` (thesis ch. 4): personalised privacy by bucketising only flagged values.
 
-Each person flags which of their own values are sensitive (a flags relation, dbanon.flags); a
+Each person flags which of their own values are sensitive (a flags relation, dbanon.core.flags); a
 `--sensitive` column is flagged in every row. Per attribute the flagged values are bucketised
 (dbanon.algorithms.localanatomy: Algorithm 4.1, `--heuristic` for 4.2, `--principle` for 4.3)
 and everything else is published as it is. The release shape and its checks are in
@@ -23,12 +23,12 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.localanatomy import Principle, local_anatomy, parse_principles
+from dbanon.core.flags import COLUMN, masks, relation_of, stale
+from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import copy_out
 from dbanon.errors import DbanonError
-from dbanon.flags import COLUMN, masks, relation_of, stale
-from dbanon.flags import validate as validate_flags
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics import personal  # noqa: F401 - registers the "localanatomy" query answerer
@@ -42,8 +42,8 @@ from dbanon.setlogic.localanatomy import (
 )
 
 if TYPE_CHECKING:
+    from dbanon.core.spec import ReleaseSpec
     from dbanon.methods.base import Resolved
-    from dbanon.spec import ReleaseSpec
 
 STAGE = sql.Identifier("dbanon_la_stage")  # (key, row_id, gid, b0..bm) of this run
 

@@ -7,9 +7,10 @@ batch into perturbed values (pure code, dbanon.algorithms.ina); data security is
 (dbanon_row, key, columns). Python holds one batch at a time, whatever the table's size.
 One CREATE TABLE AS then joins the staged values with the declared `--sensitive` and `--keep`
 columns (unchanged, typed as they are; never the key, never a column nobody declared, so not
-one added to the source later either: dbanon.identifying), ordered by `dbanon_row`: a random
-63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is deprecated:
-what is not declared is not released; it is accepted (old specs) and refused on a declared one.
+one added to the source later either: dbanon.lifecycle.identifying), ordered by `dbanon_row`: a
+random 63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is
+deprecated: what is not declared is not released; it is accepted (old specs) and refused on a
+declared one.
 
 The noise is a keyed pseudo-random function of a secret and the row key (prf_uniform): per row
 and column for `noise` (not the value: a known change then narrows nothing across releases),

@@ -4,7 +4,8 @@ ranking (dbanon.algorithms.featuresel). `rfka` and `hamdist` are two rankings of
 
 Decisions (the papers are silent on a live database):
 - The class label is the one `--sensitive` column; it is released as it is, with the columns
-  the DBA names in `--keep` (common to every method since; dbanon.identifying guards them).
+  the DBA names in `--keep` (common to every method since; guarded by
+  dbanon.lifecycle.identifying).
 - Features are the QI columns themselves (`plain`) or one-hot indicators (`onehot`): a
   categorical QI gives one boolean column per value (`col=value`), a numeric or date QI is cut
   into `--bins` equal-width bins over its range at publish time (`col=[lo,hi)`, ends open to
@@ -246,7 +247,7 @@ class ProjectionMethod(Method):
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _keep(self, r: Resolved) -> list[str]:
-        return [c.name for c in r.keep]  # checked by resolve (dbanon.identifying)
+        return [c.name for c in r.keep]  # checked by resolve (dbanon.lifecycle.identifying)
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
         if len(r.sensitive) != 1:
@@ -305,7 +306,7 @@ class ProjectionMethod(Method):
         )
         # Released in the candidates' order, not the ranking's (which moves with the data): a
         # refresh that chooses the same features shows the same columns, so the release's view
-        # is re-pointed in place and what consumers built over it stays (dbanon.swap).
+        # is re-pointed in place and what consumers built over it stays (dbanon.lifecycle.swap).
         picked = {f.name for f in found.chosen}
         shown = [f for f in features if f.name in picked]
         conn.execute(

@@ -27,9 +27,9 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon import generalise
+from dbanon.core import generalise
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 
 WHOLE = "*"
 _NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.generalise import values_per_group
-from dbanon.hierarchy import Hierarchy
+from dbanon.core.generalise import values_per_group
+from dbanon.core.hierarchy import Hierarchy
 
 COSTS = ("height", "ncp")  # the k-member cost names: the paper's, and Xu et al.'s leaf counts
 

@@ -209,8 +209,8 @@ class PrivacyModel(ABC):
     def spread(self, conn: psycopg.Connection, values: Counts) -> Spread | None:
         """What a consumer who intersects every release must still find spread over a
         persisting person's plausible values, beyond how many there are (l, p: counted by
-        dbanon.composition on their own); `values` is the release's rows per sensitive value
-        (as text, None for NULL). None: the model promises nothing more over time."""
+        dbanon.setlogic.composition on their own); `values` is the release's rows per sensitive
+        value (as text, None for NULL). None: the model promises nothing more over time."""
         return None
 
 

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.errors import DbanonError, offenders
-from dbanon.hierarchy import Hierarchy
 from dbanon.models.base import Target
 
 

@@ -158,7 +158,7 @@ class ThetaKAnonymity(PrivacyModel):
     def spread(self, conn: psycopg.Connection, values: Counts) -> Spread:
         """θ categories each holding need_c values, need_c from the release's rows as the
         check computes it: what a persisting person's plausible values must still span when
-        a consumer intersects every release (dbanon.composition)."""
+        a consumer intersects every release (dbanon.setlogic.composition)."""
         given = [v for v, n in values.items() if n > 0]
         cats = self.categories.bind(conn).of(given)  # type: ignore[arg-type]
         category = dict(zip(given, cats, strict=True))

@@ -7,8 +7,14 @@ a live VIEW whose generalisation and suppression are SQL expressions over the so
 Modules (imported by their own names, so that one cannot break another's import):
 - `dbanon.setlogic.hierarchies` — full-domain generalisation's hierarchies per QI as SQL (stored,
   automatic numeric intervals, calendar periods, flat), each level's value and loss;
-- `dbanon.setlogic.lattice` — its optimal lattice search over GROUP BY counts (and numpy codes);
+- `dbanon.setlogic.lattice` — its optimal lattice search over GROUP BY counts (`coded`: the
+  same counts in numpy for a k-only search);
 - `dbanon.setlogic.fulldomain` — the generalising, suppressing SELECT a release table or live
-  view is made of (`fulldomain_bench`: its benchmark on Adult);
-- `dbanon.setlogic.anatomy` — Anatomy for l-diversity: bucket ids from one window function.
+  view is made of (its benchmark on Adult is dbanon.bench.fulldomain);
+- `dbanon.setlogic.anatomy` — Anatomy for l-diversity: bucket ids from one window function;
+- `dbanon.setlogic.composition` — the private row-to-group map of a release and what
+  intersecting its releases leaves each persisting row (the lifecycle's intersection guard;
+  the methods that keep groups read the map too).
+
+May import: dbanon.errors, dbanon.db, dbanon.core, dbanon.models, dbanon.algorithms.
 """

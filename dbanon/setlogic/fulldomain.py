@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 import psycopg
 from psycopg import sql
 
-from dbanon import generalise
+from dbanon.core import generalise
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 from dbanon.models import (
     KAnonymity,
     PrivacyModel,
@@ -74,7 +74,7 @@ def release_select(
     (`shuffle`), so neither the source order nor the class order leaks. Values a stored
     hierarchy does not cover (inserted since) are released as its root.
     Output columns: the QIs, then the sensitive columns. Interval and calendar QIs read as
-    `ranges` says (dbanon.generalise: 'text', or 'typed' ranges), the others as text.
+    `ranges` says (dbanon.core.generalise: 'text', or 'typed' ranges), the others as text.
 
     Shape: the source is read once. Classes smaller than the largest k go by a window count
     over the generalised QIs (k-anonymity alone needs no more); its sort is the statement's

@@ -24,7 +24,7 @@ Hierarchies of the lattice, per QI:
   time zone of the session that made the hierarchy (fixed in the SQL, so a live view's classes
   do not depend on its reader's TimeZone);
 - any other QI without one — flat: the value (as text), then '*'.
-Interval and calendar levels read as dbanon.generalise writes them (`--ranges text`: `30-39`,
+Interval and calendar levels read as dbanon.core.generalise writes them (`--ranges text`: `30-39`,
 `1.5-<2`, `2020-Q1`, `*`; `--ranges typed`: the range type of the column's type, as for every
 method, '*' being the unbounded range '(,)').
 
@@ -40,10 +40,10 @@ from decimal import Decimal
 import psycopg
 from psycopg import sql
 
-from dbanon import generalise
+from dbanon.core import generalise
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 
@@ -245,7 +245,7 @@ def _whole_bin_low(h: IntervalHierarchy, x: sql.Composable, w: Decimal) -> sql.C
 def _interval_value(
     h: IntervalHierarchy, col: Column, ref: sql.Composable, level: int, form: str
 ) -> sql.Composable:
-    """The released value of interval QI `ref` at a level (dbanon.generalise): intervals of
+    """The released value of interval QI `ref` at a level (dbanon.core.generalise): intervals of
     whole units as the closed range of their values ([30, 40) is 30-39), numeric ones half-open
     (1.5-<2)."""
     if level >= h.height:
@@ -344,8 +344,8 @@ def _calendar_ncp(
 
 def _stored_map(h: Hierarchy, level: int) -> sql.Composable:
     """(value, label) of a stored hierarchy at one level, from the catalog: this version of it
-    (its content hash), which a replace never changes (dbanon.hierarchy_pins), so a live view
-    generalises as it did when it was verified."""
+    (its content hash), which a replace never changes (dbanon.lifecycle.hierarchy_pins), so a live
+    view generalises as it did when it was verified."""
     return sql.SQL(
         "(SELECT m.value, m.label FROM dbanon.hierarchy_map m "
         "JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id "

@@ -27,12 +27,13 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon.core.spec import ReleaseSpec
 from dbanon.errors import DbanonError
-from dbanon.spec import ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
 
 if TYPE_CHECKING:
     from dbanon.api import Database
-    from dbanon.release import PublishResult
+    from dbanon.lifecycle.publish import PublishResult
 
 SCHEMA = "dbanon_soak"
 METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
@@ -64,19 +65,19 @@ def spec(method: str, source: str, k: int) -> ReleaseSpec:
     common: dict[str, Any] = {"sensitive": ["dx"], "method": method, "k": k}
     name = f"soak_{method}"
     if method == "kmember":
-        return ReleaseSpec.from_options(name, source, "id", qi, **common)
+        return release_spec(name, source, "id", qi, **common)
     if method == "mondrian":
-        return ReleaseSpec.from_options(name, source, "id", qi, l=2, **common)
+        return release_spec(name, source, "id", qi, l=2, **common)
     if method == "thetak":
-        return ReleaseSpec.from_options(
+        return release_spec(
             name, source, "id", qi, theta=2, sensitive_hierarchies={"dx": HIERARCHY}, **common
         )
     if method == "cbg":
-        return ReleaseSpec.from_options(name, source, "id", qi, l=4, **common)
+        return release_spec(name, source, "id", qi, l=4, **common)
     if method == "fulldomain":  # soaked only sealed: its default search keeps no map
-        return ReleaseSpec.from_options(name, source, "id", qi, l=2, **common)
+        return release_spec(name, source, "id", qi, l=2, **common)
     if method == "lag":
-        return ReleaseSpec.from_options(
+        return release_spec(
             name, source, "id", qi, l=3, options={"flags": f"{source}_flags"}, **common
         )
     raise DbanonError(

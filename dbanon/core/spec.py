@@ -12,7 +12,7 @@ The spec's JSON shape (version 2):
 `models` are the promised privacy models (dbanon.models.specs), `options` the method's own
 options with every default filled in, so a refresh rebuilds exactly what was published.
 `keep` (columns released as they are) and its two guards are common to every method
-(dbanon.identifying); a version-2 spec without them, or with the projection methods' older
+(dbanon.lifecycle.identifying); a version-2 spec without them, or with the projection methods' older
 `options.keep`, loads as before.
 """
 
@@ -25,9 +25,6 @@ from typing import Any
 
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
-from dbanon.models import from_options
-from dbanon.models.categories import named_hierarchy
-from dbanon.models.specs import to_specs
 
 SPEC_VERSION = 2
 DEFAULT_METHOD = "kmember"
@@ -75,7 +72,8 @@ class ReleaseSpec:
     # column whose type has changed since (an int QI turned text would generalise differently).
     columns: dict[str, str] = field(default_factory=dict)
     version: int = SPEC_VERSION
-    # Columns released as they are (`--keep`), never implied; dbanon.identifying guards them.
+    # Columns released as they are (`--keep`), never implied; guarded by
+    # dbanon.lifecycle.identifying.
     keep: list[str] = field(default_factory=list)
     allow_identifying: list[str] = field(default_factory=list)
     max_unique_share: float = MAX_UNIQUE_SHARE
@@ -94,58 +92,3 @@ class ReleaseSpec:
                 f"{SPEC_VERSION}): run `dbanon init` to upgrade the catalog"
             )
         return cls(**data)
-
-    @classmethod
-    def from_options(
-        cls,
-        name: str,
-        source: str,
-        key: str,
-        qi: Sequence[str],
-        *,
-        sensitive: Sequence[str] = (),
-        method: str = DEFAULT_METHOD,
-        k: int | None = None,
-        l: float | None = None,  # noqa: E741 - the papers' name
-        l_kind: str | None = None,
-        c: float | None = None,
-        t: float | None = None,
-        t_ground: str = "auto",
-        alpha: float | None = None,
-        alpha_value: str | None = None,
-        p: int | None = None,
-        theta: int | None = None,
-        sensitive_hierarchies: dict[str, str] | None = None,
-        category_level: int | None = None,
-        category_width: float | None = None,
-        options: dict[str, Any] | None = None,
-        hierarchies: dict[str, str] | None = None,
-        target: str | None = None,
-        grants: Sequence[str] = (),
-        keep: Sequence[str] = (),
-        allow_identifying: Sequence[str] = (),
-        max_unique_share: float | None = None,
-    ) -> ReleaseSpec:
-        """A spec from the `publish` options: models from --k/--l/..., as `dbanon check` reads
-        them; without --l-kind, the l-diversity the method promises first. The sensitive
-        hierarchy (COL=NAME) and category level or width are parameters of the (θ,k) model."""
-        from dbanon import methods  # the registry, at call time: the methods sit above specs
-
-        if l_kind is None:
-            kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
-                     if p_.endswith("-l-diversity")]  # fmt: skip
-            l_kind = kinds[0] if kinds else "distinct"
-        models = from_options(
-            k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
-            alpha_value=alpha_value, p=p, theta=theta,
-            sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
-            category_level=category_level, category_width=category_width,
-        )  # fmt: skip
-        return cls(
-            name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),
-            method=method, models=to_specs(models), options=dict(options or {}),
-            hierarchies=dict(hierarchies or {}), target=target, grants=list(grants),
-            keep=list(keep), allow_identifying=list(allow_identifying),
-            max_unique_share=(MAX_UNIQUE_SHARE if max_unique_share is None
-                              else max_unique_share),
-        )  # fmt: skip

@@ -10,6 +10,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Relation
+from dbanon.lifecycle.declare import release_spec
 from dbanon.models import (
     DistinctLDiversity,
     KAnonymity,
@@ -99,7 +100,6 @@ def publish(
     bench's own table and release are dropped afterwards."""
     from dbanon.data import ADULT_HIERARCHIES
     from dbanon.demo import hierarchy_name
-    from dbanon.spec import ReleaseSpec
 
     conn = db.conn
     qis = [c for c in BENCH_QI if not l or c != BENCH_SENSITIVE]
@@ -112,7 +112,7 @@ def publish(
         )
     )
     conn.commit()
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         PUBLISHED, f"dbanon_bench.{PUBLISHED}", "id", qis,
         sensitive=[BENCH_SENSITIVE] if l else [], k=k, l=l or None, method="fulldomain",
         hierarchies={c: hierarchy_name("adult", ADULT_HIERARCHIES[c]) for c in qis},

@@ -23,13 +23,14 @@ from dbanon.metrics.exposure import discernibility, metric_attributes, shape_of
 
 
 def evaluate(conn: psycopg.Connection, name: str, n: int = 1000, seed: int = 0) -> dict[str, Any]:
-    from dbanon.release import _missing, load_spec, report
+    from dbanon.lifecycle.catalogue import load_spec, missing
+    from dbanon.lifecycle.releases import report
 
     spec = load_spec(conn, name)
     schema, objects = conn.execute(
         "SELECT target_schema, objects FROM dbanon.release WHERE name = %s", [name]
     ).fetchone()
-    missing = _missing(conn, schema, list(objects))
+    missing = missing(conn, schema, list(objects))
     if missing:  # a run's warnings (a sensitive column unique per row) do not stop a measure
         raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
     if len(spec.sensitive) != 1:

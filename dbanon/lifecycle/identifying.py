@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
+from dbanon.core.spec import MAX_UNIQUE_SHARE, names
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError, ModelViolation
 from dbanon.models.base import CheckResult
-from dbanon.spec import MAX_UNIQUE_SHARE, names
 
 if TYPE_CHECKING:
+    from dbanon.core.spec import ReleaseSpec
     from dbanon.methods.base import Built, Method, Resolved
-    from dbanon.spec import ReleaseSpec
 
 __all__ = ["MAX_UNIQUE_SHARE", "Identifying", "names"]
 

@@ -13,9 +13,10 @@ from typing import Any
 
 import psycopg
 
-from dbanon import release
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
+from dbanon.lifecycle.catalogue import owned
+from dbanon.lifecycle.releases import drop
 
 
 def uninstall(conn: psycopg.Connection, dsn: str) -> dict[str, Any]:
@@ -28,14 +29,14 @@ def uninstall(conn: psycopg.Connection, dsn: str) -> dict[str, Any]:
     ).fetchall()
     for name, schema, objects in rows:
         for obj in objects:
-            if release.owned(conn, name, schema, obj) is False:
+            if owned(conn, name, schema, obj) is False:
                 conn.rollback()
                 raise DbanonError(
                     f"{schema}.{obj} is not the relation release {name!r} published; dbanon "
                     "will not drop it: rename or drop it yourself, then uninstall again"
                 )
     conn.rollback()
-    dropped = {name: release.drop(conn, name) for name, _, _ in rows}
+    dropped = {name: drop(conn, name) for name, _, _ in rows}
     from alembic import command
 
     command.downgrade(catalog.alembic_config(dsn), "base")

@@ -10,6 +10,7 @@ import numpy as np
 import psycopg
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import (
     ADULT_COLUMNS,
     ADULT_HIERARCHIES,
@@ -26,7 +27,7 @@ from dbanon.data.hospital import (
     disease_hierarchy,
     hospital_columns,
 )
-from dbanon.hierarchy import Hierarchy
+from dbanon.lifecycle.declare import release_spec
 from dbanon.metrics.loss import loss_report
 from dbanon.metrics.vulnerability import vulnerability_in_memory
 
@@ -221,7 +222,7 @@ def bench_ina(conn: psycopg.Connection, rows: int = 1_000_000, sample: int = 200
 
     from psycopg import sql
 
-    from dbanon.release import ReleaseSpec, publish
+    from dbanon.lifecycle.publish import publish
 
     table = sql.Identifier("dbanon_bench", f"ina_{rows}")
     conn.execute("CREATE SCHEMA IF NOT EXISTS dbanon_bench")
@@ -243,7 +244,7 @@ def bench_ina(conn: psycopg.Connection, rows: int = 1_000_000, sample: int = 200
     )
     conn.execute(sql.SQL("ANALYZE {}").format(table))
     conn.commit()
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         f"bench_ina_{rows}", f"dbanon_bench.ina_{rows}", "id", list("abcd"), method="ina",
         options={"sample": sample, "seed": 0}, target=f"dbanon_bench_out.ina_{rows}",
     )  # fmt: skip
@@ -269,10 +270,10 @@ def bench_rfka(
     dbanon_bench): the 8 QIs of the other benchmarks, income the label. The forest (fit and OOB
     importance) and the search are timed apart; the search is one GROUP BY per step."""
     from dbanon.demo import load_table
-    from dbanon.release import ReleaseSpec, publish
+    from dbanon.lifecycle.publish import publish
 
     load_table(db, "dbanon_bench", "adult_rfka", ADULT_COLUMNS, ADULT_NUMERIC, adult_rows(rows))
-    spec = ReleaseSpec.from_options(
+    spec = release_spec(
         "bench_rfka", "dbanon_bench.adult_rfka", "id", BENCH_NUMERIC + BENCH_CATEGORICAL,
         sensitive=["income"], method="rfka", k=k,
         options={"trees": trees, "sample": sample, "seed": 0}, target="dbanon_bench_out.rfka",
@@ -308,14 +309,14 @@ def bench_lag(
     gate's checks, swap, record) for both variants on the salary stand-in (dbanon.data.salary)
     with QIs relationship, marital status, race, education, hours; sex (t = 0.2), age and
     occupation (x education, see dbanon.experiments.localanatomy) semi-sensitive with `density`
-    of each flagged (dbanon.flags.generate); salary sensitive. Tables in schema dbanon_bench,
+    of each flagged (dbanon.core.flags.generate); salary sensitive. Tables in schema dbanon_bench,
     releases in dbanon_bench_out (replaced)."""
     from psycopg import sql
 
-    from dbanon import flags
+    from dbanon.core import flags
     from dbanon.data.salary import load_salary
     from dbanon.db import catalog
-    from dbanon.release import ReleaseSpec, publish
+    from dbanon.lifecycle.publish import publish
 
     table = f"salary_{rows}"
     load_salary(conn, "dbanon_bench", table, rows)
@@ -334,7 +335,7 @@ def bench_lag(
           "occupation"]  # fmt: skip
     out: dict[str, Any] = {"rows": rows, "k": k, "l": l, "density": density, "variants": {}}
     for variant in ("partition", "ncp"):
-        spec = ReleaseSpec.from_options(
+        spec = release_spec(
             f"bench_lag_{variant}", f"dbanon_bench.{table}", "id", qi, sensitive=["salary"],
             method="lag", k=k, l=l, target=f"dbanon_bench_out.lag_{variant}",
             options={"flags": flag_table, "variant": variant, "principle": "sex=t:0.2",

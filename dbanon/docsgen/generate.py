@@ -11,32 +11,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
+from dbanon.docsgen.blocks import BLOCK, BLOCKS, ROOT, block, table
 from dbanon.errors import DbanonError
-
-ROOT = Path(__file__).resolve().parent.parent
-Generator = Callable[[], str]
-_BLOCKS: dict[str, Generator] = {}
-_BLOCK = re.compile(
-    r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S
-)
-
-
-def block(name: str) -> Callable[[Generator], Generator]:
-    """Register a generator for the blocks named NAME."""
-
-    def add(fn: Generator) -> Generator:
-        _BLOCKS[name] = fn
-        return fn
-
-    return add
 
 
 def _load() -> None:
-    """Register the experiments' and benchmarks' figure blocks (they import this module)."""
-    from dbanon import docfigures  # noqa: F401
+    """Register the experiments' and benchmarks' figure blocks (dbanon.docsgen.figures)."""
+    from dbanon.docsgen import figures  # noqa: F401
 
 
 def files(root: Path = ROOT) -> Iterator[Path]:
@@ -53,12 +37,12 @@ def render(text: str, where: str = "") -> str:
 
     def one(m: re.Match[str]) -> str:
         name = m["name"]
-        if name not in _BLOCKS:
+        if name not in BLOCKS:
             raise DbanonError(f"{where}: unknown generated block {name!r}")
-        body = _BLOCKS[name]().rstrip("\n") + "\n"
+        body = BLOCKS[name]().rstrip("\n") + "\n"
         return m.group(1) + body + m.group(4)
 
-    return _BLOCK.sub(one, text)
+    return BLOCK.sub(one, text)
 
 
 def stale(root: Path = ROOT) -> list[str]:
@@ -80,12 +64,6 @@ def write(root: Path = ROOT) -> list[str]:
             p.write_text(new)
             changed.append(str(p.relative_to(root)))
     return changed
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 @block("methods")
@@ -203,3 +181,49 @@ def _timings() -> str:
         for t in data["timings"]
     ]
     return table(["command", "took", "on"], rows) + f"\n\nMeasured {data['measured']}."
+
+
+# The layers, bottom first: a package may import those before it (dbanon.docsgen.imports reads
+# what each one does import; docs/architecture.md shows both).
+LAYERS = (
+    "dbanon.errors", "dbanon.db", "dbanon.core", "dbanon.models", "dbanon.metrics",
+    "dbanon.algorithms", "dbanon.setlogic", "dbanon.methods", "dbanon.lifecycle",
+    "dbanon.compare", "dbanon.api", "dbanon.data", "dbanon.demo", "dbanon.experiments",
+    "dbanon.bench", "dbanon.docsgen", "dbanon.cli", "dbanon.__main__",
+)  # fmt: skip
+
+
+@block("packages")
+def _packages() -> str:
+    """Each package (or top-level module), bottom layer first: what it owns (its docstring's
+    first sentence) and the dbanon packages it imports, as read from the source."""
+    import ast
+
+    from dbanon.docsgen.imports import graph
+
+    g = graph(ROOT)
+    edges = g.packages()
+    rows = []
+    for name in LAYERS:
+        f = g.files[name]
+        doc = (ast.get_docstring(ast.parse(f.read_text())) or "").split("\n\n")[0]
+        first = " ".join(doc.split()).split(". ")[0].rstrip(".")
+        modules = sum(1 for m in g.files if m.startswith(name + ".")) or 1
+        uses = ", ".join(f"`{d.removeprefix('dbanon.')}`" for d in LAYERS if d in edges[name])
+        rows.append([f"`{name.removeprefix('dbanon.')}`", str(modules), first, uses or "-"])
+    return table(["package", "modules", "what it owns", "imports"], rows)
+
+
+@block("upward-imports")
+def _upward() -> str:
+    """Imports against the layer order: each one a module's import of a later layer."""
+    from dbanon.docsgen.imports import graph, package
+
+    g = graph(ROOT)
+    rank = {p: i for i, p in enumerate(LAYERS)}
+    found = sorted(
+        f"- `{m}` imports `{d}`"
+        for m, deps in g.edges.items() for d in deps
+        if package(m) in rank and package(d) in rank and rank[package(d)] > rank[package(m)]
+    )  # fmt: skip
+    return "\n".join(found) if found else "None."

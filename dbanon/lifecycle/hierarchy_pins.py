@@ -1,7 +1,7 @@
 """Which version of each hierarchy a release was verified with, so that nothing changes under it.
 
 A run records, in its metrics and in `dbanon.release.hierarchy_versions`, the version (content
-hash, dbanon.hierarchy.Hierarchy.version) of every hierarchy it used: the QIs' and the (θ,k)
+hash, dbanon.core.hierarchy.Hierarchy.version) of every hierarchy it used: the QIs' and the (θ,k)
 model's sensitive one. Those versions are pinned: `hierarchy import --replace --force` retires
 the current version instead of deleting it (dbanon.db.catalog.store_hierarchy), a live view reads
 its hierarchy by name and version (dbanon.setlogic.fulldomain), and a retired version is deleted

@@ -105,7 +105,7 @@ def numbers(value: str | None, p: Param) -> list[float] | None:
 EXPERIMENTS: dict[str, Runner] = {}
 BENCHES: dict[str, Runner] = {}
 # Modules that register runners when imported (loaded on first use, like the methods).
-_MODULES = ("dbanon.experiments.commands", "dbanon.benches")
+_MODULES = ("dbanon.experiments.commands", "dbanon.bench.registry")
 
 
 def experiment(runner: Runner) -> Runner:

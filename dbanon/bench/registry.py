@@ -1,19 +1,19 @@
 """The benchmarks as `dbanon bench NAME` commands: each one's options, the call into the module
-that measures and the lines a person reads (dbanon.runners builds the commands)."""
+that measures and the lines a person reads (dbanon.bench.runners builds the commands)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from dbanon.bench_scale import METHODS as SCALE_METHODS
+from dbanon.bench.runners import Param, Report, Runner, Session, Table, bench
+from dbanon.bench.scale import METHODS as SCALE_METHODS
 from dbanon.errors import DbanonError
-from dbanon.runners import Param, Report, Runner, Session, Table, bench
 
 ROWS_ADULT = Param("rows", "int", 30162, low=2, high=45222)
 
 
 def _kmember(s: Session, rows: int, k: int, seed: int, cost: str, seeding: str) -> dict:
-    from dbanon.bench import bench_kmember
+    from dbanon.bench.methods import bench_kmember
 
     return bench_kmember(rows, k, seed, cost, seeding)
 
@@ -31,7 +31,7 @@ bench(Runner(
 
 
 def _thetak(s: Session, rows: int, k: int, theta: int, seed: int) -> dict:
-    from dbanon.bench import bench_thetak
+    from dbanon.bench.methods import bench_thetak
 
     if theta > k:
         raise DbanonError(f"--theta {theta} is larger than --k {k}")
@@ -55,7 +55,7 @@ bench(Runner(
 
 
 def _mondrian(s: Session, rows: int, k: int, hierarchies: bool) -> dict:
-    from dbanon.bench import bench_mondrian
+    from dbanon.bench.methods import bench_mondrian
 
     return bench_mondrian(rows, k, ordered=not hierarchies)
 
@@ -72,9 +72,9 @@ bench(Runner(
 
 
 def _fulldomain(s: Session, rows: int, k: int, l_: int, max_suppression: float) -> dict:
+    from dbanon.bench.fulldomain import bench as run
+    from dbanon.bench.fulldomain import publish
     from dbanon.demo import prepare
-    from dbanon.setlogic.fulldomain_bench import bench as run
-    from dbanon.setlogic.fulldomain_bench import publish
 
     prepare(s.db)
     try:
@@ -101,7 +101,7 @@ bench(Runner(
 
 
 def _ina(s: Session, rows: int, sample: int) -> dict:
-    from dbanon.bench import bench_ina
+    from dbanon.bench.methods import bench_ina
 
     return bench_ina(s.db.conn, rows, sample)
 
@@ -145,7 +145,7 @@ bench(Runner(
 
 
 def _scale(s: Session, rows: int, k: int, l_: int, methods: list[str]) -> dict:
-    from dbanon.bench_scale import run
+    from dbanon.bench.scale import run
     from dbanon.db.connection import resolve_dsn
 
     s.db  # the catalog the publishes need (on a fresh server too)  # noqa: B018
@@ -186,7 +186,7 @@ bench(Runner(
 
 
 def _check(s: Session, rows: int, k: int) -> dict:
-    from dbanon.bench import bench_check
+    from dbanon.bench.methods import bench_check
 
     try:
         return bench_check(s.db.conn, rows, k)
@@ -204,7 +204,7 @@ bench(Runner(
 
 
 def _rfka(s: Session, rows: int, k: int, trees: int, sample: int) -> dict:
-    from dbanon.bench import bench_rfka
+    from dbanon.bench.methods import bench_rfka
 
     return bench_rfka(s.db, rows, k, trees, sample)
 
@@ -224,7 +224,7 @@ bench(Runner(
 
 
 def _lag(s: Session, rows: int, k: int, l_: int, density: float) -> dict:
-    from dbanon.bench import bench_lag
+    from dbanon.bench.methods import bench_lag
 
     return {**bench_lag(s.db.conn, rows, k, l_, density), "setting": [rows, k, l_, density]}
 
@@ -244,7 +244,7 @@ bench(Runner(
 
 def _soak_methods() -> str:
     """The soak's methods, read when asked (bench_soak imports numpy: `check` must not)."""
-    from dbanon.bench_soak import METHODS
+    from dbanon.bench.soak import METHODS
 
     return ",".join(METHODS)
 
@@ -253,7 +253,7 @@ def _soak(
     s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str,
     inserts: float, deletes: float, updates: float,
 ) -> dict:  # fmt: skip
-    from dbanon.bench_soak import soak, write
+    from dbanon.bench.soak import soak, write
 
     data = soak(s.db, tuple(methods), rows, refreshes, inserts, deletes, updates, k=k,
                 seed=seed, say=s.say)  # fmt: skip
@@ -296,7 +296,7 @@ def _swap(s: Session, rows: int, refreshes: int, out: str | None) -> dict:
     import json
     from pathlib import Path
 
-    from dbanon.bench_swap import bench_swap
+    from dbanon.bench.swap import bench_swap
 
     data = bench_swap(s.db.dsn, rows, refreshes)
     if out:

@@ -20,10 +20,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon import methods, runs
+from dbanon import methods
+from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.errors import DbanonError
-from dbanon.release import ReleaseSpec, load_spec, owned
+from dbanon.lifecycle import runs
+from dbanon.lifecycle.catalogue import load_spec, owned
 
 
 def _release(conn: psycopg.Connection, name: str) -> tuple[int, ReleaseSpec, str, list[str]]:

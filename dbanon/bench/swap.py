@@ -79,11 +79,11 @@ def _reader(dsn: str, ready: Any, stop: Any, out: Any) -> None:
 def bench_swap(dsn: str, rows: int = 200_000, refreshes: int = 10) -> dict[str, Any]:
     """Publish, then refresh `refreshes` times with a reader running; the figures above."""
     from dbanon.api import Database
-    from dbanon.release import ReleaseSpec
+    from dbanon.lifecycle.declare import release_spec
 
     with Database(dsn) as db:
         source = _source(db.conn, rows)
-        spec = ReleaseSpec.from_options(
+        spec = release_spec(
             RELEASE, source, "id", ["age", "sex", "zip", "education"], sensitive=["dx"],
             method="mondrian", k=5, target=TARGET,
         )  # fmt: skip

@@ -21,11 +21,14 @@ from typing import Any
 
 import psycopg
 
-from dbanon import methods, schedule
+from dbanon import methods
+from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
+from dbanon.lifecycle import schedule
+from dbanon.lifecycle.catalogue import load_spec
+from dbanon.lifecycle.resolve import resolve_options
 from dbanon.models.specs import from_specs, to_specs
-from dbanon.release import ReleaseSpec, _resolve_options, load_spec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -86,7 +89,7 @@ def _declared(spec: ReleaseSpec) -> dict[str, Any]:
     method = methods.get(spec.method)
     data = {k: v for k, v in asdict(spec).items() if k not in _INTERNAL}
     data["models"] = to_specs(from_specs(spec.models))
-    data["options"] = _resolve_options(spec, method)
+    data["options"] = resolve_options(spec, method)
     data["grants"] = sorted(spec.grants)
     return data
 

@@ -331,7 +331,7 @@ def run(
 ) -> dict[str, Any]:
     """Make the table, measure the floor, run each method in a child process, check each
     release independently; `floor_ratio` is the method's process seconds over the floor's."""
-    from dbanon.release import drop
+    from dbanon.lifecycle.releases import drop
 
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:

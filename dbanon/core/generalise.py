@@ -39,9 +39,9 @@ from collections.abc import Sequence
 import numpy as np
 from psycopg import sql
 
+from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column
 from dbanon.errors import DbanonError
-from dbanon.hierarchy import Hierarchy
 
 RANGE_FORMS = ("text", "typed")
 DEFAULT_FORM = "text"

@@ -22,10 +22,14 @@ from typing import Any
 import platformdirs
 import psycopg
 
-from dbanon import hierarchy_pins, release, runs
 from dbanon.db import catalog, server
 from dbanon.db.connection import LIBPQ_SERVER_VARIABLES
 from dbanon.errors import DbanonError, first_line
+from dbanon.lifecycle import hierarchy_pins, runs
+from dbanon.lifecycle.catalogue import load_spec
+from dbanon.lifecycle.publish import Refused, Unchanged
+from dbanon.lifecycle.refresh import refresh
+from dbanon.lifecycle.resolve import Progress, fingerprint
 
 CHECK_EVERY_MINUTES = 5  # how often the installed timer asks which releases are due
 # The exit code of `refresh --due` for each outcome that needs the DBA, worst first: a failure
@@ -115,7 +119,7 @@ def schedules(conn: psycopg.Connection, now: datetime | None = None) -> list[dic
 
 def _unchanged(conn: psycopg.Connection, name: str) -> str | None:
     """The source's fingerprint if it equals the one of the release's latest success."""
-    spec = release.load_spec(conn, name)
+    spec = load_spec(conn, name)
     last = conn.execute(
         """SELECT u.source_fingerprint FROM dbanon.run u JOIN dbanon.release r
                ON r.id = u.release_id
@@ -125,7 +129,7 @@ def _unchanged(conn: psycopg.Connection, name: str) -> str | None:
     source = catalog.find_relation(conn, spec.source)
     if last is None or source is None or hierarchy_pins.stale(conn, name):
         return None  # (a hierarchy replaced with --force is taken by the next refresh)
-    now = release.fingerprint(conn, source)
+    now = fingerprint(conn, source)
     return now if now == last[0] else None
 
 
@@ -134,7 +138,7 @@ def refresh_due(
     *,
     now: datetime | None = None,
     force: bool = False,
-    progress: release.Progress | None = None,
+    progress: Progress | None = None,
 ) -> list[dict[str, Any]]:
     """Refresh every due release; one failing does not stop the others. Returns what happened
     to each scheduled release: refreshed, skipped (unchanged source), refused (the previous
@@ -149,15 +153,15 @@ def refresh_due(
             # Whether the source changed is decided under the run's own lock, so two
             # overlapping `--due` runs cannot both refresh one change.
             skip = None if force else (lambda c, name=name: _unchanged(c, name))
-            result = release.refresh(conn, name, progress, skip_if=skip)
+            result = refresh(conn, name, progress, skip_if=skip)
             results.append({"release": name, "outcome": "refreshed", **result.summary()})
-        except release.Unchanged:
+        except Unchanged:
             results.append({"release": name, "outcome": "skipped"})
         except runs.Busy as e:
             results.append({"release": name, "outcome": "busy", "error": str(e)})
         except (DbanonError, psycopg.Error) as e:
             conn.rollback()
-            outcome = "refused" if isinstance(e, release.Refused) else "failed"
+            outcome = "refused" if isinstance(e, Refused) else "failed"
             results.append({"release": name, "outcome": outcome, "error": first_line(e),
                             "exit": EXIT_CODES[outcome]})  # fmt: skip
     return results

@@ -1,6 +1,7 @@
 """The experiments' and benchmarks' figures in docs/, rendered from their committed CSV/JSON.
 
-Each block here is registered with dbanon.docgen (which imports this module when it renders) and
+Each block here is registered with dbanon.docsgen.blocks (dbanon.docsgen.generate imports this
+module when it renders) and
 reads one file under docs/: the output an experiment or bench command wrote there. A figure in
 the text is therefore the one in the file, and `dbanon docs --check` fails when they differ.
 Metrics keep their exact names: `ncp_height` (a categorical LCA costs its height over the
@@ -15,7 +16,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
-from dbanon.docgen import ROOT, block, table
+from dbanon.docsgen.blocks import ROOT, block, table
 
 DOCS = ROOT / "docs"
 

@@ -1,0 +1,70 @@
+"""A release's row in the catalog (dbanon.release): reading and writing its spec, and knowing
+which relations are its own (the comment every released relation carries)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import psycopg
+
+from dbanon.core.spec import ReleaseSpec
+from dbanon.db import catalog
+from dbanon.errors import DbanonError
+from dbanon.methods.base import Resolved
+
+
+def release_row(conn: psycopg.Connection, name: str) -> tuple[Any, ...] | None:
+    return conn.execute(
+        "SELECT id, spec, target_schema, objects FROM dbanon.release WHERE name = %s", [name]
+    ).fetchone()
+
+
+def owner_comment(release: str) -> str:
+    """How a relation dbanon published starts its comment; proof enough that dbanon made it."""
+    return f"dbanon release {release!r}:"
+
+
+def owned(conn: psycopg.Connection, release: str, schema: str, name: str) -> bool | None:
+    """None if the relation does not exist, else whether it is this release's own."""
+    row = conn.execute(
+        """SELECT obj_description(c.oid, 'pg_class') FROM pg_class c
+           JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s""",
+        [schema, name],
+    ).fetchone()
+    if row is None:
+        return None
+    return (row[0] or "").startswith(owner_comment(release))
+
+
+def store_spec(conn: psycopg.Connection, r: Resolved) -> int:
+    """Insert or update the release's catalog row with the spec as run."""
+    types = {c.name: c.type for c in [r.key, *r.qi, *r.sensitive]}
+    spec = ReleaseSpec(
+        **{**asdict(r.spec), "options": r.options, "grants": r.grants, "columns": types}
+    )
+    return conn.execute(
+        """INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects)
+           VALUES (%s, %s::jsonb, %s, %s, %s)
+           ON CONFLICT (name) DO UPDATE SET spec = EXCLUDED.spec, updated_at = now(),
+               target_schema = EXCLUDED.target_schema, target_name = EXCLUDED.target_name,
+               objects = EXCLUDED.objects
+           RETURNING id""",
+        [r.spec.name, spec.to_json(), r.target_schema, r.target_name, r.objects],
+    ).fetchone()[0]
+
+
+def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
+    catalog.require_catalog(conn)
+    row = conn.execute("SELECT spec FROM dbanon.release WHERE name = %s", [name]).fetchone()
+    if not row:
+        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+    return ReleaseSpec.from_dict(row[0])
+
+
+def missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> list[str]:
+    return [
+        catalog.qualified(schema, o) for o in objects
+        if catalog.find_relation(conn, f"{schema}.{o}") is None
+    ]  # fmt: skip

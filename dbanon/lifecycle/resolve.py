@@ -1,0 +1,272 @@
+"""Step 1 of a publish: the spec checked against the live database and the method's own refusals
+(nothing is written before this), giving the Resolved a method builds from."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from dbanon import methods
+from dbanon.core.hierarchy import Hierarchy
+from dbanon.core.spec import ReleaseSpec
+from dbanon.db import catalog
+from dbanon.db import source as source_check
+from dbanon.db.catalog import STORE_SCHEMA, Column, Relation
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError
+from dbanon.lifecycle import identifying
+from dbanon.lifecycle.catalogue import owned, release_row
+from dbanon.methods.base import Method, Resolved
+from dbanon.models import PrivacyModel
+from dbanon.models.specs import MODEL_KINDS, from_specs, kind_of
+
+DEFAULT_SCHEMA = "released"
+
+
+# Schemas a release never goes to: the catalog, everybody's, the system's.
+RESERVED_SCHEMAS = ("dbanon", STORE_SCHEMA, "public", "information_schema")
+
+
+Progress = Callable[[str], None]
+
+
+def resolve_models(spec: ReleaseSpec, method: Method) -> list[PrivacyModel]:
+    """The promised models: ones the method can promise, at least one it requires, none trivial."""
+    models = from_specs(spec.models)
+    registry = methods.methods()
+    for m in models:
+        kind = kind_of(m)
+        if kind.name not in method.promises:
+            able = [n for n, meth in registry.items() if kind.name in meth.promises]
+            hint = f"; use --algorithm {' or '.join(able)}" if able else ""
+            raise DbanonError(
+                f"--algorithm {method.name} cannot promise {kind.option} ({kind.name}){hint}"
+            )
+    if method.requires and not any(kind_of(m).name in method.requires for m in models):
+        flags = sorted({MODEL_KINDS[r].option for r in method.requires})
+        raise DbanonError(f"--algorithm {method.name} needs {' or '.join(flags)}")
+    for m in models:
+        if getattr(m, "k", 2) < 2:
+            raise DbanonError(f"k must be at least 2, got {m.k}")  # type: ignore[attr-defined]
+        if getattr(m, "l", 2) <= 1:
+            raise DbanonError(f"--l {m.l} promises nothing: l must be above 1")  # type: ignore[attr-defined]
+        if getattr(m, "p", 2) < 2:
+            raise DbanonError(f"--p {m.p} promises nothing: p must be at least 2")  # type: ignore[attr-defined]
+    with_sensitive = [m for m in models if m.needs_sensitive]
+    if with_sensitive and len(spec.sensitive) != 1:
+        raise DbanonError(
+            f"{kind_of(with_sensitive[0]).option} needs exactly one --sensitive column, "
+            f"got {len(spec.sensitive)}"
+        )
+    return models
+
+
+def resolve_options(spec: ReleaseSpec, method: Method) -> dict[str, Any]:
+    """The method's options, each checked, defaults filled; options of other methods refused."""
+    known = {o.name: o for o in method.all_options()}
+    for name in spec.options:
+        if name not in known:
+            flag = "--" + name.replace("_", "-")
+            owners = [m.name for m in methods.methods().values()
+                      if any(o.name == name for o in m.all_options())]  # fmt: skip
+            where = f" (an option of {', '.join(owners)})" if owners else ""
+            raise DbanonError(f"{flag} does not apply to --algorithm {method.name}{where}")
+    return {
+        name: o.coerce(spec.options[name]) if spec.options.get(name) is not None else o.default
+        for name, o in known.items()
+    }
+
+
+def _unique_index(conn: psycopg.Connection, source: Relation, key: Column) -> bool:
+    """Whether a valid, whole-table unique index on the key column alone already guarantees
+    its values are distinct (then counting them, a sort of the whole table, is skipped)."""
+    return bool(conn.execute(sql.SQL(
+        """SELECT EXISTS (
+               SELECT 1 FROM pg_index i
+               JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+               WHERE i.indrelid = {rel}
+                 AND i.indisunique AND i.indisvalid AND i.indnkeyatts = 1
+                 AND i.indpred IS NULL AND i.indexprs IS NULL AND a.attname = {key})"""
+    ).format(rel=source.regclass, key=sql.Literal(key.name))).fetchone()[0])  # fmt: skip
+
+
+def _check_rows(conn: psycopg.Connection, source: Relation, key: Column, qi: list[Column]) -> int:
+    """The key is unique and never NULL, no QI is NULL; returns the row count."""
+    distinct = (
+        sql.SQL("count({})").format(key.ident)  # NULLs are counted (and refused) apart
+        if _unique_index(conn, source, key)
+        else sql.SQL("count(DISTINCT {})").format(key.ident)
+    )
+    rows, distinct_keys, null_keys, *qi_nulls = conn.execute(
+        sql.SQL(
+            "SELECT count(*), {distinct}, count(*) - count({key}), {nulls} FROM {src}"
+        ).format(
+            distinct=distinct,
+            key=key.ident,
+            nulls=sql.SQL(", ").join(sql.SQL("count(*) - count({})").format(c.ident) for c in qi),
+            src=source.ident,
+        )
+    ).fetchone()
+    if null_keys:
+        raise DbanonError(f"key column {key.name!r} of {source} has {null_keys} NULL values")
+    if distinct_keys != rows:
+        raise DbanonError(
+            f"key column {key.name!r} of {source} is not unique: "
+            f"{rows - distinct_keys} duplicate values in {rows} rows"
+        )
+    nulls = [(c.name, n) for c, n in zip(qi, qi_nulls, strict=True) if n]
+    if nulls:
+        named = ", ".join(f"{c!r} in {n} rows" for c, n in nulls[:SHOWN_OFFENDERS])
+        more = f", ... ({len(nulls)} columns in all)" if len(nulls) > SHOWN_OFFENDERS else ""
+        raise DbanonError(
+            f"quasi-identifiers of {source} are NULL: {named}{more}; fill or filter them first"
+        )
+    return int(rows)
+
+
+def _check_target(
+    conn: psycopg.Connection, spec: ReleaseSpec, schema: str, name: str, objects: list[str],
+    previous: list[tuple[str, str]],
+) -> None:  # fmt: skip
+    """The release's relations may replace only its own: not another release's, nor a user's."""
+    others = conn.execute(
+        """SELECT name, target_schema, target_name, objects FROM dbanon.release
+           WHERE name <> %s AND target_schema = %s""",
+        [spec.name, schema],
+    ).fetchall()
+    for other, _, other_target, other_objects in others:
+        if other_target == name or set(other_objects) & set(objects):
+            clash = name if other_target == name else sorted(set(other_objects) & set(objects))[0]
+            raise DbanonError(f"{schema}.{clash} is the target of release {other!r}")
+    for s, obj in previous:  # the release's own objects: gone is fine, replaced is not
+        if owned(conn, spec.name, s, obj) is False:
+            raise DbanonError(
+                f"{s}.{obj} is not the relation release {spec.name!r} published (it was replaced "
+                "since); dbanon will not drop it: rename it, or drop it yourself"
+            )
+    for obj in objects:
+        if (schema, obj) not in previous and owned(conn, spec.name, schema, obj) is not None:
+            raise DbanonError(f"{schema}.{obj} exists and is not a dbanon release; choose --target")
+
+
+def refuse_existing(conn: psycopg.Connection, name: str) -> None:
+    if release_row(conn, name):
+        raise DbanonError(
+            f"release {name!r} exists: `dbanon refresh {name}` rebuilds it as it is, "
+            "`publish --replace` redefines it"
+        )
+
+
+def resolve(
+    conn: psycopg.Connection,
+    spec: ReleaseSpec,
+    *,
+    replace: bool = False,
+    revoke: Sequence[str] = (),
+    regroup: bool = False,
+    say: Callable[[str], None] = lambda _msg: None,
+) -> Resolved:
+    """Check the spec against the live database; raise DbanonError naming what is wrong.
+    `say` hears the build's progress (Resolved.say)."""
+    catalog.require_catalog(conn)
+    if not spec.name.strip():
+        raise DbanonError("a release needs a name")
+    existing = release_row(conn, spec.name)
+    if not replace:
+        refuse_existing(conn, spec.name)
+    method = methods.get(spec.method)
+    options = resolve_options(spec, method)
+    models = resolve_models(spec, method)
+    if not spec.qi:
+        raise DbanonError("at least one quasi-identifier (--qi) is needed")
+    source = catalog.relation(conn, spec.source)
+    cols = catalog.columns(conn, source)
+    named = [spec.key, *spec.qi, *spec.sensitive]
+    twice = sorted({c for c in named if named.count(c) > 1})
+    if twice:
+        raise DbanonError(f"column {twice[0]!r} is named twice among key, QI and sensitive")
+    key = catalog.require_columns(cols, source, [spec.key])[0]
+    qi = catalog.require_columns(cols, source, spec.qi)
+    sensitive = catalog.require_columns(cols, source, spec.sensitive)
+    keep = identifying.resolve_keep(spec, method, cols, source)
+    changed = [
+        f"{c.name!r} was {spec.columns[c.name]}, is {c.type} now"
+        for c in [key, *qi, *sensitive]
+        if c.name in spec.columns and spec.columns[c.name] != c.type
+    ]
+    if changed:
+        raise DbanonError(
+            f"columns of {source} changed type since release {spec.name!r} was published: "
+            f"{'; '.join(changed)}; publish --replace to redefine the release"
+        )
+    source_check.require_stable_key(conn, source, key)  # a view's random() key: before any scan
+    rows = _check_rows(conn, source, key, qi)
+    ks = [m.k for m in models if isinstance(getattr(m, "k", None), int)]  # type: ignore[attr-defined]
+    if ks and max(ks) > rows:
+        raise DbanonError(f"k={max(ks)} is larger than the {rows} rows of {source}")
+
+    hierarchies: dict[str, Hierarchy] = {}
+    for column, hname in spec.hierarchies.items():
+        if column not in spec.qi:
+            raise DbanonError(f"hierarchy given for {column!r}, which is not a quasi-identifier")
+        hierarchies[column] = catalog.load_hierarchy(conn, hname)
+    if method.finite_qis:  # QIs it measures: numeric and date ones without a hierarchy
+        measured = [c for c in qi if c.kind != catalog.CATEGORICAL and c.name not in hierarchies]
+        source_check.require_finite(conn, source, measured, f"--algorithm {method.name}")
+
+    schema, name = catalog.parse_target(spec.target or f"{DEFAULT_SCHEMA}.{spec.name}")
+    schema = schema or DEFAULT_SCHEMA
+    if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
+        raise DbanonError(
+            f"a release cannot go to schema {schema!r}: consumers are granted USAGE on the "
+            "release schema; choose a schema of its own"
+        )
+    if schema == source.schema:
+        raise DbanonError(
+            f"the release must go to its own schema, not the source's ({schema!r}): "
+            "consumers get access to the whole release schema"
+        )
+    objects = method.release_objects(conn, spec, name)
+    previous: list[tuple[str, str]] = []
+    before: list[str] = []
+    if existing:
+        previous = [(existing[2], o) for o in existing[3]]
+        before = list(existing[1].get("grants", []))
+    _check_target(conn, spec, schema, name, objects, previous)
+    unknown = [g for g in revoke if g not in before and g not in spec.grants]
+    if unknown:
+        raise DbanonError(f"--revoke {unknown[0]}: release {spec.name!r} is not granted to it")
+    grants = [g for g in dict.fromkeys([*before, *spec.grants]) if g not in revoke]
+    for role in grants:
+        if not catalog.role_exists(conn, role):
+            raise DbanonError(f"role {role!r} does not exist")
+    seed = options.get("seed")
+    if method.randomised and seed is None:
+        seed = secrets.randbelow(2**31)
+    changes = {
+        "kept": [g for g in grants if g in before],
+        "added": [g for g in grants if g not in before],
+        "revoked": [g for g in before if g not in grants],
+    }
+    r = Resolved(
+        spec, method, source, key, qi, sensitive, hierarchies, models, options, schema, name,
+        objects, previous, grants, changes, rows, seed, regroup,
+        existing[0] if existing else None,
+        bool(existing) and (existing[1].get("source"), existing[1].get("key"))
+        != (spec.source, spec.key), say, keep,
+    )  # fmt: skip
+    method.validate(conn, r)
+    return r
+
+
+def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
+    """Row count and an order-independent hash of the source rows, to tell when it changed."""
+    count, digest = conn.execute(
+        sql.SQL(
+            "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0) FROM {} t"
+        ).format(rel.ident)
+    ).fetchone()
+    return f"{count}:{digest}"
