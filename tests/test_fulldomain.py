@@ -40,6 +40,7 @@ from dbanon.models import (
     PrivacyModel,
     RecursiveCLDiversity,
 )
+from dbanon.setlogic import coded
 from dbanon.setlogic import lattice as lat
 from dbanon.setlogic.fulldomain import release_select
 from dbanon.setlogic.hierarchies import (
@@ -327,7 +328,7 @@ def test_numpy_counts_of_every_node_match_the_reference(
     independent count in Python, whatever tables they were counted from; also when the rows
     are fetched in parts by page ranges (as a large table is), each row in exactly one."""
     if part_rows is not None:
-        monkeypatch.setattr(lat, "PART_ROWS", part_rows)
+        monkeypatch.setattr(coded, "PART_ROWS", part_rows)
     rows = patients(6000, seed=11)
     setup(conn, rows)
     qi = [AGE, ZIP, SEX, DX]

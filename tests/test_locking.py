@@ -98,7 +98,6 @@ def test_a_consumer_cannot_block_a_refresh(
 
 HOLDER = """
 import sys, time
-from dbanon.lifecycle.declare import release_spec
 from dbanon.api import Database
 def say(msg):
     if msg.startswith("verifying"):
@@ -135,7 +134,7 @@ def test_the_run_lock_is_the_catalog_row_and_no_advisory_lock(
 FIRST = """
 import sys, time
 from dbanon.api import Database
-from dbanon.core.spec import ReleaseSpec
+from dbanon.lifecycle.declare import release_spec
 def say(msg):
     if msg.startswith("verifying"):
         print("at", msg, flush=True)

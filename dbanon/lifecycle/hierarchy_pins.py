@@ -4,10 +4,10 @@ A run records, in its metrics and in `dbanon.release.hierarchy_versions`, the ve
 hash, dbanon.core.hierarchy.Hierarchy.version) of every hierarchy it used: the QIs' and the (θ,k)
 model's sensitive one. Those versions are pinned: `hierarchy import --replace --force` retires
 the current version instead of deleting it (dbanon.db.catalog.store_hierarchy), a live view reads
-its hierarchy by name and version (dbanon.setlogic.fulldomain), and a retired version is deleted
-once no release pins it. The next refresh of a release takes the current version and pins it;
-`refresh --due` does not skip a release whose pinned versions are no longer current, even on an
-unchanged source.
+its hierarchy by name and version (the full-domain SQL of dbanon.setlogic), and a retired
+version is deleted once no release pins it. The next refresh of a release takes the current
+version and pins it; `refresh --due` does not skip a release whose pinned versions are no longer
+current, even on an unchanged source.
 """
 
 from __future__ import annotations
