@@ -177,6 +177,11 @@ models = [{name = "k-anonymity", k = 4}]
 target = "rel_ap.bad"
 """
 
+REGION = """
+[hierarchies.region]
+rows = [["E", "EW", "*"], ["N", "NS", "*"], ["S", "NS", "*"], ["W", "EW", "*"]]
+"""
+
 
 def catalog_rows(conn: psycopg.Connection) -> list[tuple]:
     """Every release, run and schedule the catalog holds (a failed run counts too)."""
@@ -195,7 +200,8 @@ def test_a_file_with_one_bad_release_changes_nothing(
     """Before issue 34 the good release was published, then exit 2 without naming 'bad'."""
     publish(dsn, "old")
     f = tmp_path / "r.toml"
-    f.write_text(cli(dsn, "export", "old").stdout.replace("k = 4", "k = 5") + GOOD + BAD)
+    f.write_text(cli(dsn, "export", "old").stdout.replace("k = 4", "k = 5") + BAD
+                 + GOOD + 'hierarchies = {region = "region"}\n' + REGION)  # fmt: skip
     state, cat = snapshot(clinic), catalog_rows(clinic)
     result = cli(dsn, "apply", str(f))
     assert result.exit_code == 2
@@ -339,3 +345,22 @@ def test_export_round_trips_onto_a_fresh_database(
         verify(fresh, ("rel_ap", "a"), ["age", "region"], [{"name": "k-anonymity", "k": 4}])
         assert fresh.execute("SELECT count(*) FROM rel_ap.b").fetchone()[0] == 200
     assert cli_json(fresh_dsn, "apply", str(first))[1]["changes"] == []
+
+
+def test_a_stored_hierarchy_with_other_content_is_not_replaced(
+    clinic: psycopg.Connection, dsn: str, tmp_path: Path
+) -> None:
+    h = tmp_path / "region.csv"
+    h.write_text("N;NS;*\nS;NS;*\nE;EW;*\nW;EW;*\n")
+    assert cli(dsn, "hierarchy", "import", "region", str(h)).exit_code == 0
+    f = tmp_path / "r.toml"
+    f.write_text(GOOD + 'hierarchies = {region = "region"}\n' + REGION)
+    assert cli_json(dsn, "apply", str(f), "--plan")[1]["changes"] == [
+        {"release": "good", "action": "publish", "detail": "kmember", "data": {},
+         "hierarchy": None}]  # the same content: nothing to import
+    f.write_text(f.read_text().replace('["W", "EW", "*"]', '["W", "NS", "*"]'))
+    state = snapshot(clinic)
+    result = cli(dsn, "apply", str(f))
+    line = f.read_text().splitlines().index("[hierarchies.region]") + 1
+    assert result.exit_code == 2 and f"{f}:{line}: hierarchy 'region'" in result.stderr
+    assert "--replace" in result.stderr and snapshot(clinic) == state
