@@ -222,6 +222,11 @@ def test_a_plan_checks_the_file_against_the_database(
     f.write_text(GOOD + BAD)
     result = cli(dsn, "apply", str(f), "--plan")
     assert result.exit_code == 2 and "nosuch" in result.stderr and "'bad'" in result.stderr
+    f.write_text(GOOD.replace("k = 4", "k = 400") + BAD)  # every failing release is named
+    code, out = cli_json(dsn, "apply", str(f), "--plan")
+    assert code == 2 and [(e["release"], e["line"]) for e in out["invalid"]] == [
+        ("good", "2"), ("bad", "9")], out
+    assert "400" in out["invalid"][0]["error"] and "(and 1 more failing: 'bad')" in out["error"]
     f.write_text(GOOD + BAD.replace('"nosuch"', '"region"').replace('"rel_ap.bad"',
                                                                     '"rel_ap.good"'))
     result = cli(dsn, "apply", str(f), "--plan")  # two releases of the file, one target

@@ -459,7 +459,7 @@ def validate(conn: psycopg.Connection, wanted: SpecFile, changes: list[Change]) 
                 else f"hierarchy {first['hierarchy']!r}")  # fmt: skip
         text = f"{wanted.path}:{first['line']}: {what}: {first['error']}"
         if len(errors) > 1:
-            others = [e[1].get("release") or e[1].get("hierarchy") for _, e in errors[1:]]
+            others = [e.get("release") or e.get("hierarchy") for _, e in errors[1:]]
             text += f" (and {len(others)} more failing: {', '.join(map(repr, others))})"
         raise Invalid(text + "; nothing was changed", [e for _, e in errors])
 
