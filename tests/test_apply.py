@@ -254,7 +254,7 @@ def test_a_change_failing_after_validation_says_what_was_applied(
     assert "applied before it: publish good" in out["error"]
     assert clinic.execute("SELECT to_regclass('rel_ap.good') IS NOT NULL").fetchone()[0]
     code, out = cli_json(dsn, "apply", str(f))  # the lock gone, the rest applies
-    assert code == 0 and [(c["release"], c["action"]) for c in out["changes"]] == [
+    assert code == 0 and [(c["release"], c["action"]) for c in out["applied"]] == [
         ("old", "republish")], out
 
 

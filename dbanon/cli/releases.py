@@ -557,8 +557,8 @@ def apply_command(c: Ctx, file: str, dry: bool, prune: bool, yes: bool) -> None:
 
     with c.db() as db:
         changes = db.apply(file, plan=dry, prune=prune, confirm=confirm)
-    data = {"plan": dry, "applied": not dry,
-            "changes": [vars(ch) for ch in changes if ch.action != "keep"],
+    made = [vars(ch) for ch in changes if ch.action != "keep"]
+    data = {"plan": dry, "changes": made, "applied": [] if dry else made,
             "kept": [ch.release for ch in changes if ch.action == "keep"]}  # fmt: skip
 
     def human() -> None:
