@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from pathlib import Path
@@ -328,13 +328,22 @@ class Database:
         finally:
             self.conn.rollback()
 
-    def apply(self, path: str, *, plan: bool = False, prune: bool = False) -> list[Any]:
+    def apply(
+        self, path: str, *, plan: bool = False, prune: bool = False,
+        confirm: Callable[[list[Any]], None] | None = None,
+    ) -> list[Any]:  # fmt: skip
         """Make the catalog match the TOML file at `path` (`plan`: only say what would change;
-        `prune`: drop releases the file does not list). Returns the changes."""
+        `prune`: drop releases the file does not list). The whole file is validated against the
+        database first (specfile.Invalid: nothing changed); `confirm` then sees the drops and
+        may refuse them by raising. Returns the changes (specfile.Stopped if one fails)."""
         from dbanon.lifecycle import specfile
 
         wanted = specfile.read(path)
         changes = specfile.plan(self.conn, wanted, prune)
+        specfile.validate(self.conn, wanted, changes)
+        drops = [c for c in changes if c.action == "drop"]
+        if not plan and drops and confirm is not None:
+            confirm(drops)
         if not plan:
             specfile.apply(self, wanted, changes)
         return changes

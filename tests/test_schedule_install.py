@@ -74,6 +74,20 @@ def _run_cron_line(line: str, home: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+def _entry(dsn: str, password: str) -> str:
+    """The passfile line libpq matches for `dsn`, worked out here from the server's own answer
+    (a socket in libpq's default directory is `localhost`; /var/run/postgresql on this build)."""
+    def esc(v: str) -> str:
+        return v.replace("\\", "\\\\").replace(":", "\\:")
+
+    with psycopg.connect(dsn) as conn:
+        host = conn.info.host
+        if host in ("", "/var/run/postgresql", "/run/postgresql"):
+            host = "localhost"
+        fields = [host, str(conn.info.port), conn.info.dbname, conn.info.user, password]
+    return ":".join(esc(f) for f in fields) + "\n"
+
+
 def _no_password_in(paths: list[Path], password: str) -> None:
     for path in paths:
         assert password not in path.read_text(), f"the password is in {path}"
@@ -103,16 +117,13 @@ def test_cron_line_for_a_dsn_reaches_it_without_the_password(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     _scheduled_release(percent_dsn, "cronned")
     before = _runs(percent_dsn, "cronned")
-    code, out = cli_json(percent_dsn, "schedule", "install", "--cron")
+    code, out = cli_json(percent_dsn, "schedule", "install", "--cron", "--save-password")
     assert code == 0, out
     line = out["cron"]
     assert PASSWORD not in line and "\\%" in line
     passfile = Path(out["secrets"][0])
     assert stat.S_IMODE(passfile.stat().st_mode) == 0o600
-    assert (
-        passfile.read_text()
-        == "*:*:*:*:" + PASSWORD.replace("\\", "\\\\").replace(":", "\\:") + "\n"
-    )
+    assert passfile.read_text() == _entry(percent_dsn, PASSWORD)
     done = _run_cron_line(line, tmp_path)
     assert done.returncode == 0, (done.stdout, done.stderr)
     log = (tmp_path / "dbanon-refresh.log").read_text()
@@ -223,7 +234,7 @@ def test_the_passfile_logs_the_job_in(
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.delenv("PGPASSWORD", raising=False)
     _scheduled_release(password_server, "guarded")
-    code, out = cli_json(password_server, "schedule", "install", "--cron")
+    code, out = cli_json(password_server, "schedule", "install", "--cron", "--save-password")
     assert code == 0 and PASSWORD not in out["cron"]
     ran = _run_cron_line(out["cron"], tmp_path)
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
@@ -249,7 +260,9 @@ def test_cron_line_for_libpq_variables_carries_them_but_not_pgpassword(
     monkeypatch.setenv("PGPASSWORD", PASSWORD)
     _scheduled_release(dsn, "fromenv")
     before = _runs(dsn, "fromenv")
-    result = CliRunner().invoke(main, ["--json", "schedule", "install", "--cron"])
+    result = CliRunner().invoke(
+        main, ["--json", "schedule", "install", "--cron", "--save-password"]
+    )
     out = json.loads(result.stdout)
     assert result.exit_code == 0 and out["server"].startswith("libpq environment (PGHOST")
     line = out["cron"]
@@ -258,3 +271,80 @@ def test_cron_line_for_libpq_variables_carries_them_but_not_pgpassword(
     ran = _run_cron_line(line, tmp_path)
     assert ran.returncode == 0, (ran.stdout, ran.stderr)
     assert _runs(dsn, "fromenv") == before + 1
+
+
+# -- issue 34: one passfile line per server, written on install only, after a connection check ----
+
+
+def test_two_servers_keep_their_own_passfile_lines(
+    percent_dsn: str, server_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 34 the second install replaced the file with `*:*:*:*:` + its password."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    other = make_conninfo(server_dsn, password="other:pw")  # another database
+    for dsn in (percent_dsn, other, percent_dsn):  # the first again: replaced, not doubled
+        code, out = cli_json(dsn, "schedule", "install", "--cron", "--save-password")
+        assert code == 0, out
+    text = Path(out["secrets"][0]).read_text()
+    assert sorted(text.splitlines(keepends=True)) == sorted(
+        [_entry(other, "other:pw"), _entry(percent_dsn, PASSWORD)])
+
+
+def test_printing_writes_no_secret(
+    percent_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 34 printing the cron line (or the units) wrote the passfile."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for kind in ("--cron", "--systemd"):
+        result = CliRunner().invoke(main, ["--dsn", percent_dsn, "schedule", "install", kind])
+        assert result.exit_code == 0, result.output
+        assert "--save-password" in result.stderr
+    assert not (tmp_path / "config").exists()
+    code, out = cli_json(percent_dsn, "schedule", "install", "--cron")
+    assert out["secrets"] == [] and out["password"]["needed"] and not out["password"]["saved"]
+
+
+def test_a_server_that_cannot_be_reached_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before issue 34 a DSN that cannot connect still printed a line, exit 0."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    gone = make_conninfo(host=str(tmp_path / "nosocket"), dbname="x", password="pw")
+    result = CliRunner().invoke(main, ["--dsn", gone, "schedule", "install", "--cron",
+                                       "--save-password"])  # fmt: skip
+    assert result.exit_code == 2 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "--dsn" in result.stderr
+    assert not (tmp_path / "config").exists()
+
+
+def test_the_shorthand_is_in_the_help_and_the_docs() -> None:
+    """`dbanon schedule NAME --every` (the README's) was in neither before issue 34."""
+    result = CliRunner().invoke(main, ["schedule", "--help"])
+    assert "schedule NAME --every" in " ".join(result.output.split())
+    docs = (Path(__file__).parent.parent / "docs" / "cli.md").read_text()
+    assert "schedule NAME --every" in " ".join(docs.split())
+
+
+def test_each_user_logs_in_with_its_own_line(
+    password_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two installs on a server that asks for passwords, two users: both jobs log in."""
+    from dbanon.db import catalog
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    with psycopg.connect(password_server, autocommit=True) as conn:
+        conn.execute("CREATE ROLE other LOGIN PASSWORD 'other:pw'")
+        conn.execute("CREATE DATABASE other OWNER other")
+    other = make_conninfo(password_server, user="other", dbname="other", password="other:pw")
+    lines = {}
+    for dsn, name in ((password_server, "first"), (other, "second")):
+        catalog.init(dsn)
+        _scheduled_release(dsn, name)
+        code, out = cli_json(dsn, "schedule", "install", "--cron", "--save-password")
+        assert code == 0, out
+        lines[name] = out["cron"]
+    for dsn, name in ((password_server, "first"), (other, "second")):
+        ran = _run_cron_line(lines[name], tmp_path)
+        assert ran.returncode == 0, (ran.stdout, ran.stderr)
+        assert _runs(dsn, name) == 2, (tmp_path / "dbanon-refresh.log").read_text()

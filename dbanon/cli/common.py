@@ -105,12 +105,15 @@ class Ctx:
             yield lambda msg: status.update(msg)
 
 
-def _error(message: str, code: int, prefix: str = "error: ") -> None:
-    """An error: one line on stderr, or with --json one JSON object on stdout; then exit."""
+def _error(
+    message: str, code: int, prefix: str = "error: ", details: dict[str, Any] | None = None
+) -> None:
+    """An error: one line on stderr, or with --json one JSON object on stdout (with the
+    error's `details`, e.g. what an apply did before it stopped); then exit."""
     ctx = click.get_current_context(silent=True)
     c = ctx.find_object(Ctx) if ctx else None
     if c is not None and c.json:
-        click.echo(json.dumps({"error": message, "exit": code}))
+        click.echo(json.dumps({"error": message, "exit": code, **(details or {})}, default=str))
     else:
         click.echo(f"{prefix}{message}", err=True)
     sys.exit(code)
@@ -124,7 +127,7 @@ def fails_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except (DbanonError, HierarchyError) as e:
-            _error(str(e), getattr(e, "exit_code", 2))
+            _error(str(e), getattr(e, "exit_code", 2), details=getattr(e, "details", None))
         except psycopg.Error as e:
             _error(f"PostgreSQL: {first_line(e)}", 2)
 

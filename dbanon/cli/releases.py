@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from datetime import datetime, timezone
 from typing import Any
@@ -536,23 +537,37 @@ def export_command(c: Ctx, names: tuple[str, ...], output: str | None) -> None:
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--plan", "dry", is_flag=True, help="Print what would change; change nothing.")
 @click.option("--prune", is_flag=True, help="Drop releases the file no longer lists.")
+@click.option("--yes", is_flag=True, help="With --prune: drop without asking.")
 @click.pass_obj
 @fails_cleanly
-def apply_command(c: Ctx, file: str, dry: bool, prune: bool) -> None:
-    """Make the catalog match FILE: publish, republish (as --replace), grant, revoke, schedule."""
+def apply_command(c: Ctx, file: str, dry: bool, prune: bool, yes: bool) -> None:
+    """Make the catalog match FILE: import its hierarchies, publish, republish (as --replace),
+    grant, revoke, schedule; --prune drops what it does not list. The whole file is checked
+    against the database first: one bad release and nothing changes (exit 2). A change that
+    fails after that stops the apply: exit 5 when some were applied, listing them."""
+
+    def confirm(drops: list[Any]) -> None:  # as `drop` asks: never silently without a terminal
+        names = ", ".join(ch.what() for ch in drops)
+        if yes:
+            return
+        if c.json or not sys.stdin.isatty():
+            raise DbanonError(f"apply --prune would drop release(s) {names}: "
+                              "needs --yes when nobody can be asked")  # fmt: skip
+        click.confirm(f"drop release(s) {names} and their released relations?", abort=True)
+
     with c.db() as db:
-        changes = db.apply(file, plan=dry, prune=prune)
-    data = {"plan": dry, "changes": [vars(ch) for ch in changes if ch.action != "keep"],
+        changes = db.apply(file, plan=dry, prune=prune, confirm=confirm)
+    made = [vars(ch) for ch in changes if ch.action != "keep"]
+    data = {"plan": dry, "changes": made, "applied": [] if dry else made,
             "kept": [ch.release for ch in changes if ch.action == "keep"]}  # fmt: skip
 
     def human() -> None:
-        verb = "would" if dry else "did"
         for ch in changes:
-            click.echo(f"{ch.action:<10} {catalog.quote_ident(ch.release)}"
-                       + (f"  {ch.detail}" if ch.detail else ""))  # fmt: skip
+            click.echo(f"{ch.action:<10} {ch.what()}" + (f"  {ch.detail}" if ch.detail else ""))
         if not any(ch.action != "keep" for ch in changes):
             click.echo(f"no change: the catalog matches {file}")
         elif dry:
-            click.echo(f"(plan: nothing changed; `dbanon apply {file}` {verb} the above)")
+            again = shlex.join(["dbanon", "apply", file, *(["--prune"] if prune else [])])
+            click.echo(f"(plan: nothing changed; `{again}` would make the changes above)")
 
     c.emit(data, human)

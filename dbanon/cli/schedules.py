@@ -11,7 +11,10 @@ from dbanon.cli.common import Ctx, DefaultGroup, Table, fails_cleanly, group, ou
 
 @group("schedule", cls=DefaultGroup)
 def schedule_group() -> None:
-    """When `dbanon refresh --due` refreshes each release."""
+    """When `dbanon refresh --due` refreshes each release.
+
+    `dbanon schedule NAME --every '6 hours'` (or `--cron '0 3 * * *'`) is short for `dbanon
+    schedule set NAME ...`."""
 
 
 @schedule_group.command("set")
@@ -59,15 +62,24 @@ def schedule_list(c: Ctx) -> None:
 @schedule_group.command("install")
 @click.option("--cron", "kind", flag_value="cron", help="A crontab line.")
 @click.option("--systemd", "kind", flag_value="systemd", help="A systemd service and timer.")
-@click.option("--write", type=click.Path(file_okay=False), help="Write the units into DIR.")
+@click.option(
+    "--write", type=click.Path(file_okay=False),
+    help="Write the units into DIR (and the password beside them).",
+)  # fmt: skip
+@click.option(
+    "--save-password", "save", is_flag=True,
+    help="Store the server's password for the job in the passfile (one line per server).",
+)  # fmt: skip
 @click.pass_obj
 @fails_cleanly
-def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
+def schedule_install(c: Ctx, kind: str | None, write: str | None, save: bool) -> None:
     """Print (or write) what runs `dbanon refresh --due` every few minutes, against the server
-    this command reaches; a password goes into a passfile of mode 0600, never into the job."""
+    this command reaches (connected to first: exit 2 if it cannot be). A password never goes
+    into the job: --save-password (or --write) stores it in a passfile of mode 0600, one line
+    per server (host, port, database, user), as ~/.pgpass; printing alone writes nothing."""
     from dbanon.lifecycle import schedule as sched
 
-    data = sched.install(kind or "", c.dsn, write)
+    data = sched.install(kind or "", c.dsn, write, save=save)
 
     def human() -> None:
         if "cron" in data:
@@ -78,7 +90,12 @@ def schedule_install(c: Ctx, kind: str | None, write: str | None) -> None:
             for name, text in data["units"].items():
                 click.echo(f"# {name}\n{text}")
         click.echo(f"# the job reaches the server chosen by {data['server']}", err=True)
-        for path in data["secrets"]:
-            click.echo(f"# wrote the password into {path} (mode 0600)", err=True)
+        pw = data["password"]
+        if pw["saved"]:
+            click.echo(f"# stored the password of {pw['entry']} in {pw['passfile']} (mode 0600)",
+                       err=True)  # fmt: skip
+        elif pw["needed"]:
+            click.echo(f"# the job needs the password of {pw['entry']}: add --save-password to "
+                       f"store it in {pw['passfile']} (mode 0600)", err=True)  # fmt: skip
 
     c.emit(data, human)

@@ -46,6 +46,25 @@ def _release_id(conn: psycopg.Connection, name: str) -> int:
     return row[0]
 
 
+def check(conn: psycopg.Connection, *, every: str | None = None, cron: str | None = None) -> None:
+    """One of a positive interval or a cron expression (refused: one line naming it)."""
+    if (every is None) == (cron is None):
+        raise DbanonError("give one of --every INTERVAL or --cron EXPRESSION")
+    if cron is not None:
+        from croniter import croniter
+
+        if not croniter.is_valid(cron):
+            raise DbanonError(f"--cron {cron!r} is not a cron expression (e.g. '0 3 * * *')")
+        return
+    try:
+        with conn.transaction():
+            positive = conn.execute("SELECT %s::interval > interval '0'", [every]).fetchone()[0]
+    except psycopg.errors.DataError:
+        raise DbanonError(f"--every {every!r} is not an interval (e.g. '6 hours')") from None
+    if not positive:
+        raise DbanonError(f"--every {every!r} must be a positive interval")
+
+
 def set_schedule(
     conn: psycopg.Connection, name: str, *, every: str | None = None, cron: str | None = None
 ) -> dict[str, Any]:
@@ -53,25 +72,28 @@ def set_schedule(
     if (every is None) == (cron is None):
         raise DbanonError("give one of --every INTERVAL or --cron EXPRESSION")
     rid = _release_id(conn, name)
-    if cron is not None:
-        from croniter import croniter
-
-        if not croniter.is_valid(cron):
-            raise DbanonError(f"--cron {cron!r} is not a cron expression (e.g. '0 3 * * *')")
-    else:
-        try:
-            with conn.transaction():
-                positive = conn.execute("SELECT %s::interval > interval '0'", [every]).fetchone()[0]
-        except psycopg.errors.DataError:
-            raise DbanonError(f"--every {every!r} is not an interval (e.g. '6 hours')") from None
-        if not positive:
-            raise DbanonError(f"--every {every!r} must be a positive interval")
+    check(conn, every=every, cron=cron)
     conn.execute(
         """INSERT INTO dbanon.schedule (release_id, every, cron) VALUES (%s, %s::interval, %s)
            ON CONFLICT (release_id) DO UPDATE SET every = EXCLUDED.every, cron = EXCLUDED.cron""",
         [rid, every, cron],
     )
     return {"release": name, "every": every, "cron": cron}
+
+
+# An interval's fields, largest first, as PostgreSQL reads them back ('1 year 2 months 6 hours').
+_INTERVAL_FIELDS = ("year", "month", "day", "hour", "minute", "second")
+
+
+def interval_text(fields: tuple[Any, ...]) -> str:
+    """An interval as words PostgreSQL reads back to the same interval ('6 hours', not the
+    '6:00:00' of a Python timedelta, which also loses months): from its extracted fields."""
+    words = []
+    for unit, value in zip(_INTERVAL_FIELDS, fields, strict=True):
+        if value:
+            number = format(value.normalize(), "f") if hasattr(value, "normalize") else str(value)
+            words.append(f"{number} {unit}{'' if value == 1 else 's'}")
+    return " ".join(words) or "0 seconds"
 
 
 def clear_schedule(conn: psycopg.Connection, name: str) -> bool:
@@ -95,19 +117,22 @@ def schedules(conn: psycopg.Connection, now: datetime | None = None) -> list[dic
     catalog.require_catalog(conn)
     now = now or datetime.now(timezone.utc)
     rows = conn.execute(
-        """SELECT r.name, s.every, s.cron,
+        """SELECT r.name, s.every, s.cron, extract(year FROM s.every)::int,
+                  extract(month FROM s.every)::int, extract(day FROM s.every)::int,
+                  extract(hour FROM s.every)::int, extract(minute FROM s.every)::int,
+                  extract(second FROM s.every),
                   (SELECT max(u.started_at) FROM dbanon.run u WHERE u.release_id = r.id
                      AND u.status IN ('succeeded', 'skipped'))
            FROM dbanon.schedule s JOIN dbanon.release r ON r.id = s.release_id
            ORDER BY r.name"""
     ).fetchall()
     out = []
-    for name, every, cron, last in rows:
+    for name, every, cron, *parts, last in rows:
         nxt = _next_due(every, cron, last)
         out.append(
             {
                 "release": name,
-                "every": str(every) if every is not None else None,
+                "every": interval_text(tuple(parts)) if every is not None else None,
                 "cron": cron,
                 "last_run_at": last.isoformat() if last else None,
                 "next_due_at": nxt.isoformat() if nxt else None,
@@ -179,7 +204,10 @@ def exit_code(results: list[dict[str, Any]]) -> int:
 # it (almost none): the embedded server through DBANON_HOME; a DSN (--dsn, DBANON_DSN) through
 # DBANON_DSN; libpq's environment through its PG* variables. A password (in the DSN, or in
 # PGPASSWORD) never goes into the crontab or the units: it goes into a libpq passfile of mode 0600
-# that the DSN (or PGPASSFILE) names.
+# that the DSN (or PGPASSFILE) names, one line per server as in ~/.pgpass (host, port, database,
+# user), so installing for a second server keeps the first one's line. The server is connected
+# to first; nothing is written when that fails, nor when the command only prints (the password
+# is stored by --save-password, or by --write DIR, which installs the units).
 
 PASSFILE = "dbanon-refresh.pgpass"
 
@@ -191,18 +219,69 @@ def _exe() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "dbanon"]
 
 
-def _passfile_line(password: str) -> str:
-    """A passfile entry for any host, port, database and user: the file serves this job only."""
-    return "*:*:*:*:" + password.replace("\\", "\\\\").replace(":", "\\:") + "\n"
+def _pgpass_escape(field: str) -> str:
+    return field.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def _pgpass_fields(line: str) -> list[str]:
+    """A passfile line's fields, unescaped (libpq: `\\:` and `\\\\` inside a field)."""
+    fields, cur, escaped = [], [], False
+    for ch in line.rstrip("\n"):
+        if escaped:
+            cur.append(ch)
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch == ":" and len(fields) < 4:
+            fields.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    return [*fields, "".join(cur)]
+
+
+def _default_socket_dir() -> str:
+    """The socket directory this libpq uses when no host is given: libpq matches a passfile
+    line's host `localhost` for it (and the directory's path for any other). Asked of libpq
+    itself: a connection started (never completed) with an empty host reports it."""
+    pgconn = psycopg.pq.PGconn.connect_start(b"host='' port=1 connect_timeout=1")
+    try:
+        return (pgconn.host or b"").decode()
+    finally:
+        pgconn.finish()
+
+
+def server_entry(conn: psycopg.Connection) -> tuple[str, str, str, str]:
+    """host, port, database, user of a connection, as libpq matches them in a passfile."""
+    host = conn.info.host
+    if not host or host == _default_socket_dir():
+        host = "localhost"
+    return host, str(conn.info.port), conn.info.dbname, conn.info.user
+
+
+def save_password(path: Path, entry: tuple[str, str, str, str], password: str) -> None:
+    """Add or replace the line of one server in the passfile, keeping every other server's
+    (a `*:*:*:*` line, which older versions wrote, would match every server first: dropped)."""
+    keep = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            fields = _pgpass_fields(line)[:4]
+            if line.strip() and fields != list(entry) and fields != ["*"] * 4:
+                keep.append(line + "\n")
+    ours = ":".join(_pgpass_escape(f) for f in (*entry, password)) + "\n"
+    _write_secret(path, "".join([*keep, ours]))
 
 
 def _write_secret(path: Path, text: str) -> None:
-    """Create or replace `path` readable by its owner only, never briefly wider."""
+    """Create or replace `path` readable by its owner only, never briefly wider, whole (a
+    reader sees the old file or the new one)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    part = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         os.fchmod(f.fileno(), 0o600)
         f.write(text)
+    os.replace(part, path)
 
 
 def secrets_dir() -> Path:
@@ -210,14 +289,18 @@ def secrets_dir() -> Path:
 
 
 def job_environment(
-    dsn: str | None, directory: str | Path | None = None
-) -> tuple[dict[str, str], list[str], str]:
-    """The variables the job needs to reach the server in use, the secret files written for it
-    (a passfile, when there is a password), and where the choice came from (see connection)."""
+    dsn: str | None, directory: str | Path | None = None, *, save: bool = False
+) -> tuple[dict[str, str], dict[str, Any], str]:
+    """The variables the job needs to reach the server in use, what became of its password
+    (`passfile`, whether `saved`, the server's `entry`), and where the choice came from (see
+    connection). The server is connected to first: one that cannot be reached is refused."""
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+    from dbanon.db.connection import connect
+
     passfile = Path(directory or secrets_dir()).absolute() / PASSFILE
-    written: list[str] = []
+    password: str | None = None
+    env: dict[str, str]
     if dsn or os.environ.get("DBANON_DSN"):
         source = "--dsn" if dsn else "DBANON_DSN"
         try:
@@ -228,20 +311,30 @@ def job_environment(
             ) from None
         password = params.pop("password", None) or os.environ.get("PGPASSWORD")
         if password:
-            _write_secret(passfile, _passfile_line(str(password)))
             params["passfile"] = str(passfile)
-            written.append(str(passfile))
-        return {"DBANON_DSN": make_conninfo("", **params)}, written, source
-    named = [v for v in LIBPQ_SERVER_VARIABLES if os.environ.get(v)]
-    if named:
+        env = {"DBANON_DSN": make_conninfo("", **params)}
+    elif named := [v for v in LIBPQ_SERVER_VARIABLES if os.environ.get(v)]:
         env = {k: v for k, v in os.environ.items() if k.startswith("PG") and k != "PGPASSWORD"}
-        if os.environ.get("PGPASSWORD"):
-            _write_secret(passfile, _passfile_line(os.environ["PGPASSWORD"]))
+        password = os.environ.get("PGPASSWORD")
+        if password:
             env["PGPASSFILE"] = str(passfile)
-            written.append(str(passfile))
-        return dict(sorted(env.items())), written, f"libpq environment ({', '.join(named)})"
-    home = server.data_dir().parent.absolute()
-    return {"DBANON_HOME": str(home)}, written, f"embedded server ({home / 'pgdata'})"
+        env = dict(sorted(env.items()))
+        source = f"libpq environment ({', '.join(named)})"
+    else:
+        home = server.data_dir().parent.absolute()
+        env, source = {"DBANON_HOME": str(home)}, f"embedded server ({home / 'pgdata'})"
+    try:
+        with connect(dsn) as conn:  # the server as this command reaches it, password and all
+            entry = server_entry(conn)
+    except DbanonError as e:
+        raise DbanonError(f"the job could not reach the server chosen by {source}: {e}") from None
+    secret: dict[str, Any] = {"needed": bool(password), "saved": False}
+    if password:
+        secret.update(passfile=str(passfile), entry=":".join(entry))
+        if save:
+            save_password(passfile, entry, str(password))
+            secret["saved"] = True
+    return env, secret, source
 
 
 def _cron_escape(command: str) -> str:
@@ -300,15 +393,20 @@ def write_units(units: dict[str, str], directory: str | Path) -> list[str]:
     return written
 
 
-def install(kind: str, dsn: str | None, directory: str | Path | None = None) -> dict[str, Any]:
+def install(
+    kind: str, dsn: str | None, directory: str | Path | None = None, *, save: bool = False
+) -> dict[str, Any]:
     """What `schedule install` prints or writes: a cron line, or systemd units (written into
-    `directory` when given), plus the secret files written for the job and the server chosen."""
+    `directory` when given), the server chosen and its password's passfile (stored with `save`
+    or `directory` only; nothing is written unless the server answered)."""
     if kind not in ("cron", "systemd"):
         raise DbanonError("give --cron or --systemd")
     if kind == "cron" and directory is not None:
         raise DbanonError("--write goes with --systemd; add the cron line with `crontab -e`")
-    env, secrets, source = job_environment(dsn, directory)
-    out: dict[str, Any] = {"server": source, "environment": env, "secrets": secrets}
+    env, secret, source = job_environment(dsn, directory, save=save or directory is not None)
+    secrets = [secret["passfile"]] if secret["saved"] else []
+    out: dict[str, Any] = {"server": source, "environment": env, "password": secret,
+                           "secrets": secrets}  # fmt: skip
     if kind == "cron":
         return {"cron": cron_line(env), **out}
     units = systemd_units(env)
