@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dbanon import methods
+from dbanon import diffexposure, methods
 from dbanon.cli.audit import model_options, risk_lines
 from dbanon.cli.common import (
     Command,
@@ -50,7 +50,10 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
         if changes.get("kept"):
             out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
         for warning in summary.get("warnings") or []:
-            out.print(f"warning: {warning}", markup=False)
+            if warning.startswith(diffexposure.PREFIX):  # about the policy, not this data
+                click.echo(f"warning: {warning}", err=True)
+            else:
+                out.print(f"warning: {warning}", markup=False)
 
     c.emit(summary, human)
 
