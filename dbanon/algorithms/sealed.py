@@ -3,18 +3,22 @@
 A consumer who keeps two successive releases can diff them. If a refresh lets one new row join a
 released group, or lets a group lose or change one row, the group's sensitive multiset moves by
 exactly that person's value: a joiner's or leaver's value is read off the difference, and an
-update shows the old value and the new. The `sealed` refresh policy holds rows back instead, as
-in "hold new rows until they can form groups of their own" (m-invariance, Xiao & Tao 2007, pads
-groups with counterfeit rows to the same end; dbanon never releases rows that do not exist):
+update shows the old value and the new. The `sealed` refresh policy never lets that happen:
 1. a group of the latest release is kept, as it was, when every row it released is still in the
    source and unchanged (the map's fingerprint of its released columns): it is released again
-   identically;
+   identically. With `moved` (k-member, Mondrian) a row whose QIs alone changed still counts:
+   its group is kept when it shows exactly the values it showed, cells drawn around where its
+   people are now (the values, all a diff could read, do not move);
 2. every other row is pending: new rows, changed rows, and the rest of a group that lost or
-   changed a row (the group is retired whole; its remaining rows are a block). Pending rows are
-   grouped among themselves by the method's own algorithm, and a new group is released only
-   when it keeps the promised models, keeps for every row of it that earlier releases showed k
-   plausible rows and l plausible values (persist.History: the intersection guard), and passes
-   the diff check below;
+   changed a row (the group is retired whole; its remaining rows are a block). With `repair`
+   (k-member, Mondrian) a block first comes back with newcomers holding exactly the values its
+   group lost, so the group shows the values it showed (m-invariance's signatures, Xiao & Tao
+   2007, with real rows in the leavers' places rather than counterfeit ones: `Repair`), and
+   newcomers left over form groups of their own. The other pending rows are grouped among
+   themselves by the method's own algorithm, and a new group is released only when it keeps
+   the promised models, keeps for every row of it that earlier releases showed k plausible rows
+   and l plausible values (persist.History: the intersection guard), and passes the diff check
+   below (with `repair`, also `_signature_kept`);
 3. pending rows that form no such group, and rows whose plausible values too few rows of the
    whole table still hold, wait (withheld) until a later refresh can group them; a block waits
    as a block. The method's algorithm knows nothing of blocks, so each block is first moved
@@ -159,8 +163,11 @@ def seal_groups(
     batches), so a round in which no group held is not the last. `repair`: first bring blocks
     back with newcomers holding their missing values (`Repair`). `moved`: rows whose QIs alone
     may have changed (not `unchanged`, a value their classes always showed): they keep their
-    group when it shows exactly the values it showed (`same_values`), and are on their own
-    otherwise, as every changed row is (in a block, a changed value would go unchecked)."""
+    group when it shows exactly the values it showed (`same_values`), and stay in its block
+    otherwise. A value that did change stays unread there: the block comes back only in a
+    group showing every value its group showed (`_signature_kept`, which `moved` needs), so
+    what the release shows is what it would show had the value not changed, and the diff
+    check and the intersection guard judge it as such."""
     n = len(previous)
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
@@ -176,7 +183,8 @@ def seal_groups(
     # A waiting row that changed is on its own now. A hopeless row stays in its block, which
     # then waits (were the block to come back without it, its value would be read against the
     # retired group's, unchecked).
-    origin = np.where(unchanged & ~kept & (previous != -1), previous, -1)
+    same = unchanged if moved is None else unchanged | moved
+    origin = np.where(same & ~kept & (previous != -1), previous, -1)
     ids, sizes_now = np.unique(origin[origin != -1], return_counts=True)
     ids = ids.tolist()
     codes = int(tags.max(initial=0)) + 1

@@ -346,10 +346,11 @@ def _repair(r: Resolved, qi: QIArrays) -> Repair | None:
 
 
 def _moved(gid: np.ndarray, unchanged: np.ndarray, hist: History | None) -> np.ndarray:
-    """Rows of a released group that changed but still hold a value their classes always
-    showed: possibly only their QIs moved (sealed.seal_groups keeps such a group when its values
-    are exactly as shown, so a QI update does not retire it)."""
-    changed = (gid >= 0) & ~unchanged
+    """Rows of a released group (or of a waiting block) that changed but still hold a value
+    their classes always showed: possibly only their QIs moved (sealed.seal_groups keeps such a
+    group when its values are exactly as shown, so a QI update does not retire it, and keeps
+    them in their block otherwise)."""
+    changed = (gid != -1) & ~unchanged
     if hist is None:
         return changed
     plausible = np.zeros(len(gid), dtype=bool)
