@@ -138,3 +138,22 @@ def test_a_group_whose_rows_moved_but_whose_values_did_not_is_kept() -> None:
     same = same_values(previous, kept, np.array([0, 1, 2, 0, 0, 2]),
                        lambda ids: {g: shown[g] for g in ids})  # fmt: skip
     assert same.tolist() == [True, True, True, False, False, False]
+
+
+def test_a_moved_row_stays_in_its_retired_groups_block_and_comes_back_with_it() -> None:
+    # Group 0 showed 0,1,2,3,4; the row with 2 left and the row with 4 moved (its QIs only).
+    # The block is the four rows still here, the moved one with them; a newcomer holding 2
+    # mends it. (The sealed code before left the moved row out of the block: three newcomers
+    # holding 4 nearer the block took its place, and it waited alone.)
+    previous = np.array([0, 0, 0, 0, -1, -1, -1, -1])
+    unchanged = np.array([True, True, True, False, False, False, False, False])
+    moved = np.array([False, False, False, True, False, False, False, False])
+    tags = np.array([0, 1, 3, 4, 2, 4, 4, 4])
+    gid, _, figures = seal_groups(
+        previous, unchanged, np.array([5]), _cannot, lambda r: True, 5, 1, tags,
+        lambda ids: {0: np.array([0, 1, 2, 3, 4])},
+        repair=Repair(_qi([30, 31, 32, 80, 33, 31.5, 32.5, 33.5]), np.random.default_rng(2)),
+        moved=moved,
+    )  # fmt: skip
+    assert (gid[:5] >= 0).all() and len(set(gid[:5].tolist())) == 1, gid
+    assert (gid[5:] < 0).all() and figures["groups_repaired"] == 1
