@@ -346,15 +346,27 @@ class Repair:
         self, origin: np.ndarray, count: dict[int, np.ndarray], block_size: dict[int, int],
         tags: np.ndarray, codes: int, pool: np.ndarray, accept: Holds,
     ) -> list[np.ndarray]:  # fmt: skip
-        """The groups made: each a whole block and the newcomers in its leavers' places."""
+        """The groups made: each a whole block and the newcomers in its leavers' places. Work
+        per block is its own rows and the newcomers holding its missing values (indexed once),
+        never a pass over the table."""
+        if not block_size:
+            return []
+        newcomers = pool[origin[pool] == -1]
         free = np.zeros(len(origin), dtype=bool)
-        free[pool[origin[pool] == -1]] = True
+        free[newcomers] = True
         inpool = np.zeros(len(origin), dtype=bool)
         inpool[pool] = True
+        by_value = np.argsort(tags[newcomers], kind="stable")
+        value_cuts = np.searchsorted(tags[newcomers][by_value], np.arange(codes + 1))
+        holders_of = [newcomers[by_value[value_cuts[v] : value_cuts[v + 1]]] for v in range(codes)]
+        inblock = np.flatnonzero(origin != -1)
+        inblock = inblock[np.argsort(origin[inblock], kind="stable")]
+        ids, starts = np.unique(origin[inblock], return_index=True)
+        rows_of = dict(zip(ids.tolist(), np.split(inblock, starts[1:]), strict=True))
         blocks = sorted(block_size)
         out = []
         for g in (blocks[i] for i in self.rng.permutation(len(blocks))):
-            rows = np.flatnonzero(origin == g)
+            rows = rows_of.get(g, inblock[:0])
             if len(rows) != block_size[g] or not inpool[rows].all():
                 continue  # a row of it cannot be placed now: the block waits whole
             missing = count[g] - np.bincount(tags[rows], minlength=codes)
@@ -363,7 +375,7 @@ class Repair:
             cnum, ccat = centres(subset(self.qi, rows), np.zeros(len(rows), dtype=np.int64), 1)
             picked: list[int] = []
             for v in np.repeat(np.arange(codes), missing).tolist():
-                holders = np.flatnonzero(free & (tags == v))
+                holders = holders_of[v][free[holders_of[v]]]
                 holders = holders[~np.isin(holders, picked)]
                 if not len(holders):
                     break
