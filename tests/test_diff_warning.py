@@ -92,3 +92,20 @@ def test_a_method_without_a_sealed_policy_says_so(
     assert code == 0, out
     (line,) = _diff_warnings(out)
     assert "anatomy has no sealed policy" in line
+
+
+def test_refresh_due_warns_for_each_granted_persist_release(
+    ward: psycopg.Connection, dsn: str, role: str
+) -> None:
+    """`refresh --due`, one outcome line per release on stdout, the warning on stderr."""
+    assert cli(dsn, *PUBLISH, "--sensitive", "dx", "--grant", role).exit_code == 0
+    assert cli(dsn, "schedule", "set", "w", "--every", "1 minute").exit_code == 0
+    ward.execute("INSERT INTO h.ward VALUES (500, 33, 'N', 'flu')")
+    code, out = cli_json(dsn, "refresh", "--due", "--now", "2999-01-01T00:00")
+    (result,) = out["results"]
+    assert code == 0 and result["outcome"] == "refreshed", out
+    assert len(_diff_warnings(result)) == 1, result
+    ward.execute("INSERT INTO h.ward VALUES (501, 34, 'S', 'gout')")
+    human = cli(dsn, "refresh", "--due", "--now", "2999-02-01T00:00")
+    assert human.exit_code == 0 and "w: refreshed" in human.stdout, human.output
+    assert human.stderr.count("warning: diff exposure:") == 1, human.stderr

@@ -283,6 +283,9 @@ def refresh(
                 if r["outcome"] == "refreshed":
                     extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
+                for w in r.get("warnings") or []:
+                    if w.startswith(diffexposure.PREFIX):
+                        click.echo(f"warning: {w}", err=True)
 
         code = exit_code(results)
         c.emit({"results": results, "exit": code}, human)
