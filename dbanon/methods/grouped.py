@@ -52,8 +52,9 @@ GROUP_POLICY = Option(
     "persist",
     "On refresh: keep persisting rows in their groups, new rows joining them (persist: safe "
     "against intersection, not against a diff that shows one joiner or leaver); release groups "
-    "whole, kept as they were or new, rows that form no safe group waiting (sealed: safe "
-    "against both, rows withheld); or regroup from scratch.",
+    "whole, kept with their values or new, a group that lost rows mended by newcomers holding "
+    "its values, rows that form no safe group waiting (sealed: safe against both, wider "
+    "cells); or regroup from scratch.",
     ("persist", "sealed", "regroup"),
 )
 RANGES = Option(
