@@ -22,7 +22,7 @@ from typing import Any
 import platformdirs
 import psycopg
 
-from dbanon import hierarchy_pins, release, runs
+from dbanon import diffexposure, hierarchy_pins, release, runs
 from dbanon.db import catalog, server
 from dbanon.db.connection import LIBPQ_SERVER_VARIABLES
 from dbanon.errors import DbanonError, first_line
@@ -150,6 +150,8 @@ def refresh_due(
             # overlapping `--due` runs cannot both refresh one change.
             skip = None if force else (lambda c, name=name: _unchanged(c, name))
             result = release.refresh(conn, name, progress, skip_if=skip)
+            result = diffexposure.with_warning(release.load_spec(conn, name), result)
+            conn.rollback()
             results.append({"release": name, "outcome": "refreshed", **result.summary()})
         except release.Unchanged:
             results.append({"release": name, "outcome": "skipped"})

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from dbanon import methods
+from dbanon import diffexposure, methods
 from dbanon.cli.audit import model_options, risk_lines
 from dbanon.cli.common import (
     Command,
@@ -50,7 +50,10 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
         if changes.get("kept"):
             out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
         for warning in summary.get("warnings") or []:
-            out.print(f"warning: {warning}", markup=False)
+            if warning.startswith(diffexposure.PREFIX):  # about the policy, not this data
+                click.echo(f"warning: {warning}", err=True)
+            else:
+                out.print(f"warning: {warning}", markup=False)
 
     c.emit(summary, human)
 
@@ -280,6 +283,9 @@ def refresh(
                 if r["outcome"] == "refreshed":
                     extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
+                for w in r.get("warnings") or []:
+                    if w.startswith(diffexposure.PREFIX):
+                        click.echo(f"warning: {w}", err=True)
 
         code = exit_code(results)
         c.emit({"results": results, "exit": code}, human)
