@@ -193,12 +193,13 @@ class Database:
         """Publish a release; an existing name needs `replace` (its grants are kept unless
         named in `revoke`); another run of it is waited for up to `wait` seconds; a live
         view is granted to a new role only with `grant_live`."""
+        from dbanon.lifecycle.diffexposure import with_warning
         from dbanon.lifecycle.publish import publish
 
-        return publish(
+        return with_warning(spec, publish(
             self.conn, spec, progress, replace=replace, revoke=revoke, wait=wait,
             allow_composition=allow_composition, grant_live=grant_live,
-        )  # fmt: skip
+        ))  # fmt: skip
 
     def refresh(
         self,
@@ -212,12 +213,18 @@ class Database:
         """Rebuild a release as its spec says; `regroup` starts its groups over for this run
         (refused if a consumer keeping earlier releases could then break the promise, unless
         `allow_composition`)."""
+        from dbanon.lifecycle.catalogue import load_spec
+        from dbanon.lifecycle.diffexposure import with_warning
         from dbanon.lifecycle.refresh import refresh
 
-        return refresh(
+        result = refresh(
             self.conn, name, progress, wait=wait, regroup=regroup,
             allow_composition=allow_composition,
         )  # fmt: skip
+        try:
+            return with_warning(load_spec(self.conn, name), result)
+        finally:
+            self.conn.rollback()
 
     def refresh_due(
         self,

@@ -90,7 +90,7 @@ def _pins(part: Counter, k: int, ell: int, also: int = 0) -> bool:
 
 def attributable(
     before: Release, after: Release, k: int, ell: int, left: Sequence[tuple[Any, ...]] = (),
-    joined: Sequence[tuple[Any, ...]] = (),
+    joined: Sequence[tuple[Any, ...]] = (), signatures: bool = False,
 ) -> list[str]:
     """Every change between two releases that pins a joiner's or a leaver's value: a class
     (same QI cells in both) that gained or lost a few rows, and a class of the earlier release
@@ -101,7 +101,10 @@ def attributable(
     gained may be any of the joiners it covers (a class of several batches can lose some
     values and gain others at once, and the difference cancels what both hold). The whole
     table's count of each value is the sum of the classes': a class-level attacker knows
-    more, so it is not judged again."""
+    more, so it is not judged again. `signatures`: the attacker knows that the refresh brings
+    a group's remaining people back only in a class showing every value the group showed
+    (m-invariance's signatures: dbanon's sealed refresh), so a class that lacks one of them is
+    not the group shrunk or swapped; classes with the same cells are judged all the same."""
     found = []
     for cells in sorted(set(before) | set(after)):
         old, new = before.get(cells, Counter()), after.get(cells, Counter())
@@ -119,6 +122,8 @@ def attributable(
             if not _overlap(a, b):
                 continue  # no person can be in both: not the same group
             came, went = after[b] - before[a], before[a] - after[b]
+            if signatures and went:
+                continue  # not where the algorithm puts a's people
             if not went and _pins(came, k, ell, missing):
                 found.append(f"class {a} grew into {b} by {dict(came)}")
             elif not came and _pins(went, k, ell):

@@ -32,6 +32,8 @@ def person(rng: random.Random, i: int) -> tuple:
 def covers(released: str, value: object) -> bool:
     if released == "*":
         return True
+    if released.startswith("{") and released.endswith("}"):  # a group's set of values
+        return str(value) in {v.strip('"') for v in released[1:-1].split(",")}
     if isinstance(value, int):
         low, _, high = released.partition("-")
         return int(low) <= value <= int(high or low)

@@ -277,7 +277,8 @@ bench(Runner(
     "soak", "Each grouping method's release refreshed under churn (by default 5 % inserts, 3 % "
     "deletes, 2 % QI updates before each refresh; schema dbanon_soak): every run's outcome and "
     "NCP, written as soak.json and a plot (docs/refresh.md). Methods kmember-sealed, cbg-sealed, "
-    "mondrian-sealed and fulldomain-sealed run those methods under the sealed refresh policy.",
+    "mondrian-sealed, thetak-sealed and fulldomain-sealed run those methods under the sealed "
+    "refresh policy.",
     (Param("rows", "int", 20_000, low=100), Param("refreshes", "int", 20, low=1),
      Param("methods", "words", _soak_methods, "Comma-separated subset to run (default: every "
            "grouping method the soak knows)."),

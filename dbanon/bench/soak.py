@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 SCHEMA = "dbanon_soak"
 METHODS = ("kmember", "mondrian", "thetak", "cbg", "lag")
 # Variants run on demand (--methods): the method under another refresh policy.
-SEALED = ("kmember-sealed", "mondrian-sealed", "fulldomain-sealed", "cbg-sealed")
+SEALED = ("kmember-sealed", "mondrian-sealed", "thetak-sealed", "fulldomain-sealed", "cbg-sealed")
 REGIONS = ["north", "south", "east", "west", "centre", "isles"]
 # Sensitive values and their (θ,k) category (a two-level hierarchy imported as HIERARCHY).
 CATEGORY = {

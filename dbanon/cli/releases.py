@@ -28,6 +28,7 @@ from dbanon.cli.common import (
 )
 from dbanon.db import catalog
 from dbanon.errors import DbanonError
+from dbanon.lifecycle import diffexposure
 from dbanon.lifecycle.declare import release_spec
 from dbanon.methods import Option
 
@@ -51,7 +52,10 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
         if changes.get("kept"):
             out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
         for warning in summary.get("warnings") or []:
-            out.print(f"warning: {warning}", markup=False)
+            if warning.startswith(diffexposure.PREFIX):  # about the policy, not this data
+                click.echo(f"warning: {warning}", err=True)
+            else:
+                out.print(f"warning: {warning}", markup=False)
 
     c.emit(summary, human)
 
@@ -281,6 +285,9 @@ def refresh(
                 if r["outcome"] == "refreshed":
                     extra = f"{_figure(r['rows'])} rows"
                 click.echo(f"{r['release']}: {r['outcome']}{' - ' + extra if extra else ''}")
+                for w in r.get("warnings") or []:
+                    if w.startswith(diffexposure.PREFIX):
+                        click.echo(f"warning: {w}", err=True)
 
         code = exit_code(results)
         c.emit({"results": results, "exit": code}, human)

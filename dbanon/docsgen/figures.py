@@ -636,13 +636,16 @@ def _soak_detail() -> str:
 
 @block("sealed-soak")
 def _sealed_soak() -> str:
-    """Rows released and withheld under `sealed`, with deletes and updates and with inserts
-    only (the persist policy's runs of the insert-only soak beside them)."""
+    """Rows released and withheld under `sealed`: with deletes and updates, with deletes only,
+    with inserts only (the persist policy's runs of the insert-only soak beside them), the run
+    of issue 31's acceptance command, and the sealed code before issue 31."""
     body = []
-    for kind in ("churn", "inserts"):
+    kinds = (("churn", ""), ("deletes", ""), ("inserts", ""), ("acceptance", ""),
+             ("before-31", " (before issue 31)"))  # fmt: skip
+    for kind, note in kinds:
         d = _json(f"sealed-soak/{kind}/soak.json")
         c = d["churn"]
-        what = ", ".join(f"{v:.0%} {k}" for k, v in c.items() if v)
+        what = ", ".join(f"{v:.0%} {k}" for k, v in c.items() if v) + f", seed {d['seed']}"
         mid = d["refreshes"] // 2
         for name, m in d["methods"].items():
             runs = [r for r in m["runs"] if "error" not in r]
@@ -652,17 +655,20 @@ def _sealed_soak() -> str:
                 total = r["rows"] + (r.get("withheld_rows") or 0)
                 return f"{r['rows']:,} of {total:,} ({r['rows'] / total:.0%})"
 
-            body.append([what, name, f"{len(runs) - 1} of {d['refreshes']}",
+            body.append([what + note, name, f"{len(runs) - 1} of {d['refreshes']}",
                          shown(at[mid]) if mid in at else "-", shown(runs[-1]),
                          f"{runs[0]['ncp']:.3f}", f"{runs[-1]['ncp']:.3f}"])  # fmt: skip
     d = _json("sealed-soak/churn/soak.json")
     return table(["churn before each refresh", "method", "refreshes that succeeded",
                   f"rows released after {d['refreshes'] // 2}",
                   f"after {d['refreshes']}", "gcp at publish", "gcp after the last"],
-                 body) + _source("sealed-soak/{churn,inserts}/soak.json",
+                 body) + _source("sealed-soak/{churn,deletes,inserts,acceptance}/soak.json",
                                  f"dbanon bench soak --rows {d['rows']} --refreshes "
                                  f"{d['refreshes']} --seed {d['seed']} --methods ... "
-                                 "[--deletes 0 --updates 0]")  # fmt: skip
+                                 "[--updates 0] [--deletes 0 --updates 0]; acceptance: "
+                                 "dbanon bench soak --methods kmember-sealed,mondrian-sealed "
+                                 "--rows 10000 --refreshes 20 (seed 0); before-31: the "
+                                 "churn soak's k-member and Mondrian runs at eaa5f60")  # fmt: skip
 
 
 # --- a reader's wait while a release is refreshed (docs/locking/) -----------------------------

@@ -25,7 +25,7 @@ import psycopg
 from dbanon.db import catalog, server
 from dbanon.db.connection import LIBPQ_SERVER_VARIABLES
 from dbanon.errors import DbanonError, first_line
-from dbanon.lifecycle import hierarchy_pins, runs
+from dbanon.lifecycle import diffexposure, hierarchy_pins, runs
 from dbanon.lifecycle.catalogue import load_spec
 from dbanon.lifecycle.publish import Refused, Unchanged
 from dbanon.lifecycle.refresh import refresh
@@ -179,6 +179,8 @@ def refresh_due(
             # overlapping `--due` runs cannot both refresh one change.
             skip = None if force else (lambda c, name=name: _unchanged(c, name))
             result = refresh(conn, name, progress, skip_if=skip)
+            result = diffexposure.with_warning(load_spec(conn, name), result)
+            conn.rollback()
             results.append({"release": name, "outcome": "refreshed", **result.summary()})
         except Unchanged:
             results.append({"release": name, "outcome": "skipped"})

@@ -23,7 +23,7 @@ from psycopg import sql
 from dbanon.algorithms import persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, persist_groups, subset
-from dbanon.algorithms.sealed import seal_groups
+from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
@@ -55,8 +55,9 @@ GROUP_POLICY = Option(
     "persist",
     "On refresh: keep persisting rows in their groups, new rows joining them (persist: safe "
     "against intersection, not against a diff that shows one joiner or leaver); release groups "
-    "whole, kept as they were or new, rows that form no safe group waiting (sealed: safe "
-    "against both, rows withheld); or regroup from scratch.",
+    "whole, kept with their values or new, a group that lost rows mended by newcomers holding "
+    "its values, rows that form no safe group waiting (sealed: safe against both, wider "
+    "cells); or regroup from scratch.",
     ("persist", "sealed", "regroup"),
 )
 RANGES = Option(
@@ -357,6 +358,31 @@ def _shown(
     return shown
 
 
+def _repair(r: Resolved, qi: QIArrays) -> Repair | None:
+    """Sealed: blocks come back with newcomers in their leavers' places (sealed.Repair), drawn
+    from the run's secret seed (a fresh secret draw for a method without one). Not with
+    `--keep` columns: a newcomer's kept cells would tell her row from the leaver's."""
+    if r.keep:
+        return None
+    rng = np.random.default_rng(None if r.seed is None else [int(r.seed), 31])
+    return Repair(qi, rng)
+
+
+def _moved(gid: np.ndarray, unchanged: np.ndarray, hist: History | None) -> np.ndarray:
+    """Rows of a released group (or of a waiting block) that changed but still hold a value
+    their classes always showed: possibly only their QIs moved (sealed.seal_groups keeps such a
+    group when its values are exactly as shown, so a QI update does not retire it, and keeps
+    them in their block otherwise)."""
+    changed = (gid != -1) & ~unchanged
+    if hist is None:
+        return changed
+    plausible = np.zeros(len(gid), dtype=bool)
+    for h in np.unique(hist.history[changed & (hist.history >= 0)]).tolist():
+        rows = np.flatnonzero(changed & (hist.history == h))
+        plausible[rows] = np.isin(hist.tag[rows], hist.values[h])
+    return changed & plausible
+
+
 def staged(gid: np.ndarray, block: np.ndarray | None) -> np.ndarray:
     """The ids the stage is written with: a row's group, -1 for a row withheld alone, and
     -2 - b for one waiting in block b (`stage_blocks` splits them into gid and w)."""
@@ -451,12 +477,14 @@ class GroupingMethod(Method):
             if sealed is not None:
                 ctx.say(f"keeping whole groups; grouping the other rows with {self.name}")
                 hist = history(conn, r, keys)
+                repair = _repair(r, qi)
                 gid, block, figures = seal_groups(
                     sealed.gid, sealed.unchanged, sealed.sizes,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
                     self._holds(r, sensitive), r.k or 2, composition.values_needed(r.models),
                     hist.tag if hist else np.zeros(len(keys), dtype=np.int64),
-                    _shown(conn, r, hist), hist,
+                    _shown(conn, r, hist), hist, repair=repair,
+                    moved=None if repair is None else _moved(sealed.gid, sealed.unchanged, hist),
                 )  # fmt: skip
                 out = gid, figures
             elif previous is None:
