@@ -75,7 +75,7 @@ def cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_import_circle() -> None:
     known = modules()
     graph = {m: imports(m, p, known) for m, p in known.items()}
-    assert "dbanon.lifecycle.grants" in graph["dbanon.api"]  # the walk sees imports at all
+    assert "dbanon.lifecycle.publish" in graph["dbanon.api"]  # the walk sees imports at all
     found = cycle(graph)
     assert found is None, " -> ".join(found or [])
 

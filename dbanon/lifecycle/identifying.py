@@ -15,7 +15,7 @@ naming the column(s) and the figure, unless `--allow-identifying` names the colu
 means it. A kept column allowed that way is left out of the "all together" measure too.
 
 A sensitive column is the secret the model protects, not something the attacker knows: it is
-not refused. But one released row by row (not by a bucketising method: the anatomy family
+not refused. But one released row by row (not by a bucketising method, which
 releases sensitive values apart from the rows) and unique for most rows (an e-mail given as
 `--sensitive`) gives away who is who as soon as one value is known: the run records a warning
 naming it and its unique share, which `publish` prints and `report` shows.
@@ -132,7 +132,7 @@ def gate(
                 warnings.append(
                     f"sensitive column \"{c.name}\" is released row by row and is unique for "
                     f"{_percent(share)} of rows: whoever knows one of its values finds that "
-                    "person's row (bucketise it with the anatomy family, or generalise it)"
+                    "person's row (release it in buckets, or generalise it)"
                 )
     if shares:
         figures["unique_share"] = {c: round(s, 6) for c, s in shares.items()}
