@@ -391,3 +391,31 @@ def test_adult_default_holds_the_papers_condition_up_to_its_bound(construction: 
     assert independent_theta_k(gid, category, value, k, theta) == []
     assert 0.95 * bound <= gid.max() + 1 <= bound
     assert left == qi.n - np.bincount(gid).clip(max=k).sum()  # classes of k, then leftovers
+
+
+def test_class_bound_is_never_beaten() -> None:
+    # The bound on classes meeting the paper's condition (dbanon.experiments.thetak): groups of
+    # m distinct items from counts f exist iff Σ min(f, N) >= m N; no construction whose every
+    # class meets the condition exceeds it, and on a tight table it is reached.
+    from dbanon.experiments.thetak import _most_groups, class_bound
+
+    assert _most_groups([9, 100, 100], 3) == 9
+    assert _most_groups([2, 2, 2, 2], 3) == 2  # 8 items, groups of 3 distinct
+    assert _most_groups([5], 2) == 0
+    reached = 0
+    for trial in range(30):
+        rng = np.random.default_rng(100 + trial)
+        n = int(rng.integers(30, 150))
+        k = int(rng.integers(3, 10))
+        category = rng.integers(0, 3, n)
+        value = category * 10 + rng.integers(0, int(rng.integers(1, 5)), n)
+        if len(set(category.tolist())) < 3:
+            continue
+        qi = random_table(rng, n)
+        bound, _ = class_bound((qi, category, value), k, 3)
+        for construction in ("greedy", "paper"):
+            gid = thetak(qi, category, value, k, 3, seed=trial, construction=construction)
+            assert independent_theta_k(gid, category, value, k, 3) == []
+            assert gid.max() + 1 <= bound, (trial, construction)
+            reached += gid.max() + 1 == bound
+    assert reached > 0
