@@ -110,6 +110,9 @@ def test_default_release_of_the_hospital_table_holds_the_papers_condition(
     spec = conn.execute("SELECT spec FROM dbanon.release WHERE name = 'relaxed'").fetchone()[0]
     assert spec["models"][1]["rule"] == "relaxed"
     assert cli(dsn, "check", "--release", "relaxed").exit_code == 0
+    # and `show` gives back the publish command that stores the same promise
+    code, shown = cli_json(dsn, "show", "relaxed")
+    assert code == 0 and "--theta-rule relaxed" in shown["command"]
 
 
 @pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
