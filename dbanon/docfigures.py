@@ -634,7 +634,10 @@ def _bench_thetak() -> str:
     growth = "; ".join(f"{g['rows']:,} rows {g['seconds']:.2f} s" for g in d["growth"])
     return (f"{d['rows']:,} rows, k={d['k']}, θ={d['theta']}: **{d['seconds']:.2f} s**, "
             f"gcp (ncp_height) {_pct(d['gcp'])}, {d['classes']:,} classes, "
-            f"{d['leftover_rows']:,} leftover rows. Growth with n: {growth} (`thetak.json`).")
+            f"{d['leftover_rows']:,} leftover rows. Growth with n: {growth} (`thetak.json`"
+            + (f"; re-measured {d['measured']} at commit {d['commit']}, load average "
+               f"{d['load']}, under the {d['rule']} class condition" if "commit" in d else "")
+            + ").")
 
 
 @block("bench-check")
