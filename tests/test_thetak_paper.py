@@ -149,3 +149,18 @@ def test_default_release_of_adult_holds_the_papers_condition(
     code, got = check(dsn, "released.adult_theta", ADULT_QI,
                       hierarchy_name("adult", "occupation"), sensitive="occupation")  # fmt: skip
     assert code == 0 and got["holds"] and got["classes_failing_theta_k"] == 0
+
+
+def test_a_spec_without_a_rule_promises_the_papers_condition() -> None:
+    """A model spec stored before the rule existed reads as the paper's condition; an unknown
+    rule is one clear error."""
+    from dbanon.errors import DbanonError
+    from dbanon.models.specs import from_spec, to_spec
+
+    old = {"name": "theta-k-anonymity", "theta": 3, "k": 12, "hierarchy": "dx", "level": None,
+           "width": None}  # fmt: skip
+    model = from_spec(old)
+    assert to_spec(model) == {**old, "rule": "paper"}
+    assert from_spec({**old, "rule": "relaxed"}).name.startswith("relaxed (θ,k)-anonymity")
+    with pytest.raises(DbanonError, match="--theta-rule must be one of paper, relaxed, got 'x'"):
+        from_spec({**old, "rule": "x"})
