@@ -210,13 +210,21 @@ class LagAttacker:
         return len(alive), fewest_rows, fewest_values
 
 
-def theta_k_needs(values: list[Any], category: dict[Any, Any], k: int, theta: int) -> dict:
+def theta_k_needs(
+    values: list[Any], category: dict[Any, Any], k: int, theta: int, rule: str = "paper"
+) -> dict:
     """need_c of (θ,k)-anonymity from a release's sensitive values (one per row), written
-    out again from its definition: N = max(1, n // k) classes, N_c = min(N, ⌈θ N r_c / n⌉)
-    the category's share, need_c = max(1, min(k // θ, Σ_v min(f_v, N_c) // N_c))."""
+    out again from its definition: the paper's min(k // θ, V_c), V_c the category's distinct
+    values; relaxed: N = max(1, n // k) classes, N_c = min(N, ⌈θ N r_c / n⌉) the category's
+    share, need_c = max(1, min(k // θ, Σ_v min(f_v, N_c) // N_c))."""
     f: dict[Any, int] = {}
     for v in values:
         f[v] = f.get(v, 0) + 1
+    if rule == "paper":
+        distinct: dict[Any, int] = {}
+        for v in f:
+            distinct[category[v]] = distinct.get(category[v], 0) + 1
+        return {c: min(k // theta, x) for c, x in distinct.items()}
     n = len(values)
     big = max(1, n // k)
     rows: dict[Any, int] = {}

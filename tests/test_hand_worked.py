@@ -134,7 +134,12 @@ def test_alpha_k_anonymity_by_hand(
 # --- (theta,k)-anonymity ------------------------------------------------------------------------
 
 # Categories: intervals of width 10, so 1 2 | 11 12 | 21 are categories 0 | 1 | 2: 9 rows (1 x4,
-# 2 x5), 5 rows (11 x3, 12 x2) and 2 rows (21 x2) of the 16. need_c = max(1, min(floor(k/theta),
+# 2 x5), 5 rows (11 x3, 12 x2) and 2 rows (21 x2) of the 16.
+# The paper's rule: need_c = min(floor(k/theta), V_c), V = 2, 2, 1.
+# theta = 2, k = 4 or 5: need = 2, 2, 1. A: 1 2 11 12 (0 and 1 good); B: 1 2 21 (0 and 2
+# good, 3 rows); C: 1 1 11 12 21 (1 and 2 good, 5 rows); D: 2 2 2 11 (none good). k = 4: B
+# and D fail, D with no good category; k = 5: A (4 rows) too.
+# The relaxed rule: need_c = max(1, min(floor(k/theta),
 # floor(sum min(f_v, N_c) / N_c))), N = n // k, N_c = min(N, ceil(theta N r_c / n)).
 # theta = 2, k = 4: N = 4; N_0 = 4, (4 + 4) // 4 = 2; N_1 = ceil(2.5) = 3, (3 + 2) // 3 = 1;
 # N_2 = 1: need = 2, 1, 1. A: 1 2 11 12 (4 rows; 0 and 1 good: 2); B: 1 2 21 (3 rows; 0 and 2
@@ -145,24 +150,27 @@ THETA_ROWS = [("A", 1), ("A", 2), ("A", 11), ("A", 12), ("B", 1), ("B", 2), ("B"
               ("C", 1), ("C", 1), ("C", 11), ("C", 12), ("C", 21),
               ("D", 2), ("D", 2), ("D", 2), ("D", 11)]  # fmt: skip
 THETA_CASES = [
-    # (theta, k): classes failing, fewest good categories, worst class (failing first, then
-    # fewest good categories, then fewest rows)
-    ((2, 4), 2, 1, "g=D"),  # B (3 rows), D (one good category)
-    ((2, 5), 3, 0, "g=D"),  # A, B, D; C (5 rows, 2 good) holds
-    # k = 3: floor(k/theta) = 1, need = min(1, V) = 1, so a category is good when present:
-    # A 2 (0, 1), B 2 (0, 2), C 3, D 2 (0, 1). theta = 2: all hold (the fewest good categories,
-    # then the fewest rows: B). theta = 3: A, B and D fail, B first (3 rows).
-    ((2, 3), 0, 2, "g=B"),
-    ((3, 3), 3, 2, "g=B"),
+    # (theta, k), rule: classes failing, fewest good categories, worst class (failing first,
+    # then fewest good categories, then fewest rows)
+    ((2, 4), "relaxed", 2, 1, "g=D"),  # B (3 rows), D (one good category)
+    ((2, 4), "paper", 2, 0, "g=D"),  # B (3 rows), D (no good category: 1 value of 0 and 1)
+    ((2, 5), "relaxed", 3, 0, "g=D"),  # A, B, D; C (5 rows, 2 good) holds
+    ((2, 5), "paper", 3, 0, "g=D"),
+    # k = 3: floor(k/theta) = 1, need = min(1, V) = 1 by either rule, so a category is good
+    # when present: A 2 (0, 1), B 2 (0, 2), C 3, D 2 (0, 1). theta = 2: all hold (the fewest
+    # good categories, then the fewest rows: B). theta = 3: A, B and D fail, B first (3 rows).
+    ((2, 3), "relaxed", 0, 2, "g=B"),
+    ((2, 3), "paper", 0, 2, "g=B"),
+    ((3, 3), "paper", 3, 2, "g=B"),
 ]
 
 
-@pytest.mark.parametrize(("tk", "failing", "good", "worst"), THETA_CASES)
+@pytest.mark.parametrize(("tk", "rule", "failing", "good", "worst"), THETA_CASES)
 def test_theta_k_anonymity_by_hand(
-    conn: psycopg.Connection, tk: tuple[int, int], failing: int, good: int, worst: str
+    conn: psycopg.Connection, tk: tuple[int, int], rule: str, failing: int, good: int, worst: str
 ) -> None:
     theta, k = tk
-    model = ThetaKAnonymity(theta, k, width=10)
+    model = ThetaKAnonymity(theta, k, width=10, rule=rule)
     for target in tables(conn, THETA_ROWS, "int"):
         r = model.check(conn, target)
         context = (tk, target.count, r)
@@ -172,7 +180,7 @@ def test_theta_k_anonymity_by_hand(
         assert r.figures["classes_failing_theta_k"] == failing, context
         assert r.worst_class == worst, context
         cls = verify.fetch(conn, target.relation, ["g"], "s", target.count)
-        spec = {"name": "theta-k-anonymity", "theta": theta, "k": k, "width": 10}
+        spec = {"name": "theta-k-anonymity", "theta": theta, "k": k, "width": 10, "rule": rule}
         assert len(verify.failing(cls, spec)) == failing, context
     cells = [Counter((v // 10, v) for g_, v in THETA_ROWS if g_ == g) for g in "ABCD"]
     assert model.holds_in_memory(cells) is (failing == 0)

@@ -3,6 +3,7 @@ plain-Python computations, `publish --algorithm thetak` checked independently, b
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import defaultdict
 from pathlib import Path
@@ -25,6 +26,7 @@ DX = {
 }
 CATEGORY = {v: c for c, vs in DX.items() for v in vs}
 QI = ["age", "zone", "sex"]
+RULES = ("paper", "relaxed")
 
 
 def hierarchy_csv(tmp_path: Path, name: str = "dx.csv", drop: str | None = None) -> Path:
@@ -59,7 +61,8 @@ def publish(dsn: str, name: str, *args: str) -> tuple[int, dict]:
 
 
 def independent_check(
-    conn: psycopg.Connection, relation: str, k: int, theta: int, category: Any
+    conn: psycopg.Connection, relation: str, k: int, theta: int, category: Any,
+    rule: str = "paper",
 ) -> dict[str, Any]:
     """(θ,k) and the vulnerabilities of a released table, in plain Python over its rows."""
     schema, name = relation.split(".")
@@ -86,6 +89,11 @@ def independent_check(
     for s, f in rows_of.items():
         supply[category(s)] += min(f, share[category(s)])
     need = {c: max(1, min(k // theta, x // share[c])) for c, x in supply.items()}
+    if rule == "paper":  # min(k // θ, V_c), V_c the distinct values of c in the relation
+        distinct: dict = defaultdict(int)
+        for s in rows_of:
+            distinct[category(s)] += 1
+        need = {c: min(k // theta, x) for c, x in distinct.items()}
     failing = 0
     for values in classes.values():
         per: dict = defaultdict(set)
@@ -174,11 +182,11 @@ def test_sql_check_agrees_with_plain_python_on_random_tables(
         table = f"r{trial}"
         columns = [("age", "int"), ("zone", "text"), ("sex", "text"), ("s", "text")]
         make_table(conn, "t", table, columns, rows)
-        for k, theta in ((2, 2), (4, 2), (6, 3)):
-            want = independent_check(conn, f"t.{table}", k, theta, CATEGORY.get)
+        for (k, theta), rule in itertools.product(((2, 2), (4, 2), (6, 3)), RULES):
+            want = independent_check(conn, f"t.{table}", k, theta, CATEGORY.get, rule)
             with Database(dsn) as db:
                 _, got = db.check(f"t.{table}", QI, sensitive="s", k=k, theta=theta,
-                                  sensitive_hierarchies={"s": "dx"})  # fmt: skip
+                                  sensitive_hierarchies={"s": "dx"}, theta_rule=rule)  # fmt: skip
             assert got.figures["classes_failing_theta_k"] == want["failing"], (trial, k, theta)
             assert got.holds is (want["failing"] == 0)
             for f in ("similarity_vulnerability", "background_vulnerability"):
@@ -221,7 +229,8 @@ def test_publish_thetak_passes_an_independent_check(
     # The stored spec keeps the hierarchy in the model: refresh rebuilds the same release.
     spec = ward.execute("SELECT spec FROM dbanon.release WHERE name = 'w'").fetchone()[0]
     assert spec["models"][1] == {"name": "theta-k-anonymity", "theta": 3, "k": 6,
-                                 "hierarchy": "dx", "level": None, "width": None}  # fmt: skip
+                                 "hierarchy": "dx", "level": None, "width": None,
+                                 "rule": "paper"}  # fmt: skip
     ward.execute("DROP VIEW h.checked")  # it would block the swap
     before = ward.execute("SELECT md5(string_agg(t::text, '|' ORDER BY t::text)) "
                           "FROM released.w t").fetchone()  # fmt: skip
@@ -269,6 +278,7 @@ BAD = [
         "holds values of 4 categories (hierarchy 'dx' below the root), fewer than --theta 5",
     ),  # fmt: skip
     (["--category-width", "5", "--sensitive-hierarchy", "dx=dx"], "not both"),
+    (["--theta-rule", "loose"], "--theta-rule must be one of paper, relaxed, got 'loose'"),
 ]
 
 
@@ -306,6 +316,8 @@ def test_check_refuses_what_it_cannot_read(ward: psycopg.Connection, dsn: str) -
          "--category-width needs a numeric sensitive column; 'dx' of"),
         (["--theta", "3", "--sensitive", "dx", "--sensitive-hierarchy", "dx=dx"],
          "--theta needs --k"),
+        (["--k", "6", "--sensitive", "dx", "--theta-rule", "relaxed"],
+         "--theta-rule is a parameter of (θ,k)-anonymity: give --theta"),
         (["--k", "6", "--theta", "3", "--sensitive", "cost", "--category-width", "0"],
          "--category-width must be a positive number, got 0"),
     ]  # fmt: skip

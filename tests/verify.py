@@ -16,8 +16,10 @@ exact fractions where it does arithmetic (entropy, a logarithm, within 1e-9):
 - (alpha,k)-anonymity: k-anonymous and no value (or the one named value) above share alpha;
 - (p,k)-anonymity: k-anonymous and at least p distinct values per class;
 - (theta,k)-anonymity: k-anonymous and at least theta categories c each showing need_c
-  distinct values in the class, need_c = max(1, min(floor(k/theta), floor(sum over the values
-  v of c of min(f_v, N_c) / N_c))), f_v the rows of v, N = max(1, floor(n/k)) and
+  distinct values in the class; the paper's need_c (rule "paper", the default) is
+  min(floor(k/theta), V_c), V_c the distinct values of c in the whole relation; rule "relaxed"
+  has need_c = max(1, min(floor(k/theta), floor(sum over the values v of c of
+  min(f_v, N_c) / N_c))), f_v the rows of v, N = max(1, floor(n/k)) and
   N_c = min(N, ceil(theta N r_c / n)), r_c the rows of category c, in the whole relation;
   a value's category is floor(value / width) (`width`), or what the
   model's `categories` mapping (value -> category, from the hierarchy file) says.
@@ -209,6 +211,23 @@ def _theta_k_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter],
         return Counter(category(v) for v in set(values))
 
     theta, k = model["theta"], model["k"]
+    if model.get("rule", "paper") == "paper":
+        # the paper's need_c = min(k // theta, V_c), V_c the distinct values of c
+        values = Counter(category(v) for v, n in cls.overall.items() if n > 0)
+        need = {c: min(k // theta, x) for c, x in values.items()}
+    else:
+        need = _relaxed_need(cls, category, theta, k)
+
+    def rule(c: Counter) -> bool:
+        shown = distinct_per_category(v for v, n in c.items() if n > 0)
+        good = sum(1 for cat, n in shown.items() if n >= need[cat])
+        return sum(c.values()) >= k and good >= theta
+
+    return rule
+
+
+def _relaxed_need(cls: Classes, category: Callable[[Any], Any], theta: int, k: int) -> dict:
+    """The relaxed (theta,k) need_c of every category."""
     # need_c = max(1, min(k // theta, sum over c's values of min(rows, N_c) // N_c)), N the
     # most classes of k rows the relation holds, N_c = min(N, ceil(theta N r_c / n)) the
     # category's share of them: a value of f rows can show in min(f, N_c) of those classes.
@@ -223,14 +242,7 @@ def _theta_k_rule(model: Mapping[str, Any], cls: Classes) -> Callable[[Counter],
     for v, n in cls.overall.items():
         if n > 0:
             supply[category(v)] += min(n, share[category(v)])
-    need = {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
-
-    def rule(c: Counter) -> bool:
-        shown = distinct_per_category(v for v, n in c.items() if n > 0)
-        good = sum(1 for cat, n in shown.items() if n >= need[cat])
-        return sum(c.values()) >= k and good >= theta
-
-    return rule
+    return {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
 
 
 def failing(cls: Classes, model: Mapping[str, Any]) -> list[Key]:

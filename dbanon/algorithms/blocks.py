@@ -334,9 +334,11 @@ def thetak_blocks(
     block_size: int = DEFAULT_BLOCK_SIZE,
     seed: int = 0,
     leftovers: str = "category",
+    rule: str = "paper",
 ) -> tuple[np.ndarray, dict[str, int]]:
     """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are. The model
-    judges a class by the whole table's need_c (dbanon.models.thetak: its value counts), so
+    judges a class by the whole table's need_c (dbanon.models.thetak's `rule` over its value
+    counts), so
     every block is clustered against those, not its own; a cut is kept only when both halves
     hold k rows and θ categories with need_c distinct values each (at least one class can
     then be built in each: dbanon.algorithms.thetak._greedy_construction's argument). Blocks
@@ -344,7 +346,7 @@ def thetak_blocks(
     from dbanon.algorithms.thetak import encode, needs, thetak_detail
 
     cats, catg, vcat, code = encode(category, value)
-    need_arr = needs(catg, code, vcat, k, theta)
+    need_arr = needs(catg, code, vcat, k, theta, rule)
     need = dict(zip(cats.tolist(), need_arr.tolist(), strict=True))
 
     def fits(rows: np.ndarray) -> bool:

@@ -8,9 +8,9 @@ the heap) already lives in dbanon.algorithms.kmember.
 
 Two constructions (thetak_detail's `construction`):
 - "greedy" (the default): k-member's loss-greedy growth under the property dbanon.models.thetak
-  checks, whose need_c is capped by what the relation's classes can hold (so a rare value is
-  never forced into every class); see _greedy_construction;
-- "paper": the paper's algorithm as written, below.
+  checks, with need_c by its `rule`: the paper's min(⌊k/θ⌋, V_c) by default, or the relaxed
+  need_c capped by what the relation's classes can hold; see _greedy_construction;
+- "paper": the paper's algorithm as written, below (always the paper's need_c).
 
 The paper's algorithm (spec theta-k.md), with g = ⌊k/θ⌋, the categories' rows hashed into one
 bucket each, and need_c = min(g, V_c), V_c the distinct values of category c in the table:
@@ -36,6 +36,15 @@ Decided where the paper is silent:
   the construction stops when fewer than θ buckets are eligible: a class is never built with
   fewer distinct values per category than the model promises. The cap V_c keeps a category that
   has fewer than g values in the whole table usable at all; without it no class could be built.
+- This is the paper's own stopping rule read as its section 2.1 states it ("repeat until no new
+  class satisfying (θ,k) can be created"), and it is not what leaves most of Adult over: the
+  condition itself bounds the classes. Every class needs θ categories with need_c values; with
+  θ = the number of categories (Adult's occupation: 3) every class needs every category, so a
+  category with V_c <= g needs all its values in every class, and a value of f rows caps the
+  classes at f: k >= 21 on Adult (g >= 7 = V_Other) needs the 9-row Armed-Forces in every class,
+  so no grouping of Adult has more than 9 paper-faithful classes; at k = 12 Tech-support
+  (912 rows, one of Technical's 4 values) caps them at 912. Both constructions reach these
+  bounds (docs/methods/thetak.md measures them, dbanon.experiments.thetak.class_bound).
 - Leftovers prefer classes that already show their category: a leftover placed in a class
   without its category would be the only row of that category there, exactly the row the
   background-knowledge attack reveals. `leftovers="nearest"` is the paper's plain rule.
@@ -727,16 +736,19 @@ def thetak_detail(
     leftovers: str = "category",
     construction: str = "greedy",
     need: Mapping[Any, int] | None = None,
+    rule: str = "paper",
 ) -> tuple[np.ndarray, int]:
     """(group ids 0..g-1 in creation order, number of rows placed by the leftover step).
 
     `category` and `value` give each row's sensitive category and value (any comparable
     codes; a value is identified together with its category). `construction` "paper" is the
-    paper's algorithm (module docstring); "greedy" (the default) is k-member's loss-greedy
-    growth under the (θ,k) property of dbanon.models.thetak (see _greedy_construction). Raises
-    ValueError for input that has no (θ,k)-anonymous grouping by the construction. `need`
-    (greedy only): need_c per category taken as given, not from these rows' counts: a block of
-    a larger table (dbanon.algorithms.blocks) keeps the whole table's property.
+    paper's algorithm (module docstring), which always holds the paper's need_c; "greedy"
+    (the default) is k-member's loss-greedy growth under the (θ,k) property of
+    dbanon.models.thetak with need_c read by `rule` ("paper", the default, or "relaxed"; see
+    _greedy_construction). Raises ValueError for input that has no (θ,k)-anonymous grouping by
+    the construction. `need` (greedy only): need_c per category taken as given, not from these
+    rows' counts: a block of a larger table (dbanon.algorithms.blocks) keeps the whole table's
+    property.
     """
     n = qi.n
     if theta < 2:
@@ -747,6 +759,10 @@ def thetak_detail(
         raise ValueError(f"(θ,k)-anonymity needs at least k={k} rows, the table has {n}")
     if leftovers not in LEFTOVERS:
         raise ValueError(f"leftovers must be one of {', '.join(LEFTOVERS)}, got {leftovers!r}")
+    from dbanon.models.thetak import NEED_RULES
+
+    if rule not in NEED_RULES:
+        raise ValueError(f"rule must be one of {', '.join(NEED_RULES)}, got {rule!r}")
     if construction not in CONSTRUCTIONS:
         raise ValueError(
             f"construction must be one of {', '.join(CONSTRUCTIONS)}, got {construction!r}"
@@ -769,6 +785,7 @@ def thetak_detail(
         given = None if need is None else np.array([need[c] for c in cats.tolist()], np.int64)
         gid, ncl, left = _greedy_construction(
             qi, num, catg, code, vcat, perm, int(k), int(theta), leftovers == "category", given,
+            rule,
         )  # fmt: skip
     else:
         qcat = np.ascontiguousarray(qi.cat, dtype=np.int64)
@@ -798,12 +815,14 @@ def encode(
             code.reshape(-1).astype(np.int64))  # fmt: skip
 
 
-def needs(catg: np.ndarray, code: np.ndarray, vcat: np.ndarray, k: int, theta: int) -> np.ndarray:
-    """need_c of dbanon.models.thetak per category code, from the rows' value codes."""
+def needs(
+    catg: np.ndarray, code: np.ndarray, vcat: np.ndarray, k: int, theta: int, rule: str = "paper"
+) -> np.ndarray:
+    """need_c of dbanon.models.thetak's `rule` per category code, from the rows' value codes."""
     from dbanon.models.thetak import theta_k_needs
 
     f = np.bincount(code, minlength=len(vcat))
-    got = theta_k_needs({(int(vcat[v]), v): int(f[v]) for v in range(len(vcat))}, k, theta)
+    got = theta_k_needs({(int(vcat[v]), v): int(f[v]) for v in range(len(vcat))}, k, theta, rule)
     return np.array([got.get(c, 1) for c in range(int(catg.max()) + 1)], np.int64)
 
 
@@ -818,11 +837,12 @@ def _greedy_construction(
     theta: int,
     by_category: bool,
     given: np.ndarray | None = None,
+    rule: str = "paper",
 ) -> tuple[np.ndarray, int, int]:
     """The default construction: k-member's greedy rule under the (θ,k) property.
 
-    need_c as dbanon.models.thetak defines it (so the release satisfies exactly the checked
-    property, and a rare value is never forced into every class). While at least k rows
+    need_c as dbanon.models.thetak's `rule` defines it (so the release satisfies exactly the
+    checked property: by default the paper's min(⌊k/θ⌋, V_c)). While at least k rows
     remain and at least θ categories still hold need_c distinct values among their rows
     (eligible):
     1. seed a class with the first remaining row of the permutation;
@@ -838,11 +858,11 @@ def _greedy_construction(
     outside it by one each), so while the deficit is positive a row that shrinks it exists;
     a class therefore ends with >= k rows and θ categories at need_c values, and leftovers
     only add rows. At least one class is built: initially every category with rows is
-    eligible (Σ min(f_v, N) / N <= V_c), and the callers refuse fewer than θ categories.
+    eligible (every rule's need_c <= V_c), and the callers refuse fewer than θ categories.
     """
     n = len(catg)
     cat = np.ascontiguousarray(qi.cat, dtype=np.int64)
-    need = needs(catg, code, vcat, k, theta) if given is None else given
+    need = needs(catg, code, vcat, k, theta, rule) if given is None else given
     # Collapse rows identical in QI and sensitive value into points (as k-member does):
     # categorical columns first, so points sharing them are contiguous.
     key = np.hstack([cat.astype(np.float64), num, code.reshape(n, 1).astype(np.float64)])
@@ -883,8 +903,10 @@ def thetak(
     seed: int = 0,
     leftovers: str = "category",
     construction: str = "greedy",
+    rule: str = "paper",
 ) -> np.ndarray:
     """int32[n] group ids of the (θ,k) construction (see thetak_detail)."""
     return thetak_detail(
-        qi, category, value, k, theta, seed=seed, leftovers=leftovers, construction=construction
+        qi, category, value, k, theta, seed=seed, leftovers=leftovers, construction=construction,
+        rule=rule,
     )[0]

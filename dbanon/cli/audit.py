@@ -11,6 +11,7 @@ import click
 from dbanon.cli.common import Ctx, command, fails_cleanly, out, pairs, qi_list
 from dbanon.errors import DbanonError
 from dbanon.models import L_KINDS, T_GROUNDS
+from dbanon.models.thetak import NEED_RULES
 
 
 def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -65,6 +66,12 @@ def model_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             "--category-width",
             type=float,
             help="Numeric sensitive column: categories are intervals [i*W, (i+1)*W).",
+        ),
+        click.option(
+            "--theta-rule",
+            metavar="|".join(NEED_RULES),  # validated by the model: one line, exit 2
+            help="(θ,k)'s need_c: paper (default; min(⌊k/θ⌋, the category's values)) or "
+            "relaxed (capped by what the relation's classes of k rows can hold).",
         ),
     ]
     for option in reversed(options):
@@ -153,6 +160,7 @@ def check(
     sensitive_hierarchies: tuple[str, ...],
     category_level: int | None,
     category_width: float | None,
+    theta_rule: str | None,
     count: str | None,
     buckets: str | None,
     worst: bool,
@@ -177,6 +185,7 @@ def check(
                 relation, qi, sensitive=sensitive, count=count, buckets=buckets,
                 sensitive_hierarchies=pairs(sensitive_hierarchies, "--sensitive-hierarchy"),
                 theta=theta, category_level=category_level, category_width=category_width, k=k,
+                theta_rule=theta_rule,
                 l=l_, l_kind=l_kind or "distinct", c=c_, t=t_, alpha=alpha, p=p_,
                 t_ground=t_ground, alpha_value=alpha_value,
                 worst="always" if worst else "never",

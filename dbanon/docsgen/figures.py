@@ -130,9 +130,48 @@ def _thetak_results() -> str:
             body.append(cells)
         out.append(f"{dataset}, {n} rows, mean of {seeds} seeds:\n\n" + table(
             ["k", "ncp_height %", "background", "similarity (mean share)",
-             "majority category", "seconds", "greedy classes (leftover rows)",
+             "majority category", "seconds", "default classes (leftover rows)",
              "(θ,k) holds"], body))  # fmt: skip
-    return ("Cells read greedy (θ,k) / the paper's construction / k-member / (p,k) p=3.\n\n"
+    return ("Cells read the default (θ,k) / the paper's construction / k-member / (p,k) p=3; "
+            "both (θ,k) hold the paper's condition.\n\n"
+            + "\n\n".join(out) + _source("thetak/results.csv", "dbanon experiment thetak"))
+
+
+CONDITION_KS = (6, 12, 18, 24, 30)
+CONDITION_ALGOS = ("thetak", "thetak_relaxed", "thetak_paper", "kmember")
+
+
+@block("thetak-condition")
+def _thetak_condition() -> str:
+    """The paper's condition against the relaxed rule and k-member: loss, classes, leftovers,
+    the classes failing the paper's condition and the bound it puts on the classes."""
+    rows = _csv("thetak/results.csv")
+    out = []
+    for dataset in dict.fromkeys(r["dataset"] for r in rows):
+        mine = [r for r in rows if r["dataset"] == dataset]
+        n, seeds = _f(mine[0]["rows"], 0), mine[0]["seeds"]
+        body = []
+        for k in (k for k in CONDITION_KS if any(int(r["k"]) == k for r in mine)):
+            got = {a: _pick(mine, algorithm=a, k=k) for a in CONDITION_ALGOS}
+            cells = [str(k)]
+            for col in ("ncp_leaf", "gcp"):
+                cells.append(" / ".join(_f(got[a][col], 1) for a in CONDITION_ALGOS))
+            cells.append(" / ".join(
+                f"{_f(got[a]['classes'], 0)} ({_f(got[a]['leftover_rows'], 0)})"
+                for a in CONDITION_ALGOS[:3]) + f" / {_f(got['kmember']['classes'], 0)}")
+            cells.append(f"{_f(got['thetak']['class_bound'], 0)} "
+                         f"({got['thetak']['bound_by']})")  # fmt: skip
+            cells.append(" / ".join(
+                f"{_f(got[a]['paper_failing_classes'], 0)}" for a in CONDITION_ALGOS))
+            body.append(cells)
+        out.append(f"{dataset}, {n} rows, mean of {seeds} seeds:\n\n" + table(
+            ["k", "NCP % (leaf counts)", "NCP % (height)", "classes (leftover rows)",
+             "class bound (binding category)", "classes failing the paper's condition"],
+            body))  # fmt: skip
+    return ("Cells read the default (paper's condition, greedy) / the relaxed rule "
+            "(`--theta-rule relaxed`) / the paper's construction / k-member. The class bound is "
+            "the most classes any grouping whose every class meets the paper's condition can "
+            "have (dbanon.experiments.thetak.class_bound; `rows`: n / k).\n\n"
             + "\n\n".join(out) + _source("thetak/results.csv", "dbanon experiment thetak"))
 
 
@@ -596,7 +635,10 @@ def _bench_thetak() -> str:
     growth = "; ".join(f"{g['rows']:,} rows {g['seconds']:.2f} s" for g in d["growth"])
     return (f"{d['rows']:,} rows, k={d['k']}, θ={d['theta']}: **{d['seconds']:.2f} s**, "
             f"gcp (ncp_height) {_pct(d['gcp'])}, {d['classes']:,} classes, "
-            f"{d['leftover_rows']:,} leftover rows. Growth with n: {growth} (`thetak.json`).")
+            f"{d['leftover_rows']:,} leftover rows. Growth with n: {growth} (`thetak.json`"
+            + (f"; re-measured {d['measured']} at commit {d['commit']}, load average "
+               f"{d['load']}, under the {d['rule']} class condition" if "commit" in d else "")
+            + ").")
 
 
 @block("bench-check")

@@ -191,11 +191,13 @@ def _thetak(s: Session, out_dir: str, rows: int | None, ks: list[int] | None, se
 
 def _thetak_report(data: dict[str, Any]) -> Report:
     t = Table(["dataset", "algorithm", "k", "background", "similarity", "majority", "NCP %",
-               "seconds", "classes", "leftovers", "(θ,k) holds"])  # fmt: skip
+               "NCP leaf %", "seconds", "classes", "class bound", "leftovers",
+               "failing the paper's", "(θ,k) holds"])  # fmt: skip
     t.rows = [[r["dataset"], r["algorithm"], str(r["k"]), f"{r['background_vulnerability']:.3f}",
                f"{r['similarity_vulnerability']:.3f}",
                f"{r['majority_category_vulnerability']:.3f}", f"{r['gcp']:.2f}",
-               f"{r['seconds']:.3f}", str(r["classes"]), str(r["leftover_rows"]),
+               f"{r['ncp_leaf']:.2f}", f"{r['seconds']:.3f}", str(r["classes"]),
+               str(r["class_bound"]), str(r["leftover_rows"]), str(r["paper_failing_classes"]),
                str(r["theta_k_holds"])] for r in data["results"]]  # fmt: skip
     return [t, *_findings(data, "claims")]
 

@@ -36,6 +36,7 @@ def release_spec(
     sensitive_hierarchies: dict[str, str] | None = None,
     category_level: int | None = None,
     category_width: float | None = None,
+    theta_rule: str | None = None,
     options: dict[str, Any] | None = None,
     hierarchies: dict[str, str] | None = None,
     target: str | None = None,
@@ -55,7 +56,7 @@ def release_spec(
         k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
         alpha_value=alpha_value, p=p, theta=theta,
         sensitive_hierarchy=named_hierarchy(sensitive_hierarchies, sensitive),
-        category_level=category_level, category_width=category_width,
+        category_level=category_level, category_width=category_width, theta_rule=theta_rule,
     )  # fmt: skip
     return ReleaseSpec(
         name=name, source=source, key=key, qi=list(qi), sensitive=list(sensitive),

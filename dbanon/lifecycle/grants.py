@@ -207,6 +207,8 @@ def _model_args(spec: ReleaseSpec) -> list[str]:
                 args += ["--category-level", _number(m["level"])]
             if m.get("width") is not None:
                 args += ["--category-width", _number(m["width"])]
+            if m.get("rule", "paper") != "paper":
+                args += ["--theta-rule", str(m["rule"])]
         else:
             raise DbanonError(f"model {kind!r} has no publish option to show it by")
     # --k appears once however many models carry a k

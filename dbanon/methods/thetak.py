@@ -1,7 +1,8 @@
 """Method `thetak`: (θ,k)-anonymity clustering (Cheng, Liu et al. 2019), generalised like the
 other grouping methods; its run records the similarity and background-knowledge
 vulnerability of the release (dbanon.metrics.vulnerability). `--construction greedy` (the
-default) or `paper`: see dbanon.algorithms.thetak and docs/methods/thetak.md."""
+default) or `paper`: see dbanon.algorithms.thetak and docs/methods/thetak.md. The class
+condition is the model's (`--theta-rule`): the paper's by default, the relaxed one by name."""
 
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ class ThetaK(GroupingMethod):
     name = "thetak"
     summary = (
         "(θ,k)-anonymity (Cheng, Liu et al. 2019): every class mixes θ categories of the "
-        "sensitive hierarchy, ⌊k/θ⌋ distinct values of each (capped by what the relation's "
-        "classes can hold), grown by least information loss; records similarity and "
+        "sensitive hierarchy, min(⌊k/θ⌋, the category's values) distinct values of each as "
+        "the paper has it (--theta-rule relaxed: fewer where the relation's classes cannot "
+        "hold them), grown by least information loss; records similarity and "
         "background-knowledge vulnerability"
     )
     promises = ("k-anonymity", "theta-k-anonymity")
@@ -60,8 +62,7 @@ class ThetaK(GroupingMethod):
             "construction", str, "greedy",
             "How classes are built: k-member's loss-greedy growth under the checked (θ,k) "
             "property (greedy), or the paper's algorithm as written (paper: ⌊k/θ⌋ values "
-            "from each of the θ largest buckets, capped by the values a category has; it "
-            "degenerates when a rare value must sit in every class).",
+            "from each of the θ largest buckets, capped by the values a category has).",
             CONSTRUCTIONS,
         ),
         BLOCK_SIZE,
@@ -111,7 +112,7 @@ class ThetaK(GroupingMethod):
             gid, figures = thetak_blocks(
                 subset(qi, order), np.asarray(category)[order], np.asarray(value)[order],
                 model.k, model.theta, block_size=size, seed=r.seed or 0,  # type: ignore[arg-type]
-                leftovers=r.options["leftovers"],
+                leftovers=r.options["leftovers"], rule=model.rule,
             )  # fmt: skip
             return restore(order, gid), {**figures, "clustering": "partitioned",
                                          "block_size": size}  # fmt: skip
@@ -119,7 +120,7 @@ class ThetaK(GroupingMethod):
             subset(qi, order), np.asarray(category)[order], np.asarray(value)[order], model.k,
             model.theta, seed=r.seed,  # type: ignore[arg-type]
             leftovers=r.options["leftovers"],
-            construction=r.options["construction"],
+            construction=r.options["construction"], rule=model.rule,
         )  # fmt: skip
         return restore(order, gid), {"leftover_rows": leftovers, "clustering": "exact"}
 

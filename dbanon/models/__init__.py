@@ -91,14 +91,16 @@ def from_options(
     sensitive_hierarchy: str | None = None,
     category_level: int | None = None,
     category_width: float | None = None,
+    theta_rule: str | None = None,
 ) -> list[PrivacyModel]:
     """The models that `dbanon check` options name, validated, in a fixed order.
 
     --k alone is k-anonymity; --alpha and --p add (alpha,k) and (p,k), which need --k; --l with
     --l-kind picks the l-diversity (--c only with recursive); --t is t-closeness, --t-ground its
     ground distance; --theta is (θ,k), its categories from --sensitive-hierarchy (the hierarchy's
-    name) at --category-level, or numeric intervals of --category-width. An empty list means no
-    model was named: the caller says so.
+    name) at --category-level, or numeric intervals of --category-width, its need_c read by
+    --theta-rule (paper, the default, or relaxed). An empty list means no model was named: the
+    caller says so.
     """
     models: list[PrivacyModel] = []
     if l_kind not in L_KINDS:
@@ -151,10 +153,12 @@ def from_options(
             )
         level = None if category_level is None else _whole("category-level", category_level)
         width = None if category_width is None else _number("category-width", category_width)
-        models.append(ThetaKAnonymity(th, int(k), sensitive_hierarchy, level, width))
+        models.append(
+            ThetaKAnonymity(th, int(k), sensitive_hierarchy, level, width, theta_rule or "paper")
+        )
     else:
         given = {"sensitive-hierarchy": sensitive_hierarchy, "category-level": category_level,
-                 "category-width": category_width}  # fmt: skip
+                 "category-width": category_width, "theta-rule": theta_rule}  # fmt: skip
         for flag, value in given.items():
             if value is not None:
                 raise DbanonError(f"--{flag} is a parameter of (θ,k)-anonymity: give --theta")

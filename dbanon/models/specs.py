@@ -67,7 +67,8 @@ for _kind in (
         "theta-k-anonymity",
         ThetaKAnonymity,
         "--theta",
-        "θ categories of the sensitive hierarchy, each with min(⌊k/θ⌋, its values) values",
+        "θ categories of the sensitive hierarchy, each with min(⌊k/θ⌋, its values) values "
+        "(--theta-rule relaxed: fewer where the relation's classes cannot hold them)",
     ),
 ):
     register_model(_kind)
@@ -121,6 +122,7 @@ _VALIDATED: dict[str, Callable[[Callable[..., list[PrivacyModel]], dict], list[P
     "theta-k-anonymity": lambda f, p: f(
         k=p.get("k"), theta=p.get("theta"), sensitive_hierarchy=p.get("hierarchy"),
         category_level=p.get("level"), category_width=p.get("width"),
+        theta_rule=p.get("rule"),
     ),  # fmt: skip
 }
 

@@ -1,30 +1,41 @@
 """(θ,k)-anonymity (Cheng, Liu et al. 2019), defined as a checkable property.
 
 The paper describes a construction (split every class into θ groups of semantically similar
-sensitive values, the groups mutually dissimilar), not a property. dbanon checks this one:
+sensitive values, the groups mutually dissimilar): each of the θ groups takes ⌊k/θ⌋ rows of one
+category with distinct values. dbanon checks the class condition that construction promises,
+by default exactly as the paper has it (`rule="paper"`):
 
-    Let the categories be those of dbanon.models.categories (a hierarchy level, or numeric
-    intervals), n the rows of the relation, N = max(1, ⌊n/k⌋) the most classes of k rows it
-    can hold, r_c the rows of category c, f_v the rows of sensitive value v, and
-        N_c = min(N, ⌈θ N r_c / n⌉)    (c's proportional share of the θ N class-category slots)
-        need_c = max(1, min(⌊k/θ⌋, ⌊Σ_{v in c} min(f_v, N_c) / N_c⌋)).
+    V_c the distinct values of category c in the relation,
+        need_c = min(⌊k/θ⌋, V_c)
     A class e is (θ,k)-anonymous when |e| >= k and at least θ categories c each hold at least
     need_c distinct values in e.
 
-So an attacker who learns a row's class sees at least θ categories, each well represented
-(similarity attack), and one who also knows the row's category among those θ still faces at
-least need_c values (background-knowledge attack). The paper asks for ⌊k/θ⌋ distinct values of
-each category (its groups of ⌊k/θ⌋ rows with different values); the cap says "as diverse as the
-relation allows when cut into classes of k rows": if c serves its share N_c of the classes, a
-value of f_v rows can sit in at most min(f_v, N_c) of them, so those classes cannot all show
-more than Σ min(f_v, N_c) / N_c values of c. A 9-row value (Adult's Armed-Forces) thus counts
-for 9 classes, not for all, and no class is forced to hold it. With N = 1 (n < 2k) it is
-min(⌊k/θ⌋, V_c), V_c the distinct values of c, and it never exceeds that: any grouping
-satisfying the paper's rule (capped by V_c) satisfies this one. A category too small for
-its share needs one value, i.e. only to be present. The property only
-gets easier as rows join a class, so the algorithm's leftover step cannot break it; the proof
-that dbanon.algorithms.thetak's output satisfies it is in that module. θ must be in [2, k]:
-θ = 1 adds nothing to k-anonymity and θ > k leaves no room for θ groups in a class of k.
+The cap V_c is the only one the paper's construction allows itself: a category with fewer
+than ⌊k/θ⌋ values in the whole table could not fill a group at all. So an attacker who learns
+a row's class sees at least θ categories (similarity attack), and one who also knows the row's
+category among those θ still faces ⌊k/θ⌋ values, or all the category has (background
+knowledge). The price is in the data: every class must then hold a value of every category
+with V_c <= ⌊k/θ⌋ (and, with θ = the number of categories, all of them), so a value of f rows
+caps the number of classes at f (Adult at k >= 21: Armed-Forces, 9 rows, 9 classes; measured
+in docs/methods/thetak.md).
+
+`rule="relaxed"` is a weaker property with its own name ("relaxed (θ,k)-anonymity"), for
+releases that would rather keep classes small than hold the paper's condition:
+
+    n rows, N = max(1, ⌊n/k⌋) the most classes of k rows, r_c the rows of category c, f_v the
+    rows of value v, N_c = min(N, ⌈θ N r_c / n⌉) (c's proportional share of the θ N slots),
+        need_c = max(1, min(⌊k/θ⌋, ⌊Σ_{v in c} min(f_v, N_c) / N_c⌋)),
+    the same class condition with this need_c.
+
+"As diverse as the relation allows when cut into classes of k rows": a value of f_v rows can
+sit in at most min(f_v, N_c) of c's classes, so a rare value counts for as many classes as it
+has rows. It is never above the paper's need_c, so a paper-faithful grouping passes it too;
+the converse fails (a relaxed release of Adult fails the paper's condition in most classes).
+
+Both properties only get easier as rows join a class, so a construction's leftover step cannot
+break them; the proof that dbanon.algorithms.thetak's output satisfies the rule it was given is
+in that module. θ must be in [2, k]: θ = 1 adds nothing to k-anonymity and θ > k leaves no room
+for θ groups in a class of k.
 
 Rows without a category (NULL, a value the hierarchy lacks) are an error, not a silent
 verdict. In memory, `class_holds` reads counts keyed by (category, value) pairs.
@@ -33,11 +44,13 @@ verdict. In memory, `class_holds` reads counts keyed by (category, value) pairs.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psycopg
 from psycopg import sql
 
+from dbanon.errors import DbanonError
 from dbanon.models.base import (
     CheckResult,
     ClassTest,
@@ -59,12 +72,17 @@ class ThetaKAnonymity(PrivacyModel):
     hierarchy: str | None = None  # stored hierarchy of the sensitive values
     level: int | None = None  # its category level (None: just below the root)
     width: float | None = None  # or: numeric intervals of this width
+    rule: str = "paper"  # how need_c is read: a key of NEED_RULES
     needs_sensitive = True
     needs_overall = True
     spreads = True
 
     def __post_init__(self) -> None:
         self.categories  # noqa: B018 - validates hierarchy/level/width together
+        if self.rule not in NEED_RULES:
+            raise DbanonError(
+                f"--theta-rule must be one of {', '.join(NEED_RULES)}, got {self.rule!r}"
+            )
 
     @property
     def categories(self) -> Categories:
@@ -77,7 +95,8 @@ class ThetaKAnonymity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"(θ,k)-anonymity (θ={self.theta}, k={self.k}, {self.categories.describe()})"
+        prefix = NEED_RULES[self.rule].prefix
+        return f"{prefix}(θ,k)-anonymity (θ={self.theta}, k={self.k}, {self.categories.describe()})"
 
     def class_test(self, target: Target) -> ClassTest:
         """Per class: its rows `n` and `good`, the categories holding at least need_c distinct
@@ -87,19 +106,7 @@ class ThetaKAnonymity(PrivacyModel):
         cells = sql.SQL(
             "(SELECT {q}, cat, count(DISTINCT v) AS d, {rows} AS n FROM {src} GROUP BY {q}, cat)"
         ).format(q=q, rows=target.rows, src=src)
-        # N and N_c over the whole relation (docstring); per category the capped diversity.
-        need = sql.SQL(
-            """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / max(nc)))) AS need
-               FROM (SELECT f.*, least(t.big_n, ceil({theta} * t.big_n * f.rc / t.n)) AS nc
-                     FROM (SELECT cat, v, {rows} AS f, sum({rows}) OVER (PARTITION BY cat) AS rc
-                           FROM {src} GROUP BY cat, v) f,
-                          (SELECT {rows} AS n, greatest(1, floor({rows} / {k})) AS big_n
-                           FROM {src}) t) x
-               GROUP BY cat)"""
-        ).format(
-            g=sql.Literal(self.group), theta=sql.Literal(self.theta), k=sql.Literal(self.k),
-            rows=target.rows, src=src,
-        )
+        need = NEED_RULES[self.rule].sql(self.k, self.theta, target.rows, src)
         return ClassTest(
             source=sql.SQL(
                 "(SELECT cells.*, need.need FROM {} cells JOIN {} need USING (cat)) x"
@@ -167,11 +174,29 @@ class ThetaKAnonymity(PrivacyModel):
 
     def needs(self, overall: Counts) -> dict:
         """need_c per category, from the whole relation's rows per (category, value)."""
-        return theta_k_needs(overall, self.k, self.theta)
+        return theta_k_needs(overall, self.k, self.theta, self.rule)
 
 
-def theta_k_needs(overall: Counts, k: int, theta: int) -> dict:
-    """need_c per category from rows per (category, value) (ThetaKAnonymity's docstring)."""
+def theta_k_needs(overall: Counts, k: int, theta: int, rule: str = "paper") -> dict:
+    """need_c per category from rows per (category, value), by `rule` (module docstring)."""
+    return NEED_RULES[rule].needs(overall, k, theta)
+
+
+def paper_needs(overall: Counts, k: int, theta: int) -> dict:
+    """The paper's need_c = min(⌊k/θ⌋, V_c), V_c the category's distinct values."""
+    values: Counter = Counter(cat for (cat, _), f in overall.items() if f > 0)
+    return {c: min(k // theta, v) for c, v in values.items()}
+
+
+def _paper_sql(k: int, theta: int, rows: sql.Composable, src: sql.Composable) -> sql.Composable:
+    return sql.SQL(
+        """(SELECT cat, least({g}, count(*)) AS need
+           FROM (SELECT cat, v FROM {src} GROUP BY cat, v HAVING {rows} > 0) x GROUP BY cat)"""
+    ).format(g=sql.Literal(k // theta), rows=rows, src=src)
+
+
+def relaxed_needs(overall: Counts, k: int, theta: int) -> dict:
+    """The relaxed need_c, capped by what the relation's classes of k rows can hold."""
     n = sum(int(f) for f in overall.values() if f > 0)
     big_n = max(1, n // k)
     rows: dict = defaultdict(int)
@@ -184,3 +209,38 @@ def theta_k_needs(overall: Counts, k: int, theta: int) -> dict:
         if f > 0:
             supply[cat] += min(int(f), share[cat])
     return {c: max(1, min(k // theta, s // share[c])) for c, s in supply.items()}
+
+
+def _relaxed_sql(k: int, theta: int, rows: sql.Composable, src: sql.Composable) -> sql.Composable:
+    # N and N_c over the whole relation (module docstring); per category the capped diversity.
+    return sql.SQL(
+        """(SELECT cat, greatest(1, least({g}, floor(sum(least(f, nc)) / max(nc)))) AS need
+           FROM (SELECT f.*, least(t.big_n, ceil({theta} * t.big_n * f.rc / t.n)) AS nc
+                 FROM (SELECT cat, v, {rows} AS f, sum({rows}) OVER (PARTITION BY cat) AS rc
+                       FROM {src} GROUP BY cat, v HAVING {rows} > 0) f,
+                      (SELECT {rows} AS n, greatest(1, floor({rows} / {k})) AS big_n
+                       FROM {src}) t) x
+           GROUP BY cat)"""
+    ).format(
+        g=sql.Literal(k // theta), theta=sql.Literal(theta), k=sql.Literal(k), rows=rows, src=src
+    )
+
+
+@dataclass(frozen=True)
+class NeedRule:
+    """One reading of need_c: in memory (rows per (category, value) in) and as SQL (a relation
+    of (cat, need) over the target's categorised rows)."""
+
+    needs: Callable[[Counts, int, int], dict]
+    sql: Callable[[int, int, sql.Composable, sql.Composable], sql.Composable]
+    prefix: str  # before the model's name
+    summary: str
+
+
+NEED_RULES: dict[str, NeedRule] = {
+    "paper": NeedRule(paper_needs, _paper_sql, "",
+                      "the paper's: min(⌊k/θ⌋, V_c) distinct values, V_c those of the category"),
+    "relaxed": NeedRule(relaxed_needs, _relaxed_sql, "relaxed ",
+                        "min(⌊k/θ⌋, what the relation's classes of k rows can hold of the "
+                        "category), never above the paper's"),
+}  # fmt: skip
