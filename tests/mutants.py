@@ -93,7 +93,7 @@ def gate_mutants() -> list[Mutant]:
 
     out = [
         Mutant(
-            "gate-first-model", "dbanon/release.py",
+            "gate-first-model", "dbanon/lifecycle/verify.py",
             "    checks = r.method.checks(r, built)\n",
             "    checks = r.method.checks(r, built)[:1]\n", tuple(GATE),
         ),
@@ -108,10 +108,10 @@ def gate_mutants() -> list[Mutant]:
             'return [Check("Anatomy QIT/ST", consistent)]', tuple(GATE),
         ),
     ]  # fmt: skip
-    ident, released = "dbanon/identifying.py", ("tests/test_identifying.py",)
+    ident, released = "dbanon/lifecycle/identifying.py", ("tests/test_identifying.py",)
     out += [
         Mutant(
-            "identifying-gate-skipped", "dbanon/release.py",
+            "identifying-gate-skipped", "dbanon/lifecycle/verify.py",
             "figures.update(identifying.gate(conn, r, built))", "figures.update({})", released,
         ),
         Mutant(
@@ -140,7 +140,7 @@ def gate_mutants() -> list[Mutant]:
         out.append(
             Mutant(
                 f"gate-skip-{name}",
-                "dbanon/release.py",
+                "dbanon/lifecycle/verify.py",
                 "    for check in checks:\n",
                 f"    for check in (checks if r.method.name != {name!r} else []):\n",
                 tuple(GATE),
