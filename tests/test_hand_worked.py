@@ -151,9 +151,7 @@ FREQ_CASES = [
 
 
 @pytest.mark.parametrize(("ell", "failing"), FREQ_CASES)
-def test_frequency_l_diversity_by_hand(
-    conn: psycopg.Connection, ell: float, failing: int
-) -> None:
+def test_frequency_l_diversity_by_hand(conn: psycopg.Connection, ell: float, failing: int) -> None:
     for target in tables(conn, FREQ_ROWS, "text"):
         r = FrequencyLDiversity(ell).check(conn, target)
         context = (ell, target.count, r)
