@@ -1,24 +1,36 @@
-"""Mutation testing of the privacy gate and the checks: would the tests catch a broken one?
+"""Mutation testing of the privacy gates and the checks: would the tests catch a broken one?
 
 Run it from the repository root with the project's virtualenv, when no other test run of yours
-is going (it runs one pytest session per mutant: 31 mutants, about 5-8 minutes on 2 cores):
+is going (it runs one pytest session per mutant: 67 mutants, about 20-25 minutes on 2 cores):
 
     .venv/bin/python tests/mutants.py            # one line per mutant: killed or SURVIVED
     .venv/bin/python tests/mutants.py --json     # {"mutants": N, "survived": [names], ...}
     .venv/bin/python tests/mutants.py --list     # the mutants and the tests each runs
     .venv/bin/python tests/mutants.py --only gate-first-model,k-threshold
 
-Each mutant is a one-line change of dbanon's code or SQL: the gate (verify only the first
-promised model; skip verification for each registered method; a method's checks that leave a
-promise out), and the checks of k, l (each kind), t (both grounds), alpha, p, theta and the
-SQL functions lca() and k_anonymity(). They are applied one at a time in a scratch copy of the tree
-(a temporary directory; .venv and .git are not copied, and the working tree is never written),
-where the relevant tests run against the embedded server only (`-k "not pg15"`), stopping at the
-first failure (hypothesis derandomised and without shrinking: one failing example suffices).
-The copy is imported instead of the installed package: PYTHONPATH and the working directory
-point at it, its sql/ and migrations/ sit where the package imports them from, and a guard
-plugin fails the run unless dbanon, dbanon.sql and dbanon.migrations come from the copy. An
-unmutated run of every selected test comes first and must pass.
+Each mutant is a one-line change of dbanon's code or SQL, the kind a real bug makes:
+- the gate (verify only the first promised model; skip verification for each registered
+  method; a method's checks that leave a promise out), the declared columns and the demo's
+  own hierarchies;
+- the checks of k, l (each kind), t (both grounds), alpha, p and theta, and the SQL functions
+  lca() and k_anonymity() where they are defined now: the migration that installs each (the
+  test databases are made by running the copy's migrations, so a mutated migration is what
+  the tests query);
+- the intersection guard: its measure of plausible rows and values (plain and per bucket)
+  off by one or blind to earlier releases, a refusal that forgets k, l or (θ,k)'s spread, the
+  values needed ignoring p, the spread's categories, θ and need_c;
+- the sealed policy's diff check: a group that lost a row kept, a missing or joining side
+  judged against k - 1 or l - 1 or not at all, full-domain's sealed batches ignoring l;
+- the identifying-column gate: its thresholds alone and together, the unique share it counts,
+  a share the DBA set ignored, `check --release` skipping it.
+They are applied one at a time in a scratch copy of the tree (a temporary directory; .venv and
+.git are not copied, and the working tree is never written), where the relevant tests run
+against the embedded server only (`-k "not pg15"`), stopping at the first failure (hypothesis
+derandomised and without shrinking: one failing example suffices). The copy is imported
+instead of the installed package: PYTHONPATH and the working directory point at it, its
+migrations/ sits where the package imports it from, and a guard plugin fails the run unless
+dbanon and dbanon.migrations come from the copy. An unmutated run of every selected test comes
+first and must pass.
 
 A mutant survives when its tests still pass: a bug of that kind would go unnoticed. Exit status
 0 when every mutant was killed, 1 when one survived, 2 when a run could not be judged (the
@@ -41,7 +53,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the package imports its SQL and migrations from (pyproject's package-dir mapping).
-PACKAGE_DIRS = {"sql": "dbanon/sql", "migrations": "dbanon/migrations"}
+PACKAGE_DIRS = {"migrations": "dbanon/migrations"}
 IGNORED = (".venv", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis", ".dbhome",
            "*.egg-info", "build", "dist")  # fmt: skip
 GUARD = '''
@@ -52,11 +64,11 @@ from pathlib import Path
 
 
 def pytest_configure(config):
-    import dbanon, dbanon.migrations, dbanon.sql
+    import dbanon, dbanon.migrations
     from hypothesis import HealthCheck, Phase, settings
 
     root = Path(os.environ["DBANON_MUTANT_TREE"]).resolve()
-    for module in (dbanon, dbanon.sql, dbanon.migrations):
+    for module in (dbanon, dbanon.migrations):
         where = Path(module.__file__).resolve()
         if root not in where.parents:
             raise RuntimeError(f"{module.__name__} imported from {where}, not the copy {root}")
@@ -93,7 +105,7 @@ def gate_mutants() -> list[Mutant]:
 
     out = [
         Mutant(
-            "gate-first-model", "dbanon/release.py",
+            "gate-first-model", "dbanon/lifecycle/verify.py",
             "    checks = r.method.checks(r, built)\n",
             "    checks = r.method.checks(r, built)[:1]\n", tuple(GATE),
         ),
@@ -108,10 +120,10 @@ def gate_mutants() -> list[Mutant]:
             'return [Check("Anatomy QIT/ST", consistent)]', tuple(GATE),
         ),
     ]  # fmt: skip
-    ident, released = "dbanon/identifying.py", ("tests/test_identifying.py",)
+    ident, released = "dbanon/lifecycle/identifying.py", ("tests/test_identifying.py",)
     out += [
         Mutant(
-            "identifying-gate-skipped", "dbanon/release.py",
+            "identifying-gate-skipped", "dbanon/lifecycle/verify.py",
             "figures.update(identifying.gate(conn, r, built))", "figures.update({})", released,
         ),
         Mutant(
@@ -140,7 +152,7 @@ def gate_mutants() -> list[Mutant]:
         out.append(
             Mutant(
                 f"gate-skip-{name}",
-                "dbanon/release.py",
+                "dbanon/lifecycle/verify.py",
                 "    for check in checks:\n",
                 f"    for check in (checks if r.method.name != {name!r} else []):\n",
                 tuple(GATE),
@@ -156,6 +168,7 @@ def check_mutants() -> list[Mutant]:
     ld = "dbanon/models/ldiversity.py"
     tc = "dbanon/models/tcloseness.py"
     th = "dbanon/models/thetak.py"
+    lca = "migrations/versions/0009_hierarchy_versions.py"  # the live dbanon.lca()
     theta = (*GATE, "tests/test_hand_worked.py", "tests/test_thetak.py")
     models = tuple(MODELS)
     return [
@@ -163,7 +176,7 @@ def check_mutants() -> list[Mutant]:
                (*GATE, *models)),
         Mutant("k-ignores-weights", k, 'per_class={"n": target.rows}',
                'per_class={"n": sql.SQL("count(*)")}', models),
-        Mutant("k-sql-function", "sql/k_anonymity.sql", "min_class_size >= k,",
+        Mutant("k-sql-function", "migrations/versions/0001_catalog.py", "min_class_size >= k,",
                "min_class_size >= k - 1,", ("tests/test_check.py",)),
         Mutant("l-distinct", ld, 'failing=sql.SQL("d < {}")', 'failing=sql.SQL("d < {} - 1")',
                (*GATE, *models)),
@@ -197,13 +210,86 @@ def check_mutants() -> list[Mutant]:
                theta),
         Mutant("theta-k", th, '"(n < {k} OR good < {theta})"', '"(n < {k} - 1 OR good < {theta})"',
                theta),
-        Mutant("lca-any-level", "sql/hierarchy.sql", "HAVING count(DISTINCT m.label) = 1",
+        Mutant("lca-any-level", lca, "HAVING count(DISTINCT m.label) = 1",
                "HAVING count(DISTINCT m.label) >= 1", ("tests/test_catalog.py",)),
-        Mutant("lca-highest-level", "sql/hierarchy.sql", "    ORDER BY m.level\n",
+        Mutant("lca-highest-level", lca, "    ORDER BY m.level\n",
                "    ORDER BY m.level DESC\n", ("tests/test_catalog.py",)),
-        Mutant("lca-unknown-values", "sql/hierarchy.sql",
+        Mutant("lca-unknown-values", lca,
                "AND count(DISTINCT m.value) = (SELECT", "AND count(DISTINCT m.value) <= (SELECT",
                ("tests/test_catalog.py",)),
+    ]  # fmt: skip
+
+
+def guard_mutants() -> list[Mutant]:
+    """The privacy gates over time and of kept columns, each weakened by one change: the
+    intersection guard (its measure, plain and per bucket, the (θ,k) spread's categories and
+    the refusal), the sealed policy's diff check, and the identifying-column gate."""
+    comp, publish = "dbanon/setlogic/composition.py", "dbanon/lifecycle/publish.py"
+    thetak, sealed = "dbanon/models/thetak.py", "dbanon/algorithms/sealed.py"
+    ident = "dbanon/lifecycle/identifying.py"
+    over_time = ("tests/test_composition.py", "tests/test_composition_resets.py")
+    buckets = ("tests/test_cbg_intersection.py", "tests/test_composition_resets.py")
+    spread = ("tests/test_thetak_guard.py",)
+    diff = ("tests/test_diff_attack.py", "tests/test_sealed.py", "tests/test_composition.py")
+    released = ("tests/test_identifying.py",)
+    plain = " " * 22  # the plain measure's indent (the bucket form's is 11)
+    refused = "found.rows_below_k or found.rows_below_l or found.rows_below_categories"
+    return [
+        Mutant("compose-k", comp, f"{plain}coalesce(sum(members) FILTER (WHERE plausible_rows "
+               "< %(k)s), 0),\n", f"{plain}coalesce(sum(members) FILTER (WHERE plausible_rows "
+               "< %(k)s - 1), 0),\n", over_time),
+        Mutant("compose-l", comp, f"{plain}coalesce(sum(members) FILTER (WHERE plausible_values"
+               " < %(l)s), 0)\n", f"{plain}coalesce(sum(members) FILTER (WHERE plausible_values"
+               " < %(l)s - 1), 0)\n", over_time),
+        Mutant("compose-rows-are-the-class", comp,
+               "coalesce(m.plausible_rows, CASE WHEN p.old IS NULL THEN s.n END, 0)",
+               "coalesce(s.n, 0)", over_time),
+        Mutant("compose-buckets-k", comp, "\n           coalesce(sum(members) FILTER (WHERE "
+               "plausible_rows < %(k)s), 0),\n", "\n           coalesce(sum(members) FILTER "
+               "(WHERE plausible_rows < %(k)s - 1), 0),\n", buckets),
+        Mutant("compose-buckets-l", comp, "\n           coalesce(sum(members) FILTER (WHERE "
+               "plausible_values < %(l)s), 0)\n", "\n           coalesce(sum(members) FILTER "
+               "(WHERE plausible_values < %(l)s - 1), 0)\n", buckets),
+        Mutant("compose-refusal-skips-k", publish, refused,
+               "found.rows_below_l or found.rows_below_categories", over_time),
+        Mutant("compose-refusal-skips-l", publish, refused,
+               "found.rows_below_k or found.rows_below_categories", over_time),
+        Mutant("compose-values-needed-ignores-p", comp, 'for attr in ("l", "p"):',
+               'for attr in ("l",):', over_time),
+        Mutant("spread-refusal-skipped", publish, refused,
+               "found.rows_below_k or found.rows_below_l", spread),
+        Mutant("spread-category-need", comp, "count(*) FILTER (WHERE n >= need) AS cats",
+               "count(*) FILTER (WHERE n >= need - 1) AS cats", spread),
+        Mutant("spread-categories-least", comp, "FILTER (WHERE cats < %(least)s)",
+               "FILTER (WHERE cats < %(least)s - 1)", spread),
+        Mutant("spread-theta", thetak, "return Spread(self.theta, category, need,",
+               "return Spread(self.theta - 1, category, need,", spread),
+        Mutant("spread-need-one", thetak, "return Spread(self.theta, category, need,",
+               "return Spread(self.theta, category, dict.fromkeys(need, 1),", spread),
+        Mutant("sealed-group-lost-a-row-kept", sealed,
+               "whole[: len(sizes)] = (counts[: len(sizes)] == sizes) & (sizes > 0)",
+               "whole[: len(sizes)] = (counts[: len(sizes)] >= sizes - 1) & (sizes > 0)", diff),
+        Mutant("sealed-diff-k", sealed, "return bool(counts.sum() >= k and",
+               "return bool(counts.sum() >= k - 1 and", diff),
+        Mutant("sealed-diff-l", sealed, "(counts > 0).sum() >= needed)",
+               "(counts > 0).sum() >= needed - 1)", diff),
+        Mutant("sealed-newcomers-unchecked", sealed,
+               "(sum(sizes) == len(rows) or diff_safe(came, k, needed))", "True", diff),
+        Mutant("sealed-leavers-unchecked", sealed,
+               "return all(diff_safe(x, k, needed) for g, x in",
+               "return all(diff_safe(x, 1, 1) for g, x in", diff),
+        Mutant("sealed-fulldomain-ignores-l", "dbanon/methods/fulldomain_sealed.py",
+               "r.k or 1, composition.values_needed(r.models),", "r.k or 1, 1,", diff),
+        Mutant("identifying-together-threshold", ident,
+               "        if share > limit:\n            named",
+               "        if share > limit + 0.5:\n            named", released),
+        Mutant("identifying-unique-inverted", ident, "FILTER (WHERE n = 1)",
+               "FILTER (WHERE n > 1)", released),
+        Mutant("identifying-share-not-settable", ident,
+               "limit = float(r.spec.max_unique_share)", "limit = float(MAX_UNIQUE_SHARE)",
+               released),
+        Mutant("identifying-recheck-skipped", ident, "    if not r.keep:\n        return None",
+               "    if True:\n        return None", released),
     ]  # fmt: skip
 
 
@@ -282,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
     args = parser.parse_args(argv)
 
-    mutants = gate_mutants() + check_mutants()
+    mutants = gate_mutants() + check_mutants() + guard_mutants()
     if args.only:
         wanted = set(args.only.split(","))
         unknown = wanted - {m.name for m in mutants}

@@ -186,6 +186,135 @@ def test_each_release_keeps_its_map_in_a_table_of_its_own(
     assert partitions() == {f"group_map_{ids['b']}": 200}
 
 
+# --- a refresh that narrows one promise only is refused ------------------------------------------
+
+# Fewer than 2k rows (k = 3): every release is one class, whatever the algorithm, and person 20
+# (she persists; 10 and 30 leave, the rest join) is narrowed by the intersection alone.
+# k: she was one of three a's; now beside b and c, she is the one plausible row (1 value left).
+# l, p: her class showed {a, b}; now b, b, b, c: three rows hold b (k holds), b is the one
+# plausible value of two promised.
+ONE_CLASS = {
+    "k": ([(10, "a"), (20, "a"), (30, "a")], [(22, "b"), (24, "c")], (1, 1)),
+    "l": ([(10, "a"), (20, "b"), (30, "a")], [(22, "b"), (23, "b"), (24, "c")], (3, 1)),
+}
+NARROWED = {
+    "k": "narrow 1 of 1 persisting rows to fewer than k=3 plausible rows (as few as 1)",
+    "l": "narrow 1 persisting rows to fewer than 2 plausible sensitive values (as few as 1)",
+}
+
+
+@pytest.mark.parametrize(
+    ("broken", "promise"),
+    [("k", ("--algorithm", "mondrian")), ("k", ("--algorithm", "kmember")),
+     ("l", ("--algorithm", "mondrian", "--l", "2")), ("l", ("--algorithm", "kmember", "--p", "2"))],
+    ids=["k-mondrian", "k-kmember", "l-mondrian", "p-kmember"],
+)  # fmt: skip
+def test_a_refresh_that_narrows_k_or_l_alone_is_refused(
+    conn: psycopg.Connection, dsn: str, broken: str, promise: tuple[str, ...]
+) -> None:
+    """The refusal names the one promise broken (exit 4, the release as it was, a refused
+    run); forced, the attacker over the two released relations finds what it said."""
+    first, joining, found = ONE_CLASS[broken]
+    make_table(conn, "h", "w", [("id", "int PRIMARY KEY"), ("age", "int"), ("dx", "text")],
+               [(a, a, dx) for a, dx in first])  # fmt: skip
+    code, out = cli_json(dsn, "publish", "w", "--source", "h.w", "--key", "id", "--qi", "age",
+                         "--sensitive", "dx", "--k", "3", *promise)  # fmt: skip
+    assert code == 0, out
+    releases = [conn.execute("SELECT age, dx FROM released.w").fetchall()]
+    conn.execute("DELETE FROM h.w WHERE id IN (10, 30)")
+    for a, dx in joining:
+        conn.execute("INSERT INTO h.w VALUES (%s, %s, %s)", [a, a, dx])
+    code, out = cli_json(dsn, "refresh", "w")
+    assert code == 4, out
+    assert NARROWED[broken] in out["error"], out
+    other = NARROWED["l" if broken == "k" else "k"].split(" to ")[1].split(" (")[0]
+    assert other not in out["error"], out
+    assert sorted(conn.execute("SELECT age, dx FROM released.w").fetchall()) == sorted(releases[0])
+    last = conn.execute("SELECT status FROM dbanon.run ORDER BY id DESC").fetchone()[0]
+    assert last == "refused"
+    code, out = cli_json(dsn, "refresh", "w", "--allow-composition")
+    assert code == 0, out
+    releases.append(conn.execute("SELECT age, dx FROM released.w").fetchall())
+    values = set.intersection(*({dx for r, dx in rel if covers(r, 20)} for rel in releases))
+    rows = sum(1 for r, dx in releases[-1] if covers(r, 20) and dx in values)
+    assert (rows, len(values)) == found
+
+
+# --- the measure, by hand ----------------------------------------------------------------------
+
+# Eight people and their values; three releases' classes. By hand (k = 3, l = 2 promised):
+# release 2, X = {1,3,5,7} shows a b c a, Y = {2,4,6,8} a b c b. People 1-4 had {a, b} (class
+# A of release 1): 3 plausible rows (X: 1, 3, 7; Y: 2, 4, 8) and 2 values, exactly k and l.
+# People 5-8 had {a, b, c}: 4 rows, 3 values. Release 3, P = {1,2,5,6} shows a a c c,
+# Q = {3,4,7,8} b b a b: 1 and 2 keep {a} (2 rows, 1 value), 5 and 6 {a, c}, 3, 4, 7, 8 {a, b}
+# (4 rows each, 2 values).
+HAND_VALUES = dict(zip(range(1, 9), "aabbccab", strict=True))
+HAND_RELEASES = [
+    [[1, 2, 3, 4], [5, 6, 7, 8]],
+    [[1, 3, 5, 7], [2, 4, 6, 8]],
+    [[1, 2, 5, 6], [3, 4, 7, 8]],
+]
+
+
+def intersected(releases: list[list[list[int]]], values: dict[int, str], k: int, ell: int) -> tuple:
+    """The attacker's figures over the released classes alone (who is in which class, and the
+    values each class shows): for everybody in every release, the values every class of theirs
+    showed and the rows of their newest class holding one of them. (persisting, fewest rows,
+    fewest values, people below k rows, people below l values)."""
+    shown = [{p: {values[q] for q in cls} for cls in rel for p in cls} for rel in releases]
+    newest = {p: cls for cls in releases[-1] for p in cls}
+    below_k = below_l = 0
+    fewest_rows = fewest_values = None
+    for p in set.intersection(*(set(s) for s in shown)):
+        before = set.intersection(*(s[p] for s in shown[:-1]))
+        rows = sum(1 for q in newest[p] if values[q] in before)
+        left = len(before & shown[-1][p])
+        below_k, below_l = below_k + (rows < k), below_l + (left < ell)
+        fewest_rows = rows if fewest_rows is None else min(fewest_rows, rows)
+        fewest_values = left if fewest_values is None else min(fewest_values, left)
+    return len(newest), fewest_rows, fewest_values, below_k, below_l
+
+
+@pytest.mark.parametrize(("k", "ell"), [(3, 2), (4, 3)])
+def test_the_measure_by_hand_agrees_with_the_attacker(
+    conn: psycopg.Connection, k: int, ell: int
+) -> None:
+    """dbanon's measure of each refresh (the map, then the new classes) against the hand
+    figures above and the attacker's own count over the classes as released: at k = 3, l = 2
+    release 2 sits exactly on both and nobody is below; at k = 4, l = 3 people 1-4 are below
+    both. Release 3 narrows 1 and 2 to 2 rows and 1 value, everybody to at most 2 values."""
+    from dbanon.db import catalog
+    from dbanon.setlogic import composition
+
+    make_table(conn, "h", "eight", [("id", "int"), ("dx", "text")], list(HAND_VALUES.items()))
+    source = catalog.relation(conn, "h.eight")
+    cols = catalog.columns(conn, source)
+    rid = 998
+    hand = {
+        (3, 2): [(8, 3, 2, 0, 0), (8, 2, 1, 2, 2)],
+        (4, 3): [(8, 3, 2, 4, 4), (8, 2, 1, 2, 8)],
+    }[(k, ell)]
+    with conn.transaction():
+        for n, classes in enumerate(HAND_RELEASES):
+            conn.execute("DROP TABLE IF EXISTS pg_temp.st, pg_temp.dbanon_new_rows")
+            conn.execute("CREATE TEMP TABLE st (key text, gid int4)")
+            for g, people in enumerate(classes):
+                for key in people:
+                    conn.execute("INSERT INTO st VALUES (%s, %s)", [str(key), g])
+            rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
+                                        psycopg.sql.Identifier("st"), [cols["dx"]])  # fmt: skip
+            found = composition.measure(conn, rid, rows, k, ell)
+            composition.store(conn, rid, rows)
+            if n == 0:
+                assert found is None
+                continue
+            figures = (found.persisting, found.min_plausible_rows, found.min_plausible_values,
+                       found.rows_below_k, found.rows_below_l)  # fmt: skip
+            attacker = intersected(HAND_RELEASES[: n + 1], HAND_VALUES, k, ell)
+            assert figures == attacker == hand[n - 1], (n, figures, attacker)
+        conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid)))
+
+
 # --- the regrouping itself, in memory ------------------------------------------------------------
 
 

@@ -104,6 +104,43 @@ def test_single_joiner_and_leaver_show_nothing(
     assert shown >= 400, shown  # the batches let waiting rows come back
 
 
+@embedded
+@pytest.mark.parametrize("method", ["mondrian", "cbg"])
+def test_newcomers_too_few_to_hide_wait(conn: psycopg.Connection, dsn: str, method: str) -> None:
+    """By hand, k = 4. Release 1: eight people aged 10 (values a..h, one class: nothing cuts
+    equal ages) and eight aged 90. Then e, f, g, h leave and three join aged 10 (x, y, z):
+    the class's other four rows and the joiners are one new group of 7. Its leavers hide (4
+    values went), but an attacker who knows three people joined reads their values off what
+    it gained: x, y, z, 3 rows < k. So they wait, with the block: release 2 shows the class of
+    90s alone, and the diff pins nobody. cbg is read by its units (QIT and ST)."""
+    people = [(i, 10, dx) for i, dx in enumerate("abcdefgh", 1)]
+    people += [(i, 90, dx) for i, dx in enumerate("abcdefgh", 9)]
+    make_table(conn, "s", "few", [("id", "int PRIMARY KEY"), ("age", "int"), ("dx", "text")],
+               people)  # fmt: skip
+    models = ("--l", str(ELL)) if method == "cbg" else ()
+    code, out = cli_json(dsn, "publish", "rel", "--source", "s.few", "--key", "id", "--qi",
+                         "age", "--sensitive", "dx", "--k", str(K), *models, "--algorithm",
+                         method, "--refresh-policy", "sealed")  # fmt: skip
+    assert code == 0, out
+
+    def read() -> diffattack.Release:
+        if method == "cbg":
+            return diffattack.read_units(conn, "released.rel_qit", "released.rel_st", ["age"],
+                                         "dx")  # fmt: skip
+        return diffattack.read(conn, "released.rel", ["age"], "dx")
+
+    before = read()
+    assert len(before) == 2 and sum(sum(c.values()) for c in before.values()) == 16, before
+    conn.execute("DELETE FROM s.few WHERE id BETWEEN 5 AND 8")
+    conn.execute("INSERT INTO s.few VALUES (17, 10, 'x'), (18, 10, 'y'), (19, 10, 'z')")
+    _refresh(dsn)
+    after = read()
+    ell = ELL if method == "cbg" else 1
+    found = diffattack.attributable(before, after, K, ell, left=[(10,)] * 4, joined=[(10,)] * 3)
+    assert not found, found
+    assert len(after) == 1 and sum(sum(c.values()) for c in after.values()) == 8, after  # 7 wait
+
+
 def _read_units(conn: psycopg.Connection) -> diffattack.Release:
     return diffattack.read_units(conn, "released.rel_qit", "released.rel_st", QI, "dx")
 

@@ -1,5 +1,5 @@
-"""(p,k), (alpha,k), (theta,k) and ordered-distance t-closeness on tables small enough to work
-out by hand.
+"""(p,k), (alpha,k), (theta,k), frequency l-diversity and ordered-distance t-closeness on
+tables small enough to work out by hand.
 
 The random property test in test_models.py compares these checks with a reference on random
 tables; a one-character bug in either SQL can still slip through a given run of it. The figures
@@ -21,7 +21,7 @@ import verify
 from helpers import cli_json, make_table
 from psycopg import sql
 
-from dbanon.models import AlphaKAnonymity, PKAnonymity, Target, TCloseness
+from dbanon.models import AlphaKAnonymity, FrequencyLDiversity, PKAnonymity, Target, TCloseness
 from dbanon.models.thetak import ThetaKAnonymity
 
 
@@ -129,6 +129,41 @@ def test_alpha_k_anonymity_by_hand(
         assert len(verify.failing(cls, spec)) == failing, context
     classes = [Counter(v for g_, v in ALPHA_ROWS if g_ == g) for g in "ABCD"]
     assert AlphaKAnonymity(alpha, k, value).holds_in_memory(classes) is holds
+
+
+# --- frequency l-diversity ----------------------------------------------------------------------
+
+# Shares just above 1/l: a threshold loosened by a tenth would pass every failing case below.
+# A: flu flu hiv cold gout (5 rows; flu 2/5 = 0.4); B: flu hiv cold (3; each 1/3);
+# C: hiv hiv hiv flu flu cold cold (7; hiv 3/7 = 0.4286).
+FREQ_ROWS = [("A", "flu"), ("A", "flu"), ("A", "hiv"), ("A", "cold"), ("A", "gout"),
+             ("B", "flu"), ("B", "hiv"), ("B", "cold"),
+             ("C", "hiv"), ("C", "hiv"), ("C", "hiv"), ("C", "flu"), ("C", "flu"),
+             ("C", "cold"), ("C", "cold")]  # fmt: skip
+FREQ_CASES = [
+    # l: classes failing (largest share above 1/l); the largest share is C's 3/7 in every case
+    (3, 2),  # 1/3: A 2/5 and C 3/7 above; B's 1/3 is allowed (<=)
+    (2.5, 1),  # 2/5: A's 2/5 is allowed; C 3/7 above by 1/35
+    (2.4, 1),  # 5/12 = 0.4167: C 3/7 above by 1/84
+    (7 / 3, 0),  # 3/7: C's 3/7 is allowed
+    (2, 0),  # 1/2: all hold
+]
+
+
+@pytest.mark.parametrize(("ell", "failing"), FREQ_CASES)
+def test_frequency_l_diversity_by_hand(conn: psycopg.Connection, ell: float, failing: int) -> None:
+    for target in tables(conn, FREQ_ROWS, "text"):
+        r = FrequencyLDiversity(ell).check(conn, target)
+        context = (ell, target.count, r)
+        assert r.holds is (failing == 0), context
+        assert r.figures["classes_above_1_over_l"] == failing, context
+        assert math.isclose(r.figures["max_frequency"], 3 / 7), context
+        assert r.worst_class == "g=C", context  # the largest share, failing or not
+        cls = verify.fetch(conn, target.relation, ["g"], "s", target.count)
+        spec = {"name": "frequency-l-diversity", "l": ell}
+        assert len(verify.failing(cls, spec)) == failing, context
+    classes = [Counter(v for g_, v in FREQ_ROWS if g_ == g) for g in "ABC"]
+    assert FrequencyLDiversity(ell).holds_in_memory(classes) is (failing == 0)
 
 
 # --- (theta,k)-anonymity ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ down_revision = "0005"
 branch_labels = None
 depends_on = None
 
-# A frozen copy of sql/hierarchy.sql's definition at revision 0001.
+# A frozen copy of the definition revision 0001 installs (its HIERARCHY).
 GENERALIZE = """
 CREATE FUNCTION dbanon.generalize(hierarchy text, val text, lvl integer)
 RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$

@@ -21,6 +21,8 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
+# dbanon.lca() as installed now, the one source of its definition: `current` reads only current
+# versions (upgrade); empty, it is revision 0001's (downgrade).
 LCA = """
 CREATE OR REPLACE FUNCTION dbanon.lca(hierarchy text, vals text[])
 RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
