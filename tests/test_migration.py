@@ -163,3 +163,28 @@ def test_downgrade_restores_version_1_specs(v1_dsn: str) -> None:
         # l_kind of Anatomy comes back as what it promised; everything else as it was.
         expected = {**old, "l_kind": "frequency"} if old["algorithm"] == "anatomy" else old
         assert after[name] == expected, name
+
+
+def test_theta_k_releases_from_before_the_paper_default_keep_the_relaxed_promise(
+    dsn: str,
+) -> None:
+    """Revision 0013: a stored (θ,k) model without a rule was verified under the relaxed
+    condition, and says so after the upgrade; one that names its rule keeps it."""
+    cfg = catalog.alembic_config(dsn)
+    command.downgrade(cfg, "0012")
+    old = {"name": "theta-k-anonymity", "k": 12, "theta": 3, "hierarchy": "occ"}
+    named = {**old, "rule": "paper"}
+    spec = {"name": "tk", "version": 2, "models": [{"name": "k-anonymity", "k": 12}, old, named]}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects) "
+            "VALUES ('tk', %s, 'released', 'tk', '{tk}')", [json.dumps(spec)]
+        )
+        command.upgrade(cfg, "head")
+        models = conn.execute("SELECT spec -> 'models' FROM dbanon.release").fetchone()[0]
+        assert models == [spec["models"][0], {**old, "rule": "relaxed"}, named]
+        command.downgrade(cfg, "0012")
+        models = conn.execute("SELECT spec -> 'models' FROM dbanon.release").fetchone()[0]
+        assert models == spec["models"]
+        conn.execute("DELETE FROM dbanon.release")
+        command.upgrade(cfg, "head")
