@@ -25,18 +25,18 @@ depends_on = None
 
 MARK = """
     UPDATE dbanon.release r SET spec = jsonb_set(r.spec, '{models}', (
-        SELECT jsonb_agg(CASE WHEN m ->> 'name' = 'theta-k-anonymity' AND {cond}
-                              THEN {change} ELSE m END ORDER BY i)
+        SELECT jsonb_agg(CASE WHEN m ->> 'name' = 'theta-k-anonymity' AND COND
+                              THEN CHANGE ELSE m END ORDER BY i)
         FROM jsonb_array_elements(r.spec -> 'models') WITH ORDINALITY AS e(m, i)))
     WHERE EXISTS (SELECT FROM jsonb_array_elements(r.spec -> 'models') m
-                  WHERE m ->> 'name' = 'theta-k-anonymity' AND {cond})
+                  WHERE m ->> 'name' = 'theta-k-anonymity' AND COND)
 """
 
 
 def upgrade() -> None:
-    op.execute(MARK.format(cond="NOT m ? 'rule'",
-                           change="m || '{\"rule\": \"relaxed\"}'::jsonb"))  # fmt: skip
+    op.execute(MARK.replace("COND", "NOT m ? 'rule'").replace(
+        "CHANGE", "m || '{\"rule\": \"relaxed\"}'::jsonb"))  # fmt: skip
 
 
 def downgrade() -> None:
-    op.execute(MARK.format(cond="m ->> 'rule' = 'relaxed'", change="m - 'rule'"))
+    op.execute(MARK.replace("COND", "m ->> 'rule' = 'relaxed'").replace("CHANGE", "m - 'rule'"))
