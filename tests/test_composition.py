@@ -240,6 +240,47 @@ def test_a_refresh_that_narrows_k_or_l_alone_is_refused(
     assert (rows, len(values)) == found
 
 
+# --- a sealed refresh holds back what the intersection would narrow ---------------------------
+
+# k = 4, l = 2. Release 1: eight people aged 10 (values a..h: one class, nothing cuts equal ages)
+# and eight aged 90. Then five of the 10s leave (d..h) and four join aged 10 (w, x, y, z). The
+# three left (a, b, c, a block) and the joiners would make a class of 7 that keeps k and l and
+# whose diff hides the leavers and the joiners, but a consumer who kept release 1 finds a, b, c
+# among only 3 rows holding values of {a..h}: fewer than k. So the block waits; the joiners may
+# come out alone. The refresh is never refused (sealed withholds, it does not jam).
+
+
+@pytest.mark.parametrize("method", ["fulldomain", "mondrian"])
+def test_a_sealed_refresh_holds_back_a_block_the_intersection_would_narrow(
+    conn: psycopg.Connection, dsn: str, method: str
+) -> None:
+    people = [(i, 10, dx) for i, dx in enumerate("abcdefgh", 1)]
+    people += [(i, 90, dx) for i, dx in enumerate("abcdefgh", 9)]
+    make_table(conn, "h", "w", [("id", "int PRIMARY KEY"), ("age", "int"), ("dx", "text")],
+               people)  # fmt: skip
+    code, out = cli_json(dsn, "publish", "w", "--source", "h.w", "--key", "id", "--qi", "age",
+                         "--sensitive", "dx", "--k", "4", "--l", "2", "--algorithm", method,
+                         "--refresh-policy", "sealed")  # fmt: skip
+    assert code == 0, out
+    read = "SELECT age::text, dx FROM released.w"
+    releases = [conn.execute(read).fetchall()]
+    conn.execute("DELETE FROM h.w WHERE id BETWEEN 4 AND 8")
+    conn.execute("INSERT INTO h.w VALUES (17, 10, 'w'), (18, 10, 'x'), (19, 10, 'y'), "
+                 "(20, 10, 'z')")  # fmt: skip
+    code, out = cli_json(dsn, "refresh", "w")
+    assert code == 0, out
+    releases.append(conn.execute(read).fetchall())
+    assert sorted(dx for age, dx in releases[1] if covers(age, 10)) in ([], list("wxyz"))
+    # The attacker: for each person in both releases (the 90s, and a, b, c if shown), the
+    # values both of her classes showed, and the rows of the newest holding one of them.
+    for age, dx in [(90, v) for v in "abcdefgh"] + [(10, v) for v in "abc"]:
+        if not any(covers(a, age) and d == dx for a, d in releases[1]):
+            continue  # not shown now: nothing to intersect
+        values = set.intersection(*({d for a, d in rel if covers(a, age)} for rel in releases))
+        rows = sum(1 for a, d in releases[1] if covers(a, age) and d in values)
+        assert rows >= 4 and len(values) >= 2, (age, dx, rows, values)
+
+
 # --- the measure, by hand ----------------------------------------------------------------------
 
 # Eight people and their values; three releases' classes. By hand (k = 3, l = 2 promised):
