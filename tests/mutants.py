@@ -13,9 +13,9 @@ Each mutant is a one-line change of dbanon's code or SQL, the kind a real bug ma
   method; a method's checks that leave a promise out), the declared columns and the demo's
   own hierarchies;
 - the checks of k, l (each kind), t (both grounds), alpha, p and theta, and the SQL functions
-  lca() and k_anonymity() where they are defined now: the migration that installs each (the
-  test databases are made by running the copy's migrations, so a mutated migration is what
-  the tests query);
+  lca() and k_anonymity() where they are defined now: the newest sql/ file that creates each
+  (the test databases are made by running the copy's migrations, which read the copy's sql/,
+  so a mutated file is what the tests query);
 - the intersection guard: its measure of plausible rows and values (plain and per bucket)
   off by one or blind to earlier releases, a refusal that forgets k, l or (θ,k)'s spread, the
   values needed ignoring p, the spread's categories, θ and need_c;
@@ -29,9 +29,9 @@ They are applied one at a time in a scratch copy of the tree (a temporary direct
 against the embedded server only (`-k "not pg15"`), stopping at the first failure (hypothesis
 derandomised and without shrinking: one failing example suffices). The copy is imported
 instead of the installed package: PYTHONPATH and the working directory point at it, its
-migrations/ sits where the package imports it from, and a guard plugin fails the run unless
-dbanon and dbanon.migrations come from the copy. An unmutated run of every selected test comes
-first and must pass.
+sql/ and migrations/ sit where the package imports them from, and a guard plugin fails the run
+unless dbanon, dbanon.sql and dbanon.migrations come from the copy. An unmutated run of every
+selected test comes first and must pass.
 
 A mutant survives when its tests still pass: a bug of that kind would go unnoticed. Exit status
 0 when every mutant was killed, 1 when one survived, 2 when a run could not be judged (the
@@ -54,7 +54,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where the package imports its SQL and migrations from (pyproject's package-dir mapping).
-PACKAGE_DIRS = {"migrations": "dbanon/migrations"}
+PACKAGE_DIRS = {"sql": "dbanon/sql", "migrations": "dbanon/migrations"}
 IGNORED = (".venv", ".git", ".pytest_cache", ".ruff_cache", ".hypothesis", ".dbhome",
            "*.egg-info", "build", "dist")  # fmt: skip
 GUARD = '''
@@ -65,11 +65,11 @@ from pathlib import Path
 
 
 def pytest_configure(config):
-    import dbanon, dbanon.migrations
+    import dbanon, dbanon.migrations, dbanon.sql
     from hypothesis import HealthCheck, Phase, settings
 
     root = Path(os.environ["DBANON_MUTANT_TREE"]).resolve()
-    for module in (dbanon, dbanon.migrations):
+    for module in (dbanon, dbanon.sql, dbanon.migrations):
         where = Path(module.__file__).resolve()
         if root not in where.parents:
             raise RuntimeError(f"{module.__name__} imported from {where}, not the copy {root}")
@@ -169,7 +169,7 @@ def check_mutants() -> list[Mutant]:
     ld = "dbanon/models/ldiversity.py"
     tc = "dbanon/models/tcloseness.py"
     th = "dbanon/models/thetak.py"
-    lca = "migrations/versions/0009_hierarchy_versions.py"  # the live dbanon.lca()
+    lca = "sql/0009_lca.sql"  # the live dbanon.lca()
     theta = (*GATE, "tests/test_hand_worked.py", "tests/test_thetak.py")
     models = tuple(MODELS)
     return [
@@ -177,7 +177,7 @@ def check_mutants() -> list[Mutant]:
                (*GATE, *models)),
         Mutant("k-ignores-weights", k, 'per_class={"n": target.rows}',
                'per_class={"n": sql.SQL("count(*)")}', models),
-        Mutant("k-sql-function", "migrations/versions/0001_catalog.py", "min_class_size >= k,",
+        Mutant("k-sql-function", "sql/0001_k_anonymity.sql", "min_class_size >= k,",
                "min_class_size >= k - 1,", ("tests/test_check.py",)),
         Mutant("l-distinct", ld, 'failing=sql.SQL("d < {}")', 'failing=sql.SQL("d < {} - 1")',
                (*GATE, *models)),

@@ -188,3 +188,23 @@ def test_theta_k_releases_from_before_the_paper_default_keep_the_relaxed_promise
         assert models == spec["models"]
         conn.execute("DELETE FROM dbanon.release")
         command.upgrade(cfg, "head")
+
+
+def test_every_sql_file_is_frozen_and_read_by_a_revision() -> None:
+    """sql/NNNN_name.sql is what revision NNNN installs: never edited once shipped (its hash is
+    in sql/FROZEN), read by the revisions that install it, and no file is left unread."""
+    import hashlib
+
+    root = Path(__file__).resolve().parent.parent
+    frozen = dict(
+        reversed(line.split()) for line in (root / "sql" / "FROZEN").read_text().splitlines()
+    )
+    files = sorted(p.name for p in (root / "sql").glob("*.sql"))
+    assert files and sorted(frozen) == files
+    for name in files:
+        digest = hashlib.sha256((root / "sql" / name).read_bytes()).hexdigest()
+        assert digest == frozen[name], f"sql/{name} changed: add a new file and a new revision"
+    migrations = "".join(p.read_text() for p in (root / "migrations" / "versions").glob("*.py"))
+    for name in files:
+        assert f'"{name}"' in migrations, f"sql/{name} is read by no revision"
+        assert (root / "migrations" / "versions").glob(f"{name[:4]}_*.py"), name

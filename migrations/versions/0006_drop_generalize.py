@@ -12,24 +12,12 @@ Create Date: 2026-11-22
 from __future__ import annotations
 
 from alembic import op
+from dbanon.sql import read
 
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
 depends_on = None
-
-# A frozen copy of the definition revision 0001 installs (its HIERARCHY).
-GENERALIZE = """
-CREATE FUNCTION dbanon.generalize(hierarchy text, val text, lvl integer)
-RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
-    SELECT m.label
-    FROM dbanon.hierarchy_map m JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-    WHERE h.name = hierarchy AND m.value = val AND m.level = lvl
-$$;
-
-COMMENT ON FUNCTION dbanon.generalize(text, text, integer) IS
-    'Label of a leaf value at a hierarchy level (0 = the value itself); NULL when not a leaf.';
-"""
 
 
 def upgrade() -> None:
@@ -37,4 +25,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(GENERALIZE)
+    op.execute(read("0001_generalize.sql"))  # as revision 0001 installed it

@@ -15,27 +15,12 @@ Create Date: 2026-11-25
 from __future__ import annotations
 
 from alembic import op
+from dbanon.sql import read
 
 revision = "0009"
 down_revision = "0007"
 branch_labels = None
 depends_on = None
-
-# dbanon.lca() as installed now, the one source of its definition: `current` reads only current
-# versions (upgrade); empty, it is revision 0001's (downgrade).
-LCA = """
-CREATE OR REPLACE FUNCTION dbanon.lca(hierarchy text, vals text[])
-RETURNS text LANGUAGE sql STABLE STRICT PARALLEL SAFE AS $$
-    SELECT min(m.label)
-    FROM dbanon.hierarchy_map m JOIN dbanon.hierarchy h ON h.id = m.hierarchy_id
-    WHERE h.name = hierarchy AND m.value = ANY (vals){current}
-    GROUP BY m.level
-    HAVING count(DISTINCT m.label) = 1
-       AND count(DISTINCT m.value) = (SELECT count(DISTINCT v) FROM unnest(vals) v)
-    ORDER BY m.level
-    LIMIT 1
-$$;
-"""
 
 
 def upgrade() -> None:
@@ -69,7 +54,7 @@ def upgrade() -> None:
                                    FROM jsonb_array_elements(r.spec -> 'models') m)), '{}');
         """
     )
-    op.execute(LCA.format(current=" AND h.retired_at IS NULL"))
+    op.execute(read("0009_lca.sql"))
 
 
 def downgrade() -> None:
@@ -82,5 +67,5 @@ def downgrade() -> None:
         ALTER TABLE dbanon.hierarchy ADD CONSTRAINT hierarchy_name_key UNIQUE (name);
         """
     )
-    op.execute(LCA.format(current=""))
+    op.execute(read("0001_lca.sql"))  # as revision 0001 installed it
     op.execute("ALTER TABLE dbanon.hierarchy DROP COLUMN version, DROP COLUMN retired_at")
