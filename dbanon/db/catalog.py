@@ -130,9 +130,13 @@ def parse_target(text: str) -> tuple[str | None, str]:
 
 
 def parse_list(text: str) -> list[str]:
-    """`a,b,"c, d"` -> ['a', 'b', 'c, d']: column lists, with CSV quoting for odd names."""
-    items = next(csv.reader([text], skipinitialspace=True), [])
-    return [item.strip() for item in items if item.strip()]
+    """`a,b,"c, d"` -> ['a', 'b', 'c, d']: column lists, with CSV quoting for odd names. An
+    empty item (`a,,b`, a trailing comma) is refused, not dropped: it is a typo more often than
+    not, and the column the DBA meant would otherwise go silently undeclared."""
+    items = [item.strip() for item in next(csv.reader([text], skipinitialspace=True), [])]
+    if "" in items:
+        raise DbanonError(f"empty name (item {items.index('') + 1}) in the list {text!r}")
+    return items
 
 
 def find_relation(conn: psycopg.Connection, text: str) -> Relation | None:

@@ -33,6 +33,12 @@ RESERVED_SCHEMAS = ("dbanon", STORE_SCHEMA, "public", "information_schema")
 Progress = Callable[[str], None]
 
 
+def k_too_small(k: object) -> str:
+    """What a publish says of --k under 2 (0 and 1 alike), as of --l and --p: a class of one
+    row hides nobody. (`dbanon check --k 1` stays allowed: it audits, it promises nothing.)"""
+    return f"--k must be at least 2, got {k}: a class of one row hides nobody"
+
+
 def resolve_models(spec: ReleaseSpec, method: Method) -> list[PrivacyModel]:
     """The promised models: ones the method can promise, at least one it requires, none trivial."""
     models = from_specs(spec.models)
@@ -50,7 +56,7 @@ def resolve_models(spec: ReleaseSpec, method: Method) -> list[PrivacyModel]:
         raise DbanonError(f"--algorithm {method.name} needs {' or '.join(flags)}")
     for m in models:
         if getattr(m, "k", 2) < 2:
-            raise DbanonError(f"k must be at least 2, got {m.k}")  # type: ignore[attr-defined]
+            raise DbanonError(k_too_small(m.k))  # type: ignore[attr-defined]
         if getattr(m, "l", 2) <= 1:
             raise DbanonError(f"--l {m.l} promises nothing: l must be above 1")  # type: ignore[attr-defined]
         if getattr(m, "p", 2) < 2:

@@ -1,0 +1,46 @@
+"""Messages a DBA reads at a glance (issue 34, "Messages and output"): every error one line
+(one JSON object with --json), exit 2 for bad input; names quoted as SQL needs them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers import cli
+
+SOURCE = ("--source", "s.t", "--key", "id")
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (("--qi", "a", "--k", "abc"), "'--k': 'abc' is not a valid integer"),
+        (("--qi", "a", "--k", "5", "--algorithm", "arx"), "'--algorithm': 'arx' is not one of"),
+        (("--qi", "Age,,Marital", "--k", "5"), "empty name (item 2) in the list 'Age,,Marital'"),
+        (("--qi", "Age,Marital,", "--k", "5"), "empty name (item 3)"),
+    ],
+)
+def test_usage_errors_are_one_line(dsn: str, args: tuple[str, ...], named: str) -> None:
+    result = cli(dsn, "publish", "x", *SOURCE, *args)
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0], lines
+    assert "publish --help'" in lines[0]  # where help is, on the same line
+    assert result.stdout == ""
+    result = cli(dsn, "--json", "publish", "x", *SOURCE, *args)
+    assert result.exit_code == 2 and named in json.loads(result.stdout)["error"]
+
+
+def test_unknown_command_is_one_line(dsn: str) -> None:
+    result = cli(dsn, "publsh")
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: No such command 'publsh'; see 'main --help'"]  # CliRunner's program name
+
+
+@pytest.mark.parametrize("k", ["0", "1"])
+def test_publish_k_under_two_says_the_same(dsn: str, k: str) -> None:
+    result = cli(dsn, "publish", "x", *SOURCE, "--qi", "a", "--k", k)
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"error: --k must be at least 2, got {k}: a class of one row hides nobody")
