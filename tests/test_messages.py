@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+import psycopg
 import pytest
-from helpers import cli
+from helpers import cli, make_table, snapshot
 
 SOURCE = ("--source", "s.t", "--key", "id")
 
@@ -44,3 +45,23 @@ def test_publish_k_under_two_says_the_same(dsn: str, k: str) -> None:
     assert result.exit_code == 2
     assert result.stderr.strip() == (
         f"error: --k must be at least 2, got {k}: a class of one row hides nobody")
+
+
+def test_a_name_postgresql_would_truncate_is_refused(conn: psycopg.Connection, dsn: str) -> None:
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int")],
+               [(i, i % 7) for i in range(1, 41)])  # fmt: skip
+    before = snapshot(conn)
+    long = "quarterly_customer_balances_by_region_and_product_line_for_the_regulator_2026"
+    assert len(long.encode()) > 63
+    result = cli(dsn, "publish", long, *SOURCE, "--qi", "a", "--k", "2")
+    assert result.exit_code == 2, result.output
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "PostgreSQL keeps 63" in line, line
+    assert snapshot(conn) == before
+    assert conn.execute("SELECT count(*) FROM dbanon.release").fetchone()[0] == 0
+    # A multi-byte name counts in bytes, as PostgreSQL does: 32 'é' are 64 bytes.
+    result = cli(dsn, "publish", "r", *SOURCE, "--qi", "a", "--k", "2", "--target",
+                 "released." + "é" * 32)  # fmt: skip
+    assert result.exit_code == 2 and "is 64 bytes" in result.stderr, result.output
+    assert cli(dsn, "publish", "r", *SOURCE, "--qi", "a", "--k", "2", "--target",
+               "released." + "é" * 31).exit_code == 0  # fmt: skip

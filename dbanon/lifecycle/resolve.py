@@ -33,6 +33,20 @@ RESERVED_SCHEMAS = ("dbanon", STORE_SCHEMA, "public", "information_schema")
 Progress = Callable[[str], None]
 
 
+def _fits_identifiers(conn: psycopg.Connection, release: str, names: Sequence[str]) -> None:
+    """Refuse a schema or relation name PostgreSQL would truncate (past max_identifier_length
+    bytes, 63 unless the server was built otherwise): it would create the relation under the
+    cut name while the catalog records the whole one, and the two would disagree."""
+    most = int(conn.execute("SELECT current_setting('max_identifier_length')").fetchone()[0])
+    for n in names:
+        size = len(n.encode())
+        if size > most:
+            raise DbanonError(
+                f"release {release!r}: the name {catalog.quote_ident(n)} is {size} bytes, and "
+                f"PostgreSQL keeps {most} of a name; choose a shorter release name (or --target)"
+            )
+
+
 def k_too_small(k: object) -> str:
     """What a publish says of --k under 2 (0 and 1 alike), as of --l and --p: a class of one
     row hides nobody. (`dbanon check --k 1` stays allowed: it audits, it promises nothing.)"""
@@ -236,6 +250,7 @@ def resolve(
             "consumers get access to the whole release schema"
         )
     objects = method.release_objects(conn, spec, name)
+    _fits_identifiers(conn, spec.name, [schema, *objects])
     previous: list[tuple[str, str]] = []
     before: list[str] = []
     if existing:
