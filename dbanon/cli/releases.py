@@ -491,8 +491,24 @@ def grant_command(
     """Let ROLES read release NAME now and after every refresh (no rebuild)."""
     with c.db() as db:
         data = db.grant(name, roles, wait=wait, grant_live=grant_live)
-    c.emit(data, lambda: click.echo(
-        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+    c.emit(data, lambda: click.echo(_granted(name, "granted to", data["added"], data["already"],
+                                             "already granted to", data["grants"])))  # fmt: skip
+
+
+def _roles(roles: list[str]) -> str:
+    return ", ".join(map(catalog.quote_ident, roles))
+
+
+def _granted(
+    name: str, did: str, changed: list[str], unchanged: list[str], why: str, grants: list[str]
+) -> str:
+    """What a grant or revoke did, then who reads the release now, role names as SQL needs
+    them: `release 'r' revoked from "Data Team" (now granted to analysts)`."""
+    parts = [f"{did} {_roles(changed)}"] if changed else []
+    if unchanged:
+        parts.append(f"{why} {_roles(unchanged)}: nothing to do")
+    now = f"now granted to {_roles(grants)}" if grants else "now granted to no role"
+    return f"release {name!r} {'; '.join(parts)} ({now})"
 
 
 @command("revoke")
@@ -505,8 +521,9 @@ def revoke_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> No
     """Stop ROLES reading release NAME, now and after every refresh (no rebuild)."""
     with c.db() as db:
         data = db.revoke(name, roles, wait=wait)
-    c.emit(data, lambda: click.echo(
-        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+    c.emit(data, lambda: click.echo(_granted(name, "revoked from", data["revoked"],
+                                             data["not_granted"], "not granted to",
+                                             data["grants"])))  # fmt: skip
 
 
 @command("show")

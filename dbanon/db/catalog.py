@@ -208,6 +208,20 @@ def role_exists(conn: psycopg.Connection, role: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
 
 
+def require_role(conn: psycopg.Connection, role: str) -> None:
+    """A role a release may be granted to, or a one-line error. PUBLIC (any spelling, as SQL
+    reads `TO public`) is no role: a grant to it would let every role of the server, and every
+    one created later, read the release; dbanon grants named roles only, and says so."""
+    if role.lower() == "public":
+        raise DbanonError(
+            "PUBLIC is not a role: dbanon grants a release to named roles only (a grant to "
+            "PUBLIC would let every role, and every later one, read it); CREATE ROLE a group "
+            "role for the readers and grant that"
+        )
+    if not role_exists(conn, role):
+        raise DbanonError(f"role {quote_ident(role)} does not exist")
+
+
 # --- dbanon's own catalog -------------------------------------------------------------------
 
 

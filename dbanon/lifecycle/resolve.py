@@ -262,8 +262,7 @@ def resolve(
         raise DbanonError(f"--revoke {unknown[0]}: release {spec.name!r} is not granted to it")
     grants = [g for g in dict.fromkeys([*before, *spec.grants]) if g not in revoke]
     for role in grants:
-        if not catalog.role_exists(conn, role):
-            raise DbanonError(f"role {role!r} does not exist")
+        catalog.require_role(conn, role)
     seed = options.get("seed")
     if method.randomised and seed is None:
         seed = secrets.randbelow(2**31)
