@@ -65,3 +65,33 @@ def test_a_name_postgresql_would_truncate_is_refused(conn: psycopg.Connection, d
     assert result.exit_code == 2 and "is 64 bytes" in result.stderr, result.output
     assert cli(dsn, "publish", "r", *SOURCE, "--qi", "a", "--k", "2", "--target",
                "released." + "é" * 31).exit_code == 0  # fmt: skip
+
+
+def test_the_publish_line_shows_suppression(conn: psycopg.Connection, dsn: str) -> None:
+    """Issue 34: '11024 rows in 195 classes' hid 411 suppressed rows. Full-domain with a
+    suppression budget leaves the rare values' rows out; the line says how many, counted
+    here from the source and the release."""
+    rows = [(i, 20 + i % 40, "rare" if i % 97 == 0 else "ABCD"[i % 4]) for i in range(1, 801)]
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("age", "int"), ("zone", "text")],
+               rows)  # fmt: skip
+    result = cli(dsn, "publish", "fd", *SOURCE, "--qi", "age,zone", "--k", "10",
+                 "--algorithm", "fulldomain", "--max-suppression", "0.05")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    released = conn.execute("SELECT count(*) FROM released.fd").fetchone()[0]
+    left_out = len(rows) - released
+    assert left_out > 0
+    assert f": {released} of {len(rows)} rows ({left_out} suppressed) in " in result.stdout
+    # A release that leaves nothing out says so in fewer words.
+    result = cli(dsn, "publish", "km", *SOURCE, "--qi", "age,zone", "--k", "10")
+    assert result.exit_code == 0 and f": {len(rows)} rows in " in result.stdout, result.output
+
+
+def test_flags_into_names_the_table_as_sql_needs_it(conn: psycopg.Connection, dsn: str) -> None:
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int")],
+               [(i, i % 7) for i in range(1, 41)])  # fmt: skip
+    conn.execute('CREATE SCHEMA "Bank Data"')
+    result = cli(dsn, "flags", "generate", "s.t", "--key", "id", "--columns", "a",
+                 "--density", "0.5", "--into", "Bank Data.Consent Flags")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == 'flagged 20 values into "Bank Data"."Consent Flags"'
+    assert conn.execute('SELECT count(*) FROM "Bank Data"."Consent Flags"').fetchone()[0] == 20

@@ -40,17 +40,22 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
             "" if summary["classes"] is None
             else f" in {summary['classes']} classes (smallest {summary['min_class_size']})"
         )  # fmt: skip
+        left_out = summary.get("suppressed_rows")
+        rows = (
+            f"{summary['rows']} of {summary['source_rows']} rows ({left_out} suppressed)"
+            if left_out else f"{summary['rows']} rows"
+        )  # fmt: skip
         out.print(
             f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
-            f"{summary['rows']} rows{classes}{gcp}, {summary['seconds']:.1f} s",
+            f"{rows}{classes}{gcp}, {summary['seconds']:.1f} s",
             markup=False,
         )
         changes = summary.get("grants") or {}
         for what in ("added", "revoked"):
             if changes.get(what):
-                out.print(f"grants {what}: {', '.join(changes[what])}", markup=False)
+                out.print(f"grants {what}: {_roles(changes[what])}", markup=False)
         if changes.get("kept"):
-            out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
+            out.print(f"grants kept: {_roles(changes['kept'])}", markup=False)
         for warning in summary.get("warnings") or []:
             if warning.startswith(diffexposure.PREFIX):  # about the policy, not this data
                 click.echo(f"warning: {warning}", err=True)

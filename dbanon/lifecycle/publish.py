@@ -51,6 +51,13 @@ class PublishResult:
     timings: dict[str, float]
     objects: list[str] = field(default_factory=list)
     grants: dict[str, list[str]] = field(default_factory=dict)  # kept, added, revoked
+    source_rows: int | None = None  # the source's rows the run read
+
+    @property
+    def suppressed_rows(self) -> int | None:
+        """Source rows the release leaves out (classes suppressed, rows withheld): the
+        source's rows less the first relation's, each of which stands for one source row."""
+        return None if self.source_rows is None else max(self.source_rows - self.rows, 0)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -58,6 +65,8 @@ class PublishResult:
             "table": self.table,
             "objects": self.objects,
             "rows": self.rows,
+            "source_rows": self.source_rows,
+            "suppressed_rows": self.suppressed_rows,
             "classes": self.classes,
             "min_class_size": self.min_class_size,
             "gcp": self.gcp,
@@ -235,6 +244,7 @@ def _publish(
         timings=timings,
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
+        source_rows=r.rows,
     )
 
 
