@@ -95,3 +95,29 @@ def test_flags_into_names_the_table_as_sql_needs_it(conn: psycopg.Connection, ds
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == 'flagged 20 values into "Bank Data"."Consent Flags"'
     assert conn.execute('SELECT count(*) FROM "Bank Data"."Consent Flags"').fetchone()[0] == 20
+
+
+def test_a_refused_replace_leaves_the_healthy_release_as_it_was(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """Issue 34: `publish --replace` onto a user's table is bad input (exit 2, nothing
+    changed); it was recorded as a failed run, and `releases` showed the healthy release as
+    `failed`. A refresh whose stored spec no longer resolves still is a failed run."""
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int")],
+               [(i, i % 7) for i in range(1, 41)])  # fmt: skip
+    assert cli(dsn, "publish", "r", *SOURCE, "--qi", "a", "--k", "2").exit_code == 0
+    conn.execute("CREATE TABLE released.mine (x int)")
+    before = snapshot(conn)
+    runs = conn.execute("SELECT id, status FROM dbanon.run ORDER BY id").fetchall()
+    result = cli(dsn, "publish", "r", *SOURCE, "--qi", "a", "--k", "3", "--replace",
+                 "--target", "released.mine")  # fmt: skip
+    assert result.exit_code == 2 and "is not a dbanon release" in result.stderr, result.output
+    assert snapshot(conn) == before
+    assert conn.execute("SELECT id, status FROM dbanon.run ORDER BY id").fetchall() == runs
+    listed = json.loads(cli(dsn, "--json", "releases").stdout)["releases"]
+    assert [(r["name"], r["last_status"], r["last_failure"]) for r in listed] == [
+        ("r", "succeeded", None)]
+    conn.execute("ALTER TABLE s.t RENAME COLUMN a TO b")
+    assert cli(dsn, "refresh", "r").exit_code == 2
+    listed = json.loads(cli(dsn, "--json", "releases").stdout)["releases"]
+    assert listed[0]["last_status"] == "failed"

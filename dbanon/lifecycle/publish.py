@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon import methods
+from dbanon.core.hierarchy import HierarchyError
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
@@ -129,8 +130,15 @@ def publish(
             )  # fmt: skip
         except BaseException as e:
             conn.rollback()
-            runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      interrupts.explain(e, first_line(e)))  # fmt: skip
+            if getattr(e, "invalid_spec", False) and not existing:
+                # A spec the caller gave, refused by resolve before anything was built: bad
+                # input, which changes nothing, not even the runs (the release in place, if
+                # any, is as healthy as before). A refresh's stored spec that no longer
+                # resolves is a failed run: the release cannot be kept up to date.
+                runs.discard(conn, run_id)
+            else:
+                runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                          interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         conn.rollback()
@@ -165,7 +173,11 @@ def _publish(
 
     try:
         say("validating the spec against the database")
-        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        try:
+            r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        except (DbanonError, HierarchyError) as e:
+            e.invalid_spec = True  # type: ignore[attr-defined]  # see publish()
+            raise
         release_id = r.release_id
         if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
             release_id = runs.claim(conn, spec.name, lambda: store_spec(conn, r), wait)
