@@ -121,3 +121,17 @@ def test_a_refused_replace_leaves_the_healthy_release_as_it_was(
     assert cli(dsn, "refresh", "r").exit_code == 2
     listed = json.loads(cli(dsn, "--json", "releases").stdout)["releases"]
     assert listed[0]["last_status"] == "failed"
+
+
+def test_a_server_pghost_chose_is_named_when_it_cannot_be_reached() -> None:
+    """Issue 34: `PGHOST=db.invalid` said "failed to resolve host None"."""
+    from click.testing import CliRunner
+
+    from dbanon.cli import main
+
+    result = CliRunner().invoke(main, ["releases"], env={"PGHOST": "db.invalid",
+                                                         "DBANON_DSN": ""})  # fmt: skip
+    assert result.exit_code == 2
+    line = result.stderr.strip()
+    assert len(line.splitlines()) == 1 and "host None" not in line, line
+    assert "'db.invalid'" in line and "chosen by libpq environment (PGHOST=db.invalid)" in line
