@@ -135,3 +135,41 @@ def test_a_server_pghost_chose_is_named_when_it_cannot_be_reached() -> None:
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1 and "host None" not in line, line
     assert "'db.invalid'" in line and "chosen by libpq environment (PGHOST=db.invalid)" in line
+
+
+def report_table(text: str) -> list[list[str]]:
+    return [line.split("\t") for line in text.splitlines() if "\t" in line]
+
+
+def test_report_figures_are_named_once_explained_and_rounded(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """Issue 34: `suppressed` and `suppressed rows` for one figure, `dm` and `discernibility`
+    unexplained, `0.3333333333333333`, `l=3.0`."""
+    rows = [(i, 20 + i % 40, "rare" if i % 97 == 0 else "ABCD"[i % 4], "xyzwv"[i % 5])
+            for i in range(1, 801)]  # fmt: skip
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("age", "int"), ("zone", "text"),
+                                ("dx", "text")], rows)  # fmt: skip
+    assert cli(dsn, "publish", "fd", *SOURCE, "--qi", "age,zone", "--sensitive", "dx", "--k",
+               "10", "--l", "3", "--l-kind", "entropy", "--algorithm", "fulldomain",
+               "--max-suppression", "0.05").exit_code == 0  # fmt: skip
+    released = conn.execute("SELECT count(*) FROM released.fd").fetchone()[0]
+    result = cli(dsn, "report", "fd")
+    assert result.exit_code == 0, result.output
+    table = report_table(result.stdout)
+    labels = [cells[0] for cells in table]
+    assert len(labels) == len(set(labels)), labels  # one name per figure
+    assert not any("suppressed" in label and label != "suppressed rows" for label in labels)
+    by = {cells[0]: cells[1:] for cells in table}
+    assert by["suppressed rows"][0] == str(len(rows) - released)
+    assert by["promises"][0] == "k-anonymity (k=10); entropy l-diversity (l=3)"
+    assert "discernibility (DM)" in by and "dm" not in by and by["discernibility (DM)"][1]
+    assert all(len(cells) == 3 for cells in table)  # label, value, what it means
+    import re
+
+    def significant(number: str) -> int:
+        return len(number.replace(".", "").lstrip("-0"))
+
+    values = [cells[1] for cells in table if cells[0] != "published at"]
+    unrounded = [n for v in values for n in re.findall(r"-?\d*\.\d+", v) if significant(n) > 4]
+    assert not unrounded, unrounded

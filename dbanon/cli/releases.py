@@ -31,6 +31,7 @@ from dbanon.errors import DbanonError
 from dbanon.lifecycle import diffexposure
 from dbanon.lifecycle.declare import release_spec
 from dbanon.methods import Option
+from dbanon.metrics.labels import FIGURES, SAME_AS
 
 
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
@@ -308,12 +309,63 @@ def refresh(
     print_publish(c, result.summary())
 
 
-def _figure(value: Any) -> str:
+def _rounded(value: Any) -> Any:
+    """Floats to 4 significant digits, inside dicts and lists too (0.3333333333333333 reads as
+    0.3333)."""
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _figure(value: Any) -> str:
+    """A figure as `report` prints it: plain numbers as psql prints them (no thousands
+    separator: a pipe reads them back), floats to 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
+        return json.dumps(_rounded(value), default=str)
     return "-" if value is None else str(value)
+
+
+# What the common rows of `report` mean (the method's own: dbanon.lifecycle.counts.FIGURES).
+_MEANINGS = {
+    "rows": "rows of the first released relation",
+    "released classes": "rows with equal released QIs: what a consumer cannot tell apart",
+    "internal groups": "the groups the method formed inside (two may be released alike)",
+    "NCP (GCP)": "mean information loss per released value; 0 none, 100% all",
+    "source rows": "rows of the source the run read",
+    "suppressed rows": "source rows the release leaves out",
+    "risk threshold": "a record is at risk when 1 / its class size is above this",
+    "prosecutor risk": "1 / class size of a record, over the QIs and kept columns as released",
+    "sample uniqueness": "share of released rows alone in their class (QIs and kept columns)",
+}
+
+
+def _suppressed(data: dict[str, Any]) -> int | None:
+    rows, source = data.get("rows"), data.get("source_rows")
+    return None if rows is None or source is None else max(source - rows, 0)
+
+
+def _method_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The method's own figures under one name each (FIGURES), rounded; one that repeats a
+    common figure (suppressed rows, the loss that is the GCP, a group DM equal to the DM) is
+    left out: `report --json` has every one under its key."""
+    metrics = data["method_metrics"]
+    out = []
+    for key, value in metrics.items():
+        if key in ("suppressed", "suppressed_rows") and data.get("source_rows") is not None:
+            continue
+        if key in SAME_AS and value == data.get(SAME_AS[key]):
+            continue
+        if key == "discernibility" and value == metrics.get("dm"):
+            continue
+        label, meaning = FIGURES.get(key, (key.replace("_", " "), ""))
+        out.append((label, _figure(value), meaning))
+    return sorted(out)
 
 
 @command()
@@ -386,10 +438,14 @@ def report(c: Ctx, name: str) -> None:
         groups = data["internal_groups"]
         if groups:  # a method that forms groups of its own
             rows.insert(5, ("internal groups", _sizes(groups, "the method's own groups")))
+        left_out = _suppressed(data)
+        if left_out is not None:
+            rows.insert(4, ("suppressed rows", _figure(left_out)))
         rows += risk_lines(data.get("risk"))
-        rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
-            table.add_row(label, value)
+            table.add_row(label, value, _MEANINGS.get(label, ""))
+        for label, value, meaning in _method_rows(data):
+            table.add_row(label, value, meaning)
         out.print(table)
         if data["last_failure"]:  # a newer run did not replace the release in place
             out.print(f"warning: {data['last_failure']['message']}", markup=False)

@@ -17,10 +17,10 @@ column(s) and the figure, unless `--allow-identifying` names the column: the DBA
 kept column allowed that way is left out of the "together" measure too.
 
 A sensitive column is the secret the model protects, not something the attacker knows: it is
-not refused. But one released row by row (not by a bucketising method: the anatomy family
-releases sensitive values apart from the rows) and unique for most rows (an e-mail given as
-`--sensitive`) gives away who is who as soon as one value is known: the run records a warning
-naming it and its unique share, which `publish` prints and `report` shows.
+not refused. But one released row by row (not by a bucketising method, which releases
+sensitive values apart from the rows: `Method.sensitive_apart`) and unique for most rows (an
+e-mail given as `--sensitive`) gives away who is who as soon as one value is known: the run
+records a warning naming it and its unique share, which `publish` prints and `report` shows.
 """
 
 from __future__ import annotations
@@ -152,7 +152,8 @@ def gate(
                 warnings.append(
                     f"sensitive column \"{c.name}\" is released row by row and is unique for "
                     f"{_percent(share)} of rows: whoever knows one of its values finds that "
-                    "person's row (bucketise it with the anatomy family, or generalise it)"
+                    "person's row (release it apart from the rows with a bucketising method, "
+                    "see `dbanon methods`, or generalise it)"
                 )
     if shares:
         figures["unique_share"] = {c: round(s, 6) for c, s in shares.items()}
