@@ -8,6 +8,7 @@ import json
 import psycopg
 import pytest
 from helpers import cli, make_table, snapshot
+from psycopg import sql
 
 SOURCE = ("--source", "s.t", "--key", "id")
 
@@ -173,3 +174,36 @@ def test_report_figures_are_named_once_explained_and_rounded(
     values = [cells[1] for cells in table if cells[0] != "published at"]
     unrounded = [n for v in values for n in re.findall(r"-?\d*\.\d+", v) if significant(n) > 4]
     assert not unrounded, unrounded
+
+
+def test_ranges_of_negative_numbers_read_unambiguously(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """Issue 34: `-466-639` and `-10000--1` could be read several ways. A released range is
+    PostgreSQL's range literal: the bracket says which ends are in, the comma parts them, and
+    the text casts to a range (read here by PostgreSQL itself, not by dbanon)."""
+    rows = [(i, -500 + 7 * i, -10_000 + 37 * (i % 270)) for i in range(1, 161)]
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("balance", "int"),
+                                ("delta", "int")], rows)  # fmt: skip
+    result = cli(dsn, "publish", "neg", *SOURCE, "--qi", "balance,delta", "--k", "4")
+    assert result.exit_code == 0, result.output
+    labels = conn.execute("SELECT balance, delta FROM released.neg").fetchall()
+    assert any(b.startswith("[-") and ",-" in b for b, _ in labels)  # both ends negative
+    for label in {v for pair in labels for v in pair}:
+        assert label == "*" or label.lstrip("-").isdigit() or (
+            label.startswith("[") and label.endswith("]") and label.count(",") == 1), label
+    # PostgreSQL reads each label as a range; each holds as many source values as released
+    # rows carry it (its class's own).
+    for col in ("balance", "delta"):
+        short = conn.execute(
+            sql.SQL(
+                """SELECT count(*) FROM (
+                     SELECT r.n, (SELECT count(*) FROM s.t WHERE r.span::int4range @> t.{c})
+                              AS held
+                     FROM (SELECT count(*) AS n, CASE WHEN {c} LIKE '[%%' THEN {c}
+                                  ELSE '[' || {c} || ',' || {c} || ']' END AS span
+                           FROM released.neg WHERE {c} <> '*' GROUP BY {c}) r) x
+                   WHERE held < n"""
+            ).format(c=sql.Identifier(col))
+        ).fetchone()[0]
+        assert short == 0, col
