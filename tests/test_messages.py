@@ -207,3 +207,19 @@ def test_ranges_of_negative_numbers_read_unambiguously(
             ).format(c=sql.Identifier(col))
         ).fetchone()[0]
         assert short == 0, col
+
+
+def test_check_piped_is_tab_separated(conn: psycopg.Connection, dsn: str) -> None:
+    """Issue 34: the README says output piped to another program is tab-separated; `check`
+    printed indented `figure: value` lines."""
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int"), ("b", "int")],
+               [(i, i % 7, -i % 3) for i in range(1, 43)])  # fmt: skip
+    result = cli(dsn, "check", "s.t", "--qi", "a,b", "--k", "2", "--risk")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == "model\tfigure\tvalue"
+    assert all(len(line.split("\t")) == 3 for line in lines), lines
+    rows = {tuple(line.split("\t")[:2]): line.split("\t")[2] for line in lines[1:]}
+    assert rows[("k-anonymity (k=2)", "holds")] == "yes"
+    assert rows[("k-anonymity (k=2)", "min class size")] == "2"
+    assert ("re-identification risk", "sample uniqueness") in rows

@@ -73,6 +73,17 @@ def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for rich'
     return RichTable(*args, **kwargs)
 
 
+def cells(*values: Any) -> tuple[Any, ...]:
+    """A table row's cells as they read: on a terminal rich Text (no markup: a released value
+    such as `[30,39]` or a name in brackets is printed as it is), piped plain text."""
+    texts = tuple("-" if v is None else str(v) for v in values)
+    if not out.is_terminal:
+        return texts
+    from rich.text import Text
+
+    return tuple(Text(t) for t in texts)
+
+
 err = _Console(stderr=True)
 
 
