@@ -223,3 +223,21 @@ def test_check_piped_is_tab_separated(conn: psycopg.Connection, dsn: str) -> Non
     assert rows[("k-anonymity (k=2)", "holds")] == "yes"
     assert rows[("k-anonymity (k=2)", "min class size")] == "2"
     assert ("re-identification risk", "sample uniqueness") in rows
+
+
+def test_releases_on_a_terminal_shows_whole_names(
+    conn: psycopg.Connection, dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34: on a terminal `releases` cut the name column to fit 80 columns."""
+    from rich.console import Console
+
+    from dbanon.cli import common
+
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int")],
+               [(i, i % 7) for i in range(1, 41)])  # fmt: skip
+    name = "quarterly_balances_by_region_for_the_regulator"
+    assert cli(dsn, "publish", name, *SOURCE, "--qi", "a", "--k", "2").exit_code == 0
+    monkeypatch.setattr(common.out, "_console", Console(force_terminal=True, width=80))
+    result = cli(dsn, "releases")
+    assert result.exit_code == 0, result.output
+    assert name in result.stdout, result.stdout

@@ -500,6 +500,10 @@ def releases_command(c: Ctx) -> None:
 
     def human() -> None:
         table = Table("name", "method", "promises", "objects", "last run", "at", "rows")
+        if out.is_terminal:  # a name is what a reader looks for: whole, never cut to fit
+            for i in (0, 5, 6):
+                table.columns[i].no_wrap = True
+            table.columns[0].min_width = max((len(r["name"]) for r in rows), default=4)
         for r in rows:
             missing = " (missing: " + ", ".join(r["missing"]) + ")" if r["missing"] else ""
             table.add_row(
