@@ -102,6 +102,7 @@ def publish(
     catalog.require_catalog(conn)
     if not replace:
         refuse_existing(conn, spec.name)  # before any run is logged against that release
+        interrupts.first_publish(spec.name)  # an interrupt leaves no release, and says so
     method = methods.get(spec.method)  # options and models out of range: refused before too
     resolve_options(spec, method)
     resolve_models(spec, method)
@@ -180,6 +181,7 @@ def _publish(
             raise
         release_id = r.release_id
         if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
+            interrupts.first_publish(spec.name)
             release_id = runs.claim(conn, spec.name, lambda: store_spec(conn, r), wait)
         rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
