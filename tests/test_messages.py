@@ -241,3 +241,34 @@ def test_releases_on_a_terminal_shows_whole_names(
     result = cli(dsn, "releases")
     assert result.exit_code == 0, result.output
     assert name in result.stdout, result.stdout
+
+
+def schemas(conn: psycopg.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT nspname FROM pg_namespace")}
+
+
+def test_drop_takes_the_empty_schema_dbanon_created_and_no_other(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """Issue 34: `drop` left the empty schemas dbanon created. It drops one it created, empty,
+    with the last release there; never a schema the DBA made, nor one holding anything else."""
+    make_table(conn, "s", "t", [("id", "int PRIMARY KEY"), ("a", "int")],
+               [(i, i % 7) for i in range(1, 41)])  # fmt: skip
+    conn.execute("CREATE SCHEMA mine")
+    args = (*SOURCE, "--qi", "a", "--k", "2")
+    for name, target in (("r1", "Rel Out.r1"), ("r2", "Rel Out.r2"), ("m", "mine.m"),
+                         ("x", "extra.x")):  # fmt: skip
+        assert cli(dsn, "publish", name, *args, "--target", target).exit_code == 0
+    assert {"Rel Out", "mine", "extra"} <= schemas(conn)
+    assert cli(dsn, "drop", "r1", "--yes").exit_code == 0
+    assert "Rel Out" in schemas(conn)  # r2 is still there
+    result = cli(dsn, "drop", "r2", "--yes")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == 'dropped release \'r2\': "Rel Out".r2, schema "Rel Out"'
+    assert "Rel Out" not in schemas(conn)
+    assert cli(dsn, "drop", "m", "--yes").exit_code == 0
+    assert "mine" in schemas(conn)  # the DBA's
+    conn.execute("CREATE TABLE extra.notes (x int)")  # something of someone else's inside
+    assert cli(dsn, "drop", "x", "--yes").exit_code == 0
+    assert "extra" in schemas(conn)
+    assert conn.execute("SELECT count(*) FROM extra.notes").fetchone()[0] == 0

@@ -22,7 +22,7 @@ from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line
 from dbanon.lifecycle import hierarchy_pins, identifying, interrupts, runs
-from dbanon.lifecycle.catalogue import release_row, store_spec
+from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (
     Progress,
@@ -381,8 +381,9 @@ def _create_schema(conn: psycopg.Connection, schema: str) -> None:
     (on the name's unique index), and a schema that appeared meanwhile is taken as it is."""
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    except psycopg.errors.UniqueViolation:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            mark_schema(conn, schema)  # dbanon's: dropped with its last release when empty
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
         pass  # created by a run that committed after this one's snapshot
 
 
