@@ -331,7 +331,7 @@ def _figure(value: Any) -> str:
     return "-" if value is None else str(value)
 
 
-# What the common rows of `report` mean (the method's own: dbanon.lifecycle.counts.FIGURES).
+# What the common rows of `report` mean (the method's own: dbanon.metrics.labels.FIGURES).
 _MEANINGS = {
     "rows": "rows of the first released relation",
     "released classes": "rows with equal released QIs: what a consumer cannot tell apart",
