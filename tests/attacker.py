@@ -28,7 +28,6 @@ gets for their true value, with the figures of each rule.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -128,20 +127,30 @@ def load_local(
     return Release(rows, buckets, values)
 
 
+def _ends(text: str) -> tuple[float, float] | None:
+    """The ends of a released numeric range: `[30,39]` (a range literal, issue 34) or `30-39`
+    (releases before it); None for text that is neither."""
+    try:
+        if text.startswith("[") and text[-1] in "])" and "," in text:
+            lo, _, hi = text[1:-1].partition(",")
+            return float(lo), float(hi)
+        if "-" in text[1:]:
+            cut = text.index("-", 1)
+            return float(text[:cut]), float(text[cut + 1 :])
+    except ValueError:  # text with a dash or a comma: not a range
+        return None
+    return None
+
+
 def contains(cell: Any, value: Any) -> bool:
-    """Whether a released cell (NULL: flagged, a value, 'a-b', '*') stands for `value`."""
+    """Whether a released cell (NULL: flagged, a value, '[a,b]', '*') stands for `value`."""
     if cell is None:
         return True
     text = str(cell)
     if text == "*" or text == str(value):
         return True
-    if isinstance(value, int | float) and "-" in text[1:]:
-        cut = text.index("-", 1)
-        try:
-            return float(text[:cut]) <= value <= float(text[cut + 1 :])
-        except ValueError:
-            return False
-    return False
+    ends = _ends(text) if isinstance(value, int | float) else None
+    return ends is not None and ends[0] <= value <= ends[1]
 
 
 def _columns(release: Release) -> list[tuple[Any, ...]]:
@@ -157,11 +166,9 @@ def _columns(release: Release) -> list[tuple[Any, ...]]:
         text = np.array([codes.setdefault(str(c), len(codes)) for c in col], dtype=np.int64)
         low, high = np.full(len(col), np.nan), np.full(len(col), np.nan)
         for i, c in enumerate(col):
-            t = str(c)
-            if c is not None and "-" in t[1:]:
-                cut = t.index("-", 1)
-                with contextlib.suppress(ValueError):  # text with a dash: not a range
-                    low[i], high[i] = float(t[:cut]), float(t[cut + 1 :])
+            ends = _ends(str(c)) if c is not None else None
+            if ends is not None:
+                low[i], high[i] = ends
         out.append((anything, text, low, high, codes))
     return out
 
@@ -208,9 +215,9 @@ def _lex_extreme(point: Sequence[Any], rows: list[Row], order: Sequence[int]) ->
     for j in order:
         cell, v = rows[0].cells[j], point[j]
         text = str(cell)
-        if isinstance(v, int | float) and "-" in text[1:]:
-            cut = text.index("-", 1)
-            lo, hi = float(text[:cut]), float(text[cut + 1 :])
+        ends = _ends(text) if isinstance(v, int | float) else None
+        if ends is not None:
+            lo, hi = ends
             if lo < hi:
                 return -1 if v == lo else 1 if v == hi else None
         elif text == "*":  # two different values, order unknown from the release

@@ -51,7 +51,8 @@ def churn(
 
 
 def _range(cell: Any) -> tuple[float, float]:
-    """A released numeric cell ('36', '36-40', '[36,40]' or '*') as (low, high)."""
+    """A released numeric cell ('36', '[36,40]', '36-40' of older releases, or '*') as
+    (low, high)."""
     s = str(cell).strip("[]()")
     if s == "*":
         return -np.inf, np.inf

@@ -49,7 +49,10 @@ def _cell(text: str) -> tuple[float, float] | set[str] | None:
         return None
     if text.startswith("{") and text.endswith("}"):
         return {v.strip('"') for v in text[1:-1].split(",")}
-    cut = text.find("-", 1)
+    if text.startswith("[") and text[-1] in "])":  # a range literal, `[30,39]` (issue 34)
+        lo, _, hi = text[1:-1].partition(",")
+        return float(lo), float(hi)
+    cut = text.find("-", 1)  # the dash form of releases before it, `30-39`
     try:
         if cut > 0:
             return float(text[:cut]), float(text[cut + 1 :])

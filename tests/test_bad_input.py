@@ -77,7 +77,7 @@ CASES = [
     ({"--hierarchy": "city"}, "--hierarchy takes COLUMN=HIERARCHY, got 'city'"),
     ({"--qi": "age,id"}, "column 'id' is named twice"),
     ({"--target": "src.out"}, "the release must go to its own schema, not the source's ('src')"),
-    ({"--target": "src2.people_copy", "--grant": "no such role"}, "role 'no such role' does not"),
+    ({"--target": "src2.people_copy", "--grant": "no such role"}, 'role "no such role" does not'),
 ]
 
 

@@ -72,7 +72,7 @@ SRC = ("--source", "g.t", "--key", "id")
 ESCAPES = [
     (("--qi", "age,sev", "--algorithm", "noise", "--size", "nan"), "--size must be a finite"),
     (("--qi", "age,sev", "--algorithm", "noise", "--size", "inf"), "--size must be a finite"),
-    (("--qi", "age,sev", "--algorithm", "noise", "--size", "0"), "--size must be above 0"),
+    (("--qi", "age,sev", "--algorithm", "noise", "--size", "0"), "--size must be in (0, 1]"),
     (("--qi", "age,sev", "--algorithm", "ina", "--beta", "nan"), "--beta must be a finite"),
     (("--qi", "age,sev", "--algorithm", "ina", "--beta", "inf"), "--beta must be a finite"),
     (("--qi", "age,region", "--sensitive", "dx", "--k", "3", "--algorithm", "rfka",

@@ -38,7 +38,7 @@ def person(rng: random.Random, i: int) -> tuple:
 
 
 def covers(released: str, value: int) -> bool:
-    low, _, high = released.partition("-")
+    low, _, high = released.strip("[]").partition(",")  # `[30,39]` or `30`
     return int(low) <= value <= int(high or low)
 
 

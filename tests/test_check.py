@@ -112,5 +112,5 @@ def test_worst_class_is_named_on_request(conn: psycopg.Connection, dsn: str) -> 
         got, out = cli_json(dsn, *base, "--k", str(k), "--worst")
         assert got == code and out["models"][0]["worst_class"] == named
     text = cli(dsn, *base, "--k", str(smallest + 1)).output
-    assert "--worst names the class" in text and "worst class:" not in text
-    assert f"worst class: {named}" in cli(dsn, *base, "--k", "2", "--worst").output
+    assert "--worst names the class" in text and "worst class\t-" in text
+    assert f"worst class\t{named}" in cli(dsn, *base, "--k", "2", "--worst").output

@@ -47,8 +47,8 @@ def check(dsn: str) -> dict:
     assert code == 0 and checked["holds"], checked
     assert checked["models"] and all(m["holds"] for m in checked["models"]), checked
     human = cli(dsn, "check", "r", "--release")
-    assert human.exit_code == 0 and "does not hold" not in human.stdout, human.stdout
-    assert human.stdout.count(": holds") == len(checked["models"]), human.stdout
+    assert human.exit_code == 0 and "\tholds\tno" not in human.stdout, human.stdout
+    assert human.stdout.count("\tholds\tyes") == len(checked["models"]), human.stdout
     return checked
 
 

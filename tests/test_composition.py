@@ -35,7 +35,7 @@ def covers(released: str, value: object) -> bool:
     if released.startswith("{") and released.endswith("}"):  # a group's set of values
         return str(value) in {v.strip('"') for v in released[1:-1].split(",")}
     if isinstance(value, int):
-        low, _, high = released.partition("-")
+        low, _, high = released.strip("[]").partition(",")  # `[30,39]` or `30`
         return int(low) <= value <= int(high or low)
     return released == value
 

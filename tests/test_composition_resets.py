@@ -65,7 +65,7 @@ def covers(released: str, value: object) -> bool:
     if released == "*" or released == value:
         return True
     if isinstance(value, int):
-        low, _, high = str(released).partition("-")
+        low, _, high = str(released).strip("[]").partition(",")  # `[30,39]` or `30`
         return low.isdigit() and int(low) <= value <= int(high or low)
     return value in str(released).strip("{}").split(",")  # a set of values
 

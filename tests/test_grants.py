@@ -100,7 +100,9 @@ def test_grant_and_revoke_refuse_bad_input_and_change_nothing(
     for args, message in [
         (("grant", "g", "nobody_" + uuid.uuid4().hex[:6]), "does not exist"),
         (("grant", "missing", a), "release 'missing' does not exist"),
-        (("revoke", "g", roles[1]), f"is not granted to {roles[1]!r}"),
+        (("revoke", "g", "nobody_" + uuid.uuid4().hex[:6]), "does not exist"),
+        (("grant", "g", "public"), "PUBLIC is not a role"),
+        (("grant", "g", a, "PUBLIC"), "PUBLIC is not a role"),
     ]:
         result = cli(dsn, *args)
         assert result.exit_code == 2 and message in result.stderr, result.stderr
@@ -156,3 +158,44 @@ def test_grant_reaches_every_relation_of_a_release(
     # still USAGE on the schema: release ga there is granted to the role
     assert ward.execute("SELECT has_schema_privilege(%s, 'released', 'USAGE')", [a]).fetchone()[0]
     assert reads(dsn, a, "released.ga_qit") and not reads(dsn, a, "released.gv")
+
+
+@pytest.fixture
+def team(conn: psycopg.Connection) -> Iterator[str]:
+    """A role whose name SQL must quote (a capital, a space)."""
+    role = f"Data Team {uuid.uuid4().hex[:6]}"
+    conn.execute(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    try:
+        yield role
+    finally:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_revoke_says_what_it_revoked_and_a_second_is_no_error(
+    ward: psycopg.Connection, dsn: str, roles: list[str], team: str
+) -> None:
+    """Issue 34: as SQL's REVOKE, revoking what is not granted changes nothing and is no
+    error; the line says what was revoked (not only who is left), role names quoted as SQL
+    needs them."""
+    a, _ = roles
+    quoted = '"' + team + '"'
+    assert cli(dsn, "publish", "g", "--source", "h.ward", "--key", "id", "--qi", "age",
+               "--k", "4").exit_code == 0  # fmt: skip
+    result = cli(dsn, "grant", "g", a, team)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        f"release 'g' granted to {a}, {quoted} (now granted to {a}, {quoted})")
+    assert reads(dsn, team, "released.g")
+    result = cli(dsn, "revoke", "g", team)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"release 'g' revoked from {quoted} (now granted to {a})"
+    assert not reads(dsn, team, "released.g")
+    before = snapshot(ward)
+    result = cli(dsn, "revoke", "g", team)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == (
+        f"release 'g' not granted to {quoted}: nothing to do (now granted to {a})")
+    code, out = cli_json(dsn, "revoke", "g", team)
+    assert code == 0 and out["revoked"] == [] and out["not_granted"] == [team], out
+    assert snapshot(ward) == before and reads(dsn, a, "released.g")

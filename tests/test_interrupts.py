@@ -196,7 +196,9 @@ FIRST_SLOW = [("validating", signal.SIGTERM), ("clustering", signal.SIGINT),
 )
 def test_first_publish_cut_leaves_nothing(db: str, at: str, sig: int) -> None:
     code, lines = signalled(db, PUBLISH, at, sig)
-    assert code == CODES[sig] and lines == ["interrupted; the previous release is kept"], lines
+    # Issue 34: it said "the previous release is kept", of a release that had none.
+    assert code == CODES[sig] and lines == [
+        "interrupted; nothing was published ('r' had no release before)"], lines
     with psycopg.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM dbanon.release").fetchone()[0] == 0
         assert conn.execute("SELECT count(*) FROM dbanon.run").fetchone()[0] == 0

@@ -133,27 +133,25 @@ def _period(text: str, coltype: str) -> tuple[Any, Any] | None:
 
 def parse(text: str, coltype: str) -> tuple[Any, Any, bool, bool]:
     """(lower, upper, lower included, upper included) of a released text value; None for an
-    unbounded end. Fails on text that is not one of the documented forms."""
+    unbounded end. Fails on text that is not one of the documented forms: a value, a range
+    literal `[lo,hi]` or `[lo,hi)` (issue 34: negatives read unambiguously), a period, `*`."""
     if text == "*":
         return None, None, False, False
-    if coltype in ("integer", "bigint"):
-        m = re.fullmatch(r"(-?\d+)(?:-(-?\d+))?", text)
-        assert m, text
-        return int(m[1]), int(m[2] or m[1]), True, True
-    if coltype.startswith("numeric"):
-        m = re.fullmatch(rf"({NUM})(?:(-<?)({NUM}))?", text)
-        assert m, text
-        hi = Decimal(m[3] or m[1])
-        return Decimal(m[1]), hi, True, m[2] != "-<"
-    if (p := _period(text, coltype)) is not None:
+    numeric = coltype in ("integer", "bigint") or coltype.startswith("numeric")
+    if not numeric and (p := _period(text, coltype)) is not None:
         return p[0], p[1], True, False
-    lo, dots, hi = text.partition("..")
+    m = re.fullmatch(r"\[([^,\[\]()]+),([^,\[\]()]+)([\])])", text)
+    lo, hi, closed = (m[1], m[2], m[3] == "]") if m else (text, text, True)
+    if coltype in ("integer", "bigint"):
+        assert re.fullmatch(r"-?\d+", lo) and re.fullmatch(r"-?\d+", hi), text
+        return int(lo), int(hi), True, closed
+    if coltype.startswith("numeric"):
+        assert re.fullmatch(NUM, lo) and re.fullmatch(NUM, hi), text
+        return Decimal(lo), Decimal(hi), True, closed
     if coltype == "date":
-        assert re.fullmatch(r"\d{4}-\d\d-\d\d", lo) and (
-            not dots or re.fullmatch(r"\d{4}-\d\d-\d\d", hi)
-        ), text
-        return date.fromisoformat(lo), date.fromisoformat(hi or lo), True, True
-    return _ts(lo, coltype), _ts(hi or lo, coltype), True, True
+        assert re.fullmatch(r"\d{4}-\d\d-\d\d", lo) and re.fullmatch(r"\d{4}-\d\d-\d\d", hi), text
+        return date.fromisoformat(lo), date.fromisoformat(hi), True, closed
+    return _ts(lo, coltype), _ts(hi, coltype), True, closed
 
 
 def holds(bounds: tuple[Any, Any, bool, bool], value: Any) -> bool:
@@ -346,14 +344,14 @@ def test_every_level_reads_as_its_interval(conn: psycopg.Connection, source: lis
                 if lv == hs[col].height:
                     assert text == "*" and typed.lower_inf and typed.upper_inf
                 elif lv == 0:
-                    assert ".." not in text and "-<" not in text
+                    assert not text.startswith("["), text
                 elif isinstance(hs[col], IntervalHierarchy):
                     lo, hi = typed.lower, typed.upper
                     width = Decimal(hi - lo)
                     assert width == hs[col].widths[lv - 1] and round_width(width)
                     assert Decimal(lo) % width == 0, (col, text)  # aligned at 0
-                    sep = "-<" if coltype.startswith("numeric") else "-"
-                    assert re.fullmatch(rf"{NUM}{re.escape(sep)}{NUM}", text), text
+                    end = ")" if coltype.startswith("numeric") else "]"
+                    assert re.fullmatch(rf"\[{NUM},{NUM}{re.escape(end)}", text), text
                 else:
                     unit = hs[col].units[lv - 1]
                     forms = {

@@ -184,9 +184,8 @@ LAB = [("id", "int PRIMARY KEY"), ("weight", "numeric(5,1)"), ("visit", "timesta
 
 
 def parse(text: str, kind: str) -> tuple[Any, Any]:
-    """The ends of a released text range: `60.5`, `60.5-72` or `2020-01-01 10:00:00..2020-...`."""
-    sep = ".." if kind == "visit" else "-"
-    low, _, high = text.partition(sep)
+    """The ends of a released text range: `60.5`, `[60.5,72]` or `[2020-01-01 10:00:00,...]`."""
+    low, _, high = text.strip("[]").partition(",")
     high = high or low
     if kind == "visit":
         return datetime.fromisoformat(low), datetime.fromisoformat(high)

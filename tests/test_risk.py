@@ -71,7 +71,7 @@ def test_prosecutor_risk_of_a_hand_worked_table(hand: None, dsn: str) -> None:
     assert (p["highest"], p["lowest"], p["average"]) == pytest.approx((1 / 3, 1 / 7, 0.2))
     human = cli(dsn, "check", "s.sample", "--qi", "zip,age,sex", "--risk")
     assert human.exit_code == 0
-    assert "prosecutor risk: highest 1, average 0.4, records at risk 100.00%" in human.stdout
+    assert "prosecutor risk\thighest 1, average 0.4, records at risk 100.00%" in human.stdout
 
 
 def test_journalist_marketer_and_uniqueness_with_a_population(hand: None, dsn: str) -> None:
@@ -100,8 +100,8 @@ def test_journalist_marketer_and_uniqueness_with_a_population(hand: None, dsn: s
     expected = zayatz({1: 1, 2: 1, 3: 1, 4: 1}, 10, 1000)
     assert out["risk"]["population_uniqueness"]["uniques"] == pytest.approx(float(expected))
     human = cli(dsn, "check", "s.sample", "--qi", "zip,age,sex", "--population", "s.population")
-    assert "journalist risk: highest 0.5, average 0.25" in human.stdout
-    assert "marketer risk: average 0.25" in human.stdout
+    assert "journalist risk\thighest 0.5, average 0.25" in human.stdout
+    assert "marketer risk\taverage 0.25" in human.stdout
 
 
 def test_risk_with_models_and_bad_input(hand: None, conn: psycopg.Connection, dsn: str) -> None:

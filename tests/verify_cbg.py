@@ -86,10 +86,14 @@ def problems(cb: CrossBucket, k: int, l: float) -> list[str]:  # noqa: E741
 
 
 def contains(released: Any, value: Any) -> bool:
-    """Whether a released cell (a value, 'a-b', '*') stands for `value`."""
+    """Whether a released cell (a value, '[a,b]', 'a-b' before issue 34, '*') stands for
+    `value`."""
     text = str(released)
     if text == "*" or text == str(value):
         return True
+    if isinstance(value, int | float) and text.startswith("[") and text.endswith("]"):
+        lo, _, hi = text[1:-1].partition(",")
+        return float(lo) <= value <= float(hi)
     if isinstance(value, int | float) and "-" in text[1:]:
         cut = text.index("-", 1)
         return float(text[:cut]) <= value <= float(text[cut + 1 :])

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from dbanon.cli.common import Ctx, command, fails_cleanly, out, pairs, qi_list
+from dbanon.cli.common import Ctx, Table, cells, command, fails_cleanly, out, pairs, qi_list
 from dbanon.errors import DbanonError
 from dbanon.models import L_KINDS, T_GROUNDS
 from dbanon.models.thetak import NEED_RULES
@@ -207,17 +207,21 @@ def check(
             data["risk"] = db.risk(relation, qi, count=count, **risk_args)
 
     def human() -> None:
+        """A table of (model, figure, value): on a terminal drawn, piped tab-separated lines
+        (the README's promise; it printed indented `figure: value` lines)."""
+        table = Table("model", "figure", "value")
         for r in results:
-            mark = "[green]holds[/]" if r.holds else "[red]does not hold[/]"
-            out.print(f"{r.model}: {mark}")
+            table.add_row(*cells(r.model, "holds", "yes" if r.holds else "no"))
             for key, value in r.figures.items():
-                out.print(f"  {key.replace('_', ' ')}: {value}")
+                table.add_row(*cells(r.model, key.replace("_", " "), value))
             if r.worst_class is not None:
-                out.print(f"  worst class: {r.worst_class}", markup=False)
+                table.add_row(*cells(r.model, "worst class", r.worst_class))
             elif not r.holds and not worst:
-                out.print("  (--worst names the class furthest from holding)")
+                table.add_row(*cells(r.model, "worst class",
+                                     "- (--worst names the class furthest from holding)"))
         for label, text in risk_lines(data.get("risk")):
-            out.print(f"{label}: {text}", markup=False)
+            table.add_row(*cells("re-identification risk", label, text))
+        out.print(table)
 
     c.emit(data, human)
     sys.exit(0 if holds else 1)

@@ -290,4 +290,6 @@ def flags_generate(
         col = catalog.require_columns(catalog.columns(db.conn, rel), rel, [key])[0]
         n = flags.generate(db.conn, rel, col, columns, density, into, seed)
         db.conn.commit()
-    c.emit({"flags": n, "into": into}, lambda: click.echo(f"flagged {n} values into {into}"))
+    schema, name = catalog.parse_target(into)
+    shown = catalog.quote_ident(name) if schema is None else catalog.qualified(schema, name)
+    c.emit({"flags": n, "into": into}, lambda: click.echo(f"flagged {n} values into {shown}"))

@@ -73,6 +73,17 @@ def Table(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - stands in for rich'
     return RichTable(*args, **kwargs)
 
 
+def cells(*values: Any) -> tuple[Any, ...]:
+    """A table row's cells as they read: on a terminal rich Text (no markup: a released value
+    such as `[30,39]` or a name in brackets is printed as it is), piped plain text."""
+    texts = tuple("-" if v is None else str(v) for v in values)
+    if not out.is_terminal:
+        return texts
+    from rich.text import Text
+
+    return tuple(Text(t) for t in texts)
+
+
 err = _Console(stderr=True)
 
 
@@ -142,7 +153,11 @@ def _json_anywhere(ctx: click.Context, _param: click.Parameter, value: bool) -> 
 
 
 class Command(click.Command):
-    """Every command takes --json after its name too (`dbanon check --json ...`)."""
+    """Every command takes --json after its name too (`dbanon check --json ...`); its usage
+    errors are one line (UsageLine)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:  # noqa: D102
+        return _usage_in_one_line(lambda: super(Command, self).parse_args(ctx, args))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -154,15 +169,43 @@ class Command(click.Command):
         )  # fmt: skip
 
 
+class UsageLine(click.ClickException):
+    """A usage error (a bad option value, an unknown command) as one line on stderr, like every
+    other error, with where help is: click prints four (usage, hint, blank, error), which a
+    script or a log then has to take apart. PostgreSQL's tools print `error: ...` too."""
+
+    exit_code = 2
+
+    def __init__(self, e: click.UsageError) -> None:
+        where = f"; see '{e.ctx.command_path} --help'" if e.ctx is not None else ""
+        super().__init__(e.format_message().rstrip(".") + where)
+
+    def show(self, file: Any = None) -> None:  # noqa: D102
+        click.echo(f"error: {self.format_message()}", err=True)
+
+
+def _usage_in_one_line(run: Callable[[], Any]) -> Any:
+    try:
+        return run()
+    except click.exceptions.NoArgsIsHelpError:  # `dbanon` alone: its help, as asked
+        raise
+    except click.UsageError as e:
+        raise UsageLine(e) from None
+
+
 class Group(click.Group):
-    """Subcommands are `Command`s; with --json anywhere, usage errors are JSON too."""
+    """Subcommands are `Command`s; with --json anywhere, usage errors are JSON too; usage
+    errors are one line (UsageLine)."""
 
     command_class = Command
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:  # noqa: D102
+        return _usage_in_one_line(lambda: super(Group, self).parse_args(ctx, args))
+
     def invoke(self, ctx: click.Context) -> Any:  # noqa: D102
         if ctx.parent is not None:
-            return super().invoke(ctx)
-        return interruptible(lambda: super(Group, self).invoke(ctx))
+            return _usage_in_one_line(lambda: super(Group, self).invoke(ctx))
+        return interruptible(lambda: _usage_in_one_line(lambda: super(Group, self).invoke(ctx)))
 
     def main(self, args: Any = None, **extra: Any) -> Any:  # noqa: D102
         argv = list(sys.argv[1:] if args is None else args)
@@ -215,7 +258,10 @@ class Seconds(click.FloatRange):
 
 
 def qi_list(_ctx: click.Context, _param: click.Parameter, value: str | None) -> list[str]:
-    return catalog.parse_list(value) if value else []
+    try:
+        return catalog.parse_list(value) if value else []
+    except DbanonError as e:
+        raise click.BadParameter(str(e)) from None
 
 
 def pairs(items: tuple[str, ...], flag: str) -> dict[str, str]:

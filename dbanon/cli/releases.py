@@ -31,6 +31,7 @@ from dbanon.errors import DbanonError
 from dbanon.lifecycle import diffexposure
 from dbanon.lifecycle.declare import release_spec
 from dbanon.methods import Option
+from dbanon.metrics.labels import FIGURES, SAME_AS
 
 
 def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
@@ -40,17 +41,22 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
             "" if summary["classes"] is None
             else f" in {summary['classes']} classes (smallest {summary['min_class_size']})"
         )  # fmt: skip
+        left_out = summary.get("suppressed_rows")
+        rows = (
+            f"{summary['rows']} of {summary['source_rows']} rows ({left_out} suppressed)"
+            if left_out else f"{summary['rows']} rows"
+        )  # fmt: skip
         out.print(
             f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
-            f"{summary['rows']} rows{classes}{gcp}, {summary['seconds']:.1f} s",
+            f"{rows}{classes}{gcp}, {summary['seconds']:.1f} s",
             markup=False,
         )
         changes = summary.get("grants") or {}
         for what in ("added", "revoked"):
             if changes.get(what):
-                out.print(f"grants {what}: {', '.join(changes[what])}", markup=False)
+                out.print(f"grants {what}: {_roles(changes[what])}", markup=False)
         if changes.get("kept"):
-            out.print(f"grants kept: {', '.join(changes['kept'])}", markup=False)
+            out.print(f"grants kept: {_roles(changes['kept'])}", markup=False)
         for warning in summary.get("warnings") or []:
             if warning.startswith(diffexposure.PREFIX):  # about the policy, not this data
                 click.echo(f"warning: {warning}", err=True)
@@ -305,12 +311,63 @@ def refresh(
     print_publish(c, result.summary())
 
 
-def _figure(value: Any) -> str:
+def _rounded(value: Any) -> Any:
+    """Floats to 4 significant digits, inside dicts and lists too (0.3333333333333333 reads as
+    0.3333)."""
     if isinstance(value, float):
-        return f"{value:,.4g}"
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def _figure(value: Any) -> str:
+    """A figure as `report` prints it: plain numbers as psql prints them (no thousands
+    separator: a pipe reads them back), floats to 4 significant digits."""
+    if isinstance(value, float):
+        return f"{value:.4g}"
     if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
+        return json.dumps(_rounded(value), default=str)
     return "-" if value is None else str(value)
+
+
+# What the common rows of `report` mean (the method's own: dbanon.metrics.labels.FIGURES).
+_MEANINGS = {
+    "rows": "rows of the first released relation",
+    "released classes": "rows with equal released QIs: what a consumer cannot tell apart",
+    "internal groups": "the groups the method formed inside (two may be released alike)",
+    "NCP (GCP)": "mean information loss per released value; 0 none, 100% all",
+    "source rows": "rows of the source the run read",
+    "suppressed rows": "source rows the release leaves out",
+    "risk threshold": "a record is at risk when 1 / its class size is above this",
+    "prosecutor risk": "1 / class size of a record, over the QIs and kept columns as released",
+    "sample uniqueness": "share of released rows alone in their class (QIs and kept columns)",
+}
+
+
+def _suppressed(data: dict[str, Any]) -> int | None:
+    rows, source = data.get("rows"), data.get("source_rows")
+    return None if rows is None or source is None else max(source - rows, 0)
+
+
+def _method_rows(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The method's own figures under one name each (FIGURES), rounded; one that repeats a
+    common figure (suppressed rows, the loss that is the GCP, a group DM equal to the DM) is
+    left out: `report --json` has every one under its key."""
+    metrics = data["method_metrics"]
+    out = []
+    for key, value in metrics.items():
+        if key in ("suppressed", "suppressed_rows") and data.get("source_rows") is not None:
+            continue
+        if key in SAME_AS and value == data.get(SAME_AS[key]):
+            continue
+        if key == "discernibility" and value == metrics.get("dm"):
+            continue
+        label, meaning = FIGURES.get(key, (key.replace("_", " "), ""))
+        out.append((label, _figure(value), meaning))
+    return sorted(out)
 
 
 @command()
@@ -383,10 +440,14 @@ def report(c: Ctx, name: str) -> None:
         groups = data["internal_groups"]
         if groups:  # a method that forms groups of its own
             rows.insert(5, ("internal groups", _sizes(groups, "the method's own groups")))
+        left_out = _suppressed(data)
+        if left_out is not None:
+            rows.insert(4, ("suppressed rows", _figure(left_out)))
         rows += risk_lines(data.get("risk"))
-        rows += [(k.replace("_", " "), _figure(v)) for k, v in data["method_metrics"].items()]
         for label, value in rows:
-            table.add_row(label, value)
+            table.add_row(label, value, _MEANINGS.get(label, ""))
+        for label, value, meaning in _method_rows(data):
+            table.add_row(label, value, meaning)
         out.print(table)
         if data["last_failure"]:  # a newer run did not replace the release in place
             out.print(f"warning: {data['last_failure']['message']}", markup=False)
@@ -441,6 +502,10 @@ def releases_command(c: Ctx) -> None:
 
     def human() -> None:
         table = Table("name", "method", "promises", "objects", "last run", "at", "rows")
+        if out.is_terminal:  # a name is what a reader looks for: whole, never cut to fit
+            for i in (0, 5, 6):
+                table.columns[i].no_wrap = True
+            table.columns[0].min_width = max((len(r["name"]) for r in rows), default=4)
         for r in rows:
             missing = " (missing: " + ", ".join(r["missing"]) + ")" if r["missing"] else ""
             table.add_row(
@@ -493,8 +558,24 @@ def grant_command(
     """Let ROLES read release NAME now and after every refresh (no rebuild)."""
     with c.db() as db:
         data = db.grant(name, roles, wait=wait, grant_live=grant_live)
-    c.emit(data, lambda: click.echo(
-        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+    c.emit(data, lambda: click.echo(_granted(name, "granted to", data["added"], data["already"],
+                                             "already granted to", data["grants"])))  # fmt: skip
+
+
+def _roles(roles: list[str]) -> str:
+    return ", ".join(map(catalog.quote_ident, roles))
+
+
+def _granted(
+    name: str, did: str, changed: list[str], unchanged: list[str], why: str, grants: list[str]
+) -> str:
+    """What a grant or revoke did, then who reads the release now, role names as SQL needs
+    them: `release 'r' revoked from "Data Team" (now granted to analysts)`."""
+    parts = [f"{did} {_roles(changed)}"] if changed else []
+    if unchanged:
+        parts.append(f"{why} {_roles(unchanged)}: nothing to do")
+    now = f"now granted to {_roles(grants)}" if grants else "now granted to no role"
+    return f"release {name!r} {'; '.join(parts)} ({now})"
 
 
 @command("revoke")
@@ -507,8 +588,9 @@ def revoke_command(c: Ctx, name: str, roles: tuple[str, ...], wait: float) -> No
     """Stop ROLES reading release NAME, now and after every refresh (no rebuild)."""
     with c.db() as db:
         data = db.revoke(name, roles, wait=wait)
-    c.emit(data, lambda: click.echo(
-        f"release {name!r} granted to {', '.join(data['grants']) or 'nobody'}"))  # fmt: skip
+    c.emit(data, lambda: click.echo(_granted(name, "revoked from", data["revoked"],
+                                             data["not_granted"], "not granted to",
+                                             data["grants"])))  # fmt: skip
 
 
 @command("show")

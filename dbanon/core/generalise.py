@@ -4,17 +4,16 @@ One module for every method, so a column reads the same whichever method publish
 
 `--ranges text` (the default) releases readable text: analysts read released values, and a text
 column groups, sorts and exports as it reads.
-- a value as itself: `60`, `2.5`, `1990-01-01`;
-- a closed range [low, high] (k-member and Mondrian groups; integer and day intervals of
-  full-domain): `36-37`, `30-39`, dates and times with `..` (their values hold `-`):
-  `1990-01-01..1990-06-30`;
-- a half-open interval [low, high) of a continuous column (full-domain's numeric intervals):
-  `1.5-<2`, read "from 1.5 to under 2". The dash is the integer ranges' one, so `30-39` and
-  `1.5-<2` read alike, and `<` marks the end that is left out, so the interval cannot be taken
-  to include 2 (`1.5-2` would read as closed, as k-member's ranges are) and adjacent intervals
-  (`1.5-<2`, `2-<2.5`) visibly do not overlap. Plain ASCII, no comma (a CSV export needs no
-  quoting, and no clash with a decimal comma), unlike the interval notation `[1.5,2)`, which
-  is also what `--ranges typed` already shows;
+- a value as itself: `60`, `2.5`, `-466`, `1990-01-01`;
+- a range as PostgreSQL writes a range literal (issue 34): closed `[30,39]` (k-member and
+  Mondrian groups; integer and day intervals of full-domain), half-open `[1.5,2)` (full-domain's
+  intervals of a continuous column: from 1.5 to under 2, so adjacent intervals visibly do not
+  overlap), dates and times alike (`[1990-01-01,1990-06-30]`). The bracket says which ends are
+  in, the comma separates the ends, so a negative end reads as one (`[-466,-10]`,
+  `[-10000,-1]`: the dash form read `-466--10`), numbers and dates read the same way, and the
+  text casts to the column's range type as it is (`label::numrange`, `::daterange`). It is
+  what PostgreSQL prints for a range (matter of taste, PostgreSQL's convention); `--ranges
+  typed` releases the range itself. A CSV export quotes it (it holds a comma);
 - a calendar period (full-domain's calendar levels): `2020-03-14`, `2020-03`, `2020-Q1`,
   `2020`, `2020s` (the decade 2020-2029);
 - the whole domain: `*`.
@@ -66,8 +65,6 @@ _ELEMENT_TYPES = {
     "tsrange": "timestamp",
     "tstzrange": "timestamptz",
 }
-# Between the two ends of a text range: '-' for numbers, '..' where the values hold '-' (dates).
-_TEXT_SEPARATOR = {"daterange": "..", "tsrange": "..", "tstzrange": ".."}
 _MODIFIERS = re.compile(r"\(\d+(?:,\d+)?\)")
 
 # Calendar periods, narrowest first: (length, to_char format of the text form).
@@ -130,21 +127,19 @@ def closed_range(
     _check_form(form)
     if form == "typed":
         return _typed(col, low, high, "[]")
-    sep = _TEXT_SEPARATOR.get(range_type(col), "-")
-    return sql.SQL("CASE WHEN {lo} = {hi} THEN {l} ELSE {l} || {sep} || {h} END").format(
-        lo=low, hi=high, l=_text(col, low), h=_text(col, high), sep=sql.Literal(sep)
-    )
+    return sql.SQL(
+        "CASE WHEN {lo} = {hi} THEN {l} ELSE '[' || {l} || ',' || {h} || ']' END"
+    ).format(lo=low, hi=high, l=_text(col, low), h=_text(col, high))
 
 
 def half_open_range(
     col: Column, low: sql.Composable, high: sql.Composable, form: str
 ) -> sql.Composable:
-    """The released value of [low, high) of a continuous QI: `1.5-<2`, or the range."""
+    """The released value of [low, high) of a continuous QI: `[1.5,2)`, or the range."""
     _check_form(form)
     if form == "typed":
         return _typed(col, low, high, "[)")
-    sep = sql.Literal(_TEXT_SEPARATOR.get(range_type(col), "-") + "<")
-    return sql.SQL("{} || {} || {}").format(_text(col, low), sep, _text(col, high))
+    return sql.SQL("'[' || {} || ',' || {} || ')'").format(_text(col, low), _text(col, high))
 
 
 def local_time(col: Column, x: sql.Composable, zone: str) -> sql.Composable:

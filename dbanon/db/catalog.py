@@ -130,9 +130,13 @@ def parse_target(text: str) -> tuple[str | None, str]:
 
 
 def parse_list(text: str) -> list[str]:
-    """`a,b,"c, d"` -> ['a', 'b', 'c, d']: column lists, with CSV quoting for odd names."""
-    items = next(csv.reader([text], skipinitialspace=True), [])
-    return [item.strip() for item in items if item.strip()]
+    """`a,b,"c, d"` -> ['a', 'b', 'c, d']: column lists, with CSV quoting for odd names. An
+    empty item (`a,,b`, a trailing comma) is refused, not dropped: it is a typo more often than
+    not, and the column the DBA meant would otherwise go silently undeclared."""
+    items = [item.strip() for item in next(csv.reader([text], skipinitialspace=True), [])]
+    if "" in items:
+        raise DbanonError(f"empty name (item {items.index('') + 1}) in the list {text!r}")
+    return items
 
 
 def find_relation(conn: psycopg.Connection, text: str) -> Relation | None:
@@ -202,6 +206,20 @@ def count_rows(conn: psycopg.Connection, rel: Relation) -> int:
 
 def role_exists(conn: psycopg.Connection, role: str) -> bool:
     return conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone() is not None
+
+
+def require_role(conn: psycopg.Connection, role: str) -> None:
+    """A role a release may be granted to, or a one-line error. PUBLIC (any spelling, as SQL
+    reads `TO public`) is no role: a grant to it would let every role of the server, and every
+    one created later, read the release; dbanon grants named roles only, and says so."""
+    if role.lower() == "public":
+        raise DbanonError(
+            "PUBLIC is not a role: dbanon grants a release to named roles only (a grant to "
+            "PUBLIC would let every role, and every later one, read it); CREATE ROLE a group "
+            "role for the readers and grant that"
+        )
+    if not role_exists(conn, role):
+        raise DbanonError(f"role {quote_ident(role)} does not exist")
 
 
 # --- dbanon's own catalog -------------------------------------------------------------------

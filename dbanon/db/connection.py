@@ -42,13 +42,25 @@ def resolve_dsn(dsn: str | None = None) -> str:
     return choose(dsn)[0]
 
 
+def unreachable(origin: str, why: str) -> str:
+    """A failed connection in one line, saying what chose that server: a PGHOST left in the
+    shell takes dbanon away from its embedded server, and libpq's own words do not say so
+    (psycopg names a host from the environment `None`)."""
+    host = os.environ.get("PGHOST")
+    if origin.startswith("libpq") and host:
+        why = why.replace("host None", f"host {host!r}")
+    order = "" if origin == "--dsn" else f"; order: {PRECEDENCE}"
+    return f"cannot connect to PostgreSQL: {why} (server chosen by {origin}{order})"
+
+
 def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:
     """A psycopg connection with dbanon's session memory (`raise_memory`), connection failures
     turned into a one-line error."""
+    chosen, origin = choose(dsn)
     try:
-        conn = psycopg.connect(resolve_dsn(dsn), **kwargs)
+        conn = psycopg.connect(chosen, **kwargs)
     except psycopg.OperationalError as e:
-        raise DbanonError(f"cannot connect to PostgreSQL: {first_line(e)}") from None
+        raise DbanonError(unreachable(origin, first_line(e))) from None
     try:
         raise_memory(conn)
     except psycopg.Error as e:

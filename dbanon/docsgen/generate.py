@@ -177,10 +177,11 @@ def _timings() -> str:
     data = json.loads((ROOT / "docs" / "timings" / "readme.json").read_text())
     rows = [
         [t["what"], f"{t['seconds'] / 60:.1f} min" if t["seconds"] >= 90
-         else f"{t['seconds']:.0f} s", t["machine"]]
+         else f"{t['seconds']:.0f} s", t["machine"], t.get("date", "-")]
         for t in data["timings"]
     ]
-    return table(["command", "took", "on"], rows) + f"\n\nMeasured {data['measured']}."
+    return table(["command", "took", "on", "measured"], rows) + (
+        "\n\nMeasured by `python .ci/time_readme.py`, fresh clone.")
 
 
 # The layers, bottom first: a package may import those before it (dbanon.docsgen.imports reads

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog
@@ -68,3 +69,33 @@ def missing(conn: psycopg.Connection, schema: str, objects: Sequence[str]) -> li
         catalog.qualified(schema, o) for o in objects
         if catalog.find_relation(conn, f"{schema}.{o}") is None
     ]  # fmt: skip
+
+
+# The comment on a schema dbanon created for a release's target: what it may drop, empty, with
+# the last release there. A schema without it (the DBA's, or made before issue 34) is left.
+SCHEMA_MARK = "created by dbanon for its releases; dropped with the last of them when empty"
+
+
+def mark_schema(conn: psycopg.Connection, schema: str) -> None:
+    conn.execute(sql.SQL("COMMENT ON SCHEMA {} IS {}").format(
+        sql.Identifier(schema), sql.Literal(SCHEMA_MARK)))  # fmt: skip
+
+
+def drop_schema_if_ours(conn: psycopg.Connection, schema: str) -> bool:
+    """Drop `schema` when dbanon created it (SCHEMA_MARK), no release targets it any more and
+    nothing is in it (DROP SCHEMA ... RESTRICT, in a savepoint: an object that appeared keeps
+    it). Returns whether it went."""
+    ours = conn.execute(
+        """SELECT obj_description(n.oid, 'pg_namespace') = %s
+                  AND NOT EXISTS (SELECT 1 FROM dbanon.release WHERE target_schema = %s)
+           FROM pg_namespace n WHERE n.nspname = %s""",
+        [SCHEMA_MARK, schema, schema],
+    ).fetchone()
+    if not (ours and ours[0]):
+        return False
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL("DROP SCHEMA {} RESTRICT").format(sql.Identifier(schema)))
+    except psycopg.errors.DependentObjectsStillExist:
+        return False
+    return True

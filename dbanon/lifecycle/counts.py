@@ -53,3 +53,4 @@ def counted(metrics: dict[str, Any]) -> dict[str, Any]:
     else:  # an older run: its max_class_size, if any, was the largest group's
         released = released_classes({**metrics, "max_class_size": None})
     return {"released_classes": released, "internal_groups": internal_groups(metrics)}
+

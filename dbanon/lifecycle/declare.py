@@ -10,6 +10,8 @@ from typing import Any
 
 from dbanon import methods
 from dbanon.core.spec import DEFAULT_METHOD, MAX_UNIQUE_SHARE, ReleaseSpec
+from dbanon.errors import DbanonError
+from dbanon.lifecycle.resolve import k_too_small
 from dbanon.models import from_options
 from dbanon.models.categories import named_hierarchy
 from dbanon.models.specs import to_specs
@@ -52,6 +54,8 @@ def release_spec(
         kinds = [p_[: -len("-l-diversity")] for p_ in methods.get(method).promises
                  if p_.endswith("-l-diversity")]  # fmt: skip
         l_kind = kinds[0] if kinds else "distinct"
+    if isinstance(k, int) and not isinstance(k, bool) and k < 2:  # before check's "at least 1"
+        raise DbanonError(k_too_small(k))
     models = from_options(
         k=k, l=l, l_kind=l_kind, c=c, t=t, t_ground=t_ground, alpha=alpha,
         alpha_value=alpha_value, p=p, theta=theta,

@@ -107,8 +107,7 @@ def grant(
     def change() -> dict[str, Any]:
         rid, spec, schema, objects = _release(conn, name)
         for role in roles:
-            if not catalog.role_exists(conn, role):
-                raise DbanonError(f"role {role!r} does not exist")
+            catalog.require_role(conn, role)
         added = [r for r in dict.fromkeys(roles) if r not in spec.grants]
         views = [
             f"{schema}.{o}" for o in _objects(conn, name, schema, objects)
@@ -126,7 +125,9 @@ def grant(
             runs.schema_usage(conn, schema, role)
         grants = [*spec.grants, *added]
         _store_grants(conn, rid, grants)
-        return {"release": name, "added": added, "grants": grants}
+        return {"release": name, "added": added,
+                "already": [r for r in dict.fromkeys(roles) if r not in added],
+                "grants": grants}  # fmt: skip
 
     return _locked(conn, name, wait, change)
 
@@ -135,16 +136,22 @@ def revoke(
     conn: psycopg.Connection, name: str, roles: Sequence[str], wait: float = 0.0
 ) -> dict[str, Any]:
     """Stop `roles` reading release `name`; USAGE on its schema goes too unless another release
-    in that schema is still granted to the role."""
+    in that schema is still granted to the role. A role the release is not granted to is no
+    error, as SQL's REVOKE is idempotent (`not_granted` names it); a role that does not exist
+    is, as in SQL."""
     if not roles:
         raise DbanonError("name at least one role to revoke")
 
     def change() -> dict[str, Any]:
         rid, spec, schema, objects = _release(conn, name)
-        unknown = [r for r in roles if r not in spec.grants]
-        if unknown:
-            raise DbanonError(f"release {name!r} is not granted to {unknown[0]!r}")
-        gone = list(dict.fromkeys(roles))
+        asked = list(dict.fromkeys(roles))
+        not_granted = [r for r in asked if r not in spec.grants]
+        for role in not_granted:
+            catalog.require_role(conn, role)
+        gone = [r for r in asked if r in spec.grants]
+        if not gone:  # nothing to revoke: nothing changes, not even the catalog's updated_at
+            return {"release": name, "revoked": [], "not_granted": not_granted,
+                    "grants": list(spec.grants)}  # fmt: skip
         for obj in _objects(conn, name, schema, objects):
             for role in gone:
                 conn.execute(
@@ -169,7 +176,7 @@ def revoke(
                     runs.schema_usage(conn, schema, role)
         grants = [g for g in spec.grants if g not in gone]
         _store_grants(conn, rid, grants)
-        return {"release": name, "revoked": gone, "grants": grants}
+        return {"release": name, "revoked": gone, "not_granted": not_granted, "grants": grants}
 
     return _locked(conn, name, wait, change)
 

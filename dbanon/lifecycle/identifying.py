@@ -9,16 +9,18 @@ A `--keep` column goes out as it is beside the QIs: an attacker who knows a pers
 it (an e-mail, a phone number, a customer number) finds their row without looking at the QIs.
 The gate (dbanon.release.verify, before the swap, on publish and on every refresh) therefore
 measures, on the built relation as consumers will read it, the share of released rows whose
-value is unique (GROUP BY col HAVING count(*) = 1), for each kept column and for all of them
-together, and refuses the release when a share is above `max_unique_share` (default one half),
-naming the column(s) and the figure, unless `--allow-identifying` names the column: the DBA
-means it. A kept column allowed that way is left out of the "all together" measure too.
+value is unique (GROUP BY col HAVING count(*) = 1), for each kept column, and for all of them
+together beside the QIs as released (`read_qis`): columns harmless one by one (hours worked,
+years of education, capital gain) can split a k-anonymous release's classes into single rows.
+It refuses the release when a share is above `max_unique_share` (default one half), naming the
+column(s) and the figure, unless `--allow-identifying` names the column: the DBA means it. A
+kept column allowed that way is left out of the "together" measure too.
 
 A sensitive column is the secret the model protects, not something the attacker knows: it is
-not refused. But one released row by row (not by a bucketising method, which
-releases sensitive values apart from the rows) and unique for most rows (an e-mail given as
-`--sensitive`) gives away who is who as soon as one value is known: the run records a warning
-naming it and its unique share, which `publish` prints and `report` shows.
+not refused. But one released row by row (not by a bucketising method, which releases
+sensitive values apart from the rows: `Method.sensitive_apart`) and unique for most rows (an
+e-mail given as `--sensitive`) gives away who is who as soon as one value is known: the run
+records a warning naming it and its unique share, which `publish` prints and `report` shows.
 """
 
 from __future__ import annotations
@@ -87,6 +89,19 @@ def unique_share(conn: psycopg.Connection, rel: sql.Composable, cols: Sequence[s
     return float(unique) / float(rows) if rows else 0.0
 
 
+def _quoted(name: str) -> str:
+    """A column name in double quotes, as SQL reads it whatever it holds."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def read_qis(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> list[str]:
+    """The QI columns a consumer reads as the attacker's known values are matched against them:
+    those of the method's risk target (a grouping release's QIs as released, a projection's
+    features); none for a release whose QIs are perturbed, where no value matches exactly."""
+    target = r.method.risk_target(conn, r, built)
+    return [] if target is None else list(target.qi)
+
+
 def _percent(share: float) -> str:
     return f"{100 * share:.1f} %"
 
@@ -112,16 +127,21 @@ def gate(
                 "meant; the previous release is unchanged"
             )
     figures: dict[str, Any] = {}
-    if len(together) > 1:
-        share = unique_share(conn, rel, together)
+    read = read_qis(conn, r, built)
+    if together and (len(together) > 1 or read):
+        share = unique_share(conn, rel, [*read, *together])
         figures["keep_unique_share_together"] = round(share, 6)
         if share > limit:
-            named = ", ".join(f'"{c}"' for c in together)
+            named = ", ".join(map(_quoted, together))
+            beside = f" beside the released QIs {', '.join(map(_quoted, read))}" if read else ""
+            many = len(together) > 1
             raise Identifying(
-                f"release {r.spec.name!r} refused: --keep columns {named} together are unique "
-                f"for {_percent(share)} of rows (more than {_percent(limit)}), so they single "
-                "people out; keep fewer of them, or --allow-identifying the ones meant; the "
-                "previous release is unchanged"
+                f"release {r.spec.name!r} refused: --keep column{'s' * many} {named}{beside} "
+                f"{'together ' * (many and not read)}{'are' if many else 'is'} unique for "
+                f"{_percent(share)} of rows (more than {_percent(limit)}), so "
+                f"{'they single' if many else 'it singles'} people out; keep fewer columns, or "
+                f"--allow-identifying {','.join(together)} if that is meant; the previous "
+                "release is unchanged"
             )
     warnings = []
     if not r.method.sensitive_apart:
@@ -132,7 +152,8 @@ def gate(
                 warnings.append(
                     f"sensitive column \"{c.name}\" is released row by row and is unique for "
                     f"{_percent(share)} of rows: whoever knows one of its values finds that "
-                    "person's row (release it in buckets, or generalise it)"
+                    "person's row (release it apart from the rows with a bucketising method, "
+                    "see `dbanon methods`, or generalise it)"
                 )
     if shares:
         figures["unique_share"] = {c: round(s, 6) for c, s in shares.items()}

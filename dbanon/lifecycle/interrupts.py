@@ -46,6 +46,7 @@ class _State:
     holding: int = 0  # inside a commit that must not be cut
     published: list[str] = field(default_factory=list)
     releasing: bool = False  # a release run has begun (one that has checkpoints)
+    first: list[str] = field(default_factory=list)  # releases published for the first time
 
 
 state = _State()
@@ -93,6 +94,14 @@ def reset() -> None:
     """Forget a previous command's signal (an in-process caller runs several)."""
     state.signum, state.raised, state.holding, state.releasing = None, False, 0, False
     state.published.clear()
+    state.first.clear()
+
+
+def first_publish(release: str) -> None:
+    """`release` had no release in place when this run began: an interrupt leaves nothing, and
+    says so rather than that a previous release is kept."""
+    if release not in state.first:
+        state.first.append(release)
 
 
 @contextmanager
@@ -163,6 +172,9 @@ def message() -> tuple[str, int] | None:
     if state.published:
         names = ", ".join(repr(n) for n in state.published)
         return f"interrupted after publishing {names}", code
+    if state.releasing and state.first:
+        names = ", ".join(repr(n) for n in state.first)
+        return f"interrupted; nothing was published ({names} had no release before)", code
     if state.releasing:
         return "interrupted; the previous release is kept", code
     return "interrupted", code  # an audit, a report: no release was being made

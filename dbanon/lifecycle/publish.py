@@ -16,12 +16,13 @@ import psycopg
 from psycopg import sql
 
 from dbanon import methods
+from dbanon.core.hierarchy import HierarchyError
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line
 from dbanon.lifecycle import hierarchy_pins, identifying, interrupts, runs
-from dbanon.lifecycle.catalogue import release_row, store_spec
+from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (
     Progress,
@@ -51,6 +52,13 @@ class PublishResult:
     timings: dict[str, float]
     objects: list[str] = field(default_factory=list)
     grants: dict[str, list[str]] = field(default_factory=dict)  # kept, added, revoked
+    source_rows: int | None = None  # the source's rows the run read
+
+    @property
+    def suppressed_rows(self) -> int | None:
+        """Source rows the release leaves out (classes suppressed, rows withheld): the
+        source's rows less the first relation's, each of which stands for one source row."""
+        return None if self.source_rows is None else max(self.source_rows - self.rows, 0)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -58,6 +66,8 @@ class PublishResult:
             "table": self.table,
             "objects": self.objects,
             "rows": self.rows,
+            "source_rows": self.source_rows,
+            "suppressed_rows": self.suppressed_rows,
             "classes": self.classes,
             "min_class_size": self.min_class_size,
             "gcp": self.gcp,
@@ -92,6 +102,7 @@ def publish(
     catalog.require_catalog(conn)
     if not replace:
         refuse_existing(conn, spec.name)  # before any run is logged against that release
+        interrupts.first_publish(spec.name)  # an interrupt leaves no release, and says so
     method = methods.get(spec.method)  # options and models out of range: refused before too
     resolve_options(spec, method)
     resolve_models(spec, method)
@@ -120,8 +131,15 @@ def publish(
             )  # fmt: skip
         except BaseException as e:
             conn.rollback()
-            runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
-                      interrupts.explain(e, first_line(e)))  # fmt: skip
+            if getattr(e, "invalid_spec", False) and not existing:
+                # A spec the caller gave, refused by resolve before anything was built: bad
+                # input, which changes nothing, not even the runs (the release in place, if
+                # any, is as healthy as before). A refresh's stored spec that no longer
+                # resolves is a failed run: the release cannot be kept up to date.
+                runs.discard(conn, run_id)
+            else:
+                runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                          interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
         conn.rollback()
@@ -156,9 +174,14 @@ def _publish(
 
     try:
         say("validating the spec against the database")
-        r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        try:
+            r = resolve(conn, spec, replace=replace, revoke=revoke, regroup=regroup, say=say)
+        except (DbanonError, HierarchyError) as e:
+            e.invalid_spec = True  # type: ignore[attr-defined]  # see publish()
+            raise
         release_id = r.release_id
         if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
+            interrupts.first_publish(spec.name)
             release_id = runs.claim(conn, spec.name, lambda: store_spec(conn, r), wait)
         rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
         lap("validate")
@@ -235,6 +258,7 @@ def _publish(
         timings=timings,
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
+        source_rows=r.rows,
     )
 
 
@@ -357,8 +381,9 @@ def _create_schema(conn: psycopg.Connection, schema: str) -> None:
     (on the name's unique index), and a schema that appeared meanwhile is taken as it is."""
     try:
         with conn.transaction():
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-    except psycopg.errors.UniqueViolation:
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+            mark_schema(conn, schema)  # dbanon's: dropped with its last release when empty
+    except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
         pass  # created by a run that committed after this one's snapshot
 
 

@@ -11,7 +11,7 @@ from dbanon.db import catalog, store
 from dbanon.errors import DbanonError
 from dbanon.lifecycle import runs
 from dbanon.lifecycle import swap as swap_
-from dbanon.lifecycle.catalogue import load_spec, missing, owned, release_row
+from dbanon.lifecycle.catalogue import drop_schema_if_ours, load_spec, missing, owned, release_row
 from dbanon.lifecycle.counts import COMMON_FIGURES, GROUP_FIGURES, counted
 from dbanon.models.specs import from_specs
 from dbanon.setlogic import composition
@@ -161,15 +161,17 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
             mine = owned(conn, name, schema, obj)
             if mine is False:
                 raise DbanonError(
-                    f"{schema}.{obj} is not the relation release {name!r} published; "
-                    "dbanon will not drop it"
+                    f"{catalog.qualified(schema, obj)} is not the relation release {name!r} "
+                    "published; dbanon will not drop it"
                 )
             rel = store.find(conn, schema, obj)
             if mine and rel is not None:
                 swap_.drop(conn, rel, f"dropped with release {name!r}")
-                dropped.append(f"{schema}.{obj}")
+                dropped.append(catalog.qualified(schema, obj))
         composition.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])
+        if drop_schema_if_ours(conn, schema):  # the empty schema dbanon made for it
+            dropped.append(f"schema {catalog.quote_ident(schema)}")
         conn.commit()
     except BaseException:
         conn.rollback()

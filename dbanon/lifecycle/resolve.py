@@ -33,6 +33,26 @@ RESERVED_SCHEMAS = ("dbanon", STORE_SCHEMA, "public", "information_schema")
 Progress = Callable[[str], None]
 
 
+def _fits_identifiers(conn: psycopg.Connection, release: str, names: Sequence[str]) -> None:
+    """Refuse a schema or relation name PostgreSQL would truncate (past max_identifier_length
+    bytes, 63 unless the server was built otherwise): it would create the relation under the
+    cut name while the catalog records the whole one, and the two would disagree."""
+    most = int(conn.execute("SELECT current_setting('max_identifier_length')").fetchone()[0])
+    for n in names:
+        size = len(n.encode())
+        if size > most:
+            raise DbanonError(
+                f"release {release!r}: the name {catalog.quote_ident(n)} is {size} bytes, and "
+                f"PostgreSQL keeps {most} of a name; choose a shorter release name (or --target)"
+            )
+
+
+def k_too_small(k: object) -> str:
+    """What a publish says of --k under 2 (0 and 1 alike), as of --l and --p: a class of one
+    row hides nobody. (`dbanon check --k 1` stays allowed: it audits, it promises nothing.)"""
+    return f"--k must be at least 2, got {k}: a class of one row hides nobody"
+
+
 def resolve_models(spec: ReleaseSpec, method: Method) -> list[PrivacyModel]:
     """The promised models: ones the method can promise, at least one it requires, none trivial."""
     models = from_specs(spec.models)
@@ -50,7 +70,7 @@ def resolve_models(spec: ReleaseSpec, method: Method) -> list[PrivacyModel]:
         raise DbanonError(f"--algorithm {method.name} needs {' or '.join(flags)}")
     for m in models:
         if getattr(m, "k", 2) < 2:
-            raise DbanonError(f"k must be at least 2, got {m.k}")  # type: ignore[attr-defined]
+            raise DbanonError(k_too_small(m.k))  # type: ignore[attr-defined]
         if getattr(m, "l", 2) <= 1:
             raise DbanonError(f"--l {m.l} promises nothing: l must be above 1")  # type: ignore[attr-defined]
         if getattr(m, "p", 2) < 2:
@@ -230,6 +250,7 @@ def resolve(
             "consumers get access to the whole release schema"
         )
     objects = method.release_objects(conn, spec, name)
+    _fits_identifiers(conn, spec.name, [schema, *objects])
     previous: list[tuple[str, str]] = []
     before: list[str] = []
     if existing:
@@ -241,8 +262,7 @@ def resolve(
         raise DbanonError(f"--revoke {unknown[0]}: release {spec.name!r} is not granted to it")
     grants = [g for g in dict.fromkeys([*before, *spec.grants]) if g not in revoke]
     for role in grants:
-        if not catalog.role_exists(conn, role):
-            raise DbanonError(f"role {role!r} does not exist")
+        catalog.require_role(conn, role)
     seed = options.get("seed")
     if method.randomised and seed is None:
         seed = secrets.randbelow(2**31)

@@ -443,8 +443,7 @@ def validate(conn: psycopg.Connection, wanted: SpecFile, changes: list[Change]) 
                                                   f"of release {other!r} in this file")  # fmt: skip
                     elif c.action == "grant":
                         for role in c.data["roles"]:
-                            if not catalog.role_exists(conn, role):
-                                raise DbanonError(f"role {role!r} does not exist")
+                            catalog.require_role(conn, role)
                     elif c.action == "schedule":
                         schedule.check(conn, every=c.data.get("every"), cron=c.data.get("cron"))
             except (DbanonError, HierarchyError, psycopg.Error) as e:

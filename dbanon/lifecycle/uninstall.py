@@ -2,9 +2,9 @@
 then the catalog itself (Alembic down to base, which drops schema `dbanon`).
 
 Nothing is dropped unless every release's relations are still its own: a relation someone
-replaced under a release's name stops the whole uninstall before it starts. Target schemas are
-left in place (dbanon does not record whether it created them); they are listed so the DBA can
-drop them if they are dbanon's and empty.
+replaced under a release's name stops the whole uninstall before it starts. A target schema
+dbanon created goes with its last release when empty (catalogue.SCHEMA_MARK); the others (the
+DBA's, or made before dbanon marked its own) are left in place and listed.
 """
 
 from __future__ import annotations
@@ -32,13 +32,17 @@ def uninstall(conn: psycopg.Connection, dsn: str) -> dict[str, Any]:
             if owned(conn, name, schema, obj) is False:
                 conn.rollback()
                 raise DbanonError(
-                    f"{schema}.{obj} is not the relation release {name!r} published; dbanon "
-                    "will not drop it: rename or drop it yourself, then uninstall again"
+                    f"{catalog.qualified(schema, obj)} is not the relation release {name!r} "
+                    "published; dbanon will not drop it: rename or drop it yourself, then "
+                    "uninstall again"
                 )
     conn.rollback()
     dropped = {name: drop(conn, name) for name, _, _ in rows}
     from alembic import command
 
     command.downgrade(catalog.alembic_config(dsn), "base")
-    schemas = sorted({schema for _, schema, _ in rows})
+    schemas = sorted({schema for _, schema, _ in rows
+                      if conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s",
+                                      [schema]).fetchone()})  # fmt: skip
+    conn.rollback()
     return {"releases": dropped, "catalog": "removed", "schemas_left": schemas}

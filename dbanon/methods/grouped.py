@@ -64,7 +64,8 @@ RANGES = Option(
     "ranges",
     str,
     generalise.DEFAULT_FORM,
-    "Numeric and date QIs as readable text (36-37) or typed ranges (int4range...).",
+    "Numeric and date QIs as readable text ([36,37], as PostgreSQL writes a range) or typed "
+    "ranges (int4range...).",
     generalise.RANGE_FORMS,
 )
 

@@ -21,7 +21,9 @@ from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Option
 from dbanon.methods.perturbed import (
+    CLAMP,
     DROP,
+    INTEGRAL,
     NOISE_FLOOR,
     NORMALISE,
     POLICY,
@@ -46,10 +48,13 @@ class UniformNoise(PerturbingMethod):
         "the noise floor; records SEC, mSec and linkage"
     )
     options: ClassVar[tuple[Option, ...]] = (
-        Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale.",
-               low=0, low_open=True),
+        Option("size", float, 0.05, "Half-width of the noise, a share of the column's scale "
+               "(at most 1: noise as wide as the column's whole range already drowns the value).",
+               low=0, low_open=True, high=1),
         NORMALISE,
         NOISE_FLOOR,
+        INTEGRAL,
+        CLAMP,
         DROP,
         POLICY,
     )

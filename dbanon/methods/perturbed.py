@@ -73,12 +73,49 @@ NOISE_FLOOR = Option(
     "the range, the side of a row's cell if rows filled the box evenly).",
     low=0, high=0.5,
 )  # fmt: skip
+INTEGRAL = Option(
+    "integral", bool, False,
+    "Release integer columns as whole numbers of their own type (each perturbed value rounded "
+    "to the nearest); other numeric columns stay float8.",
+)  # fmt: skip
+CLAMP = Option(
+    "clamp", bool, False,
+    "Keep every perturbed value within its column's [min, max] in the source at this run "
+    "(durations stay non-negative); the release then shows the min and max (docs/noise.md).",
+)  # fmt: skip
+# Options applied to the noisy values, not to the noise: a kept state serves any of them.
+SHAPING = ("integral", "clamp")
+# The integer types `--integral` keeps, as format_type() names them: the cast and the bounds a
+# value must be within (int8's upper bound as the largest float8 below 2^63).
+INTEGER_TYPES: dict[str, tuple[str, float, float]] = {
+    "smallint": ("int2", -(2.0**15), 2.0**15 - 1),
+    "integer": ("int4", -(2.0**31), 2.0**31 - 1),
+    "bigint": ("int8", -(2.0**63), 2.0**63 - 1024),
+}
 POLICY = Option(
     "refresh_policy", str, "persist",
     "On refresh: the same secret (and reference points), so unchanged rows keep their noise "
     "(persist), or new noise (regroup: averaging releases then shrinks the noise).",
     ("persist", "regroup"),
 )  # fmt: skip
+
+
+@dataclass
+class Shaping:
+    """What `--clamp` and `--integral` do to the noisy values of a run, after the noise: the
+    noise itself is untouched (still keyed per row), so an unchanged row keeps its released
+    value across refreshes as long as the bounds hold; a row whose value was clamped to a bound
+    that later widens shows its noisy value then, which the later release alone shows anyway."""
+
+    low: np.ndarray  # per column: the least value released (-inf: none)
+    high: np.ndarray
+    integral: np.ndarray  # per column: rounded to a whole number
+
+    def apply(self, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The released values of a batch, and per column how many were clamped."""
+        clipped = np.clip(out, self.low[None, :], self.high[None, :])
+        clamped = (clipped != out).sum(0)
+        return np.where(self.integral[None, :], np.rint(clipped), clipped), clamped
 
 
 @dataclass
@@ -196,13 +233,31 @@ class PerturbingMethod(Method):
                 )
         released_columns(conn, r)
 
+    def shaping(self, conn: psycopg.Connection, r: Resolved) -> Shaping:
+        """The run's clamping bounds (the source's range now, with `--clamp`; an integer
+        type's own bounds with `--integral`, so the cast cannot fail) and rounded columns."""
+        m = len(r.qi)
+        low, high = np.full(m, -np.inf), np.full(m, np.inf)
+        if r.options.get("clamp"):
+            for i, (lo, hi, _) in enumerate(stats(conn, r)):
+                low[i], high[i] = lo, hi
+        integral = np.array([bool(r.options.get("integral")) and c.type in INTEGER_TYPES
+                             for c in r.qi], dtype=bool)  # fmt: skip
+        for i, c in enumerate(r.qi):
+            if integral[i]:
+                _, lo, hi = INTEGER_TYPES[c.type]
+                low[i], high[i] = max(low[i], lo), min(high[i], hi)
+        return Shaping(low, high, integral)
+
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         seed = int(r.seed or 0)
         state = self._state(conn, r, seed)
         ctx.lap("reference")
         ctx.say(f"perturbing {r.rows} rows of {r.source} in batches of {BATCH}")
         cols = [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
-        measure = self._linkage(conn, r, state, cols)
+        shape = self.shaping(conn, r)
+        measure = self._linkage(conn, r, state, cols, shape)
+        clamped = np.zeros(len(r.qi), dtype=np.int64)
         conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {} (row_id int8, key text, {}) ON COMMIT DROP"
@@ -226,6 +281,8 @@ class PerturbingMethod(Method):
                 x = np.array([row[1:] for row in rows], dtype=np.float64)
                 u = prf_uniform(state.secret, keys, x, self.keying(state))
                 out, count = self.noise(r, state, x, u)
+                out, n_clamped = shape.apply(out)
+                clamped += n_clamped
                 measure.add(keys, x)
                 for name, v in count.items():
                     counters[name] = counters.get(name, 0) + int(v)
@@ -237,13 +294,15 @@ class PerturbingMethod(Method):
                         copy.write_row((int(ids[i]), key, *values))
         ctx.lap("stream")
         ctx.say("materialising the release")
-        self._materialise(conn, r, ctx)
+        self._materialise(conn, r, ctx, shape)
         ctx.lap("materialise")
         self._counters[r.spec.name] = counters  # one run of a release at a time (runs.py)
         self._states[r.spec.name] = state
         floor = {c.name: float(f) for c, f in zip(r.qi, state.floor, strict=True)}
+        shaped = {"clamped": {c.name: int(n) for c, n in zip(r.qi, clamped, strict=True)}
+                  } if r.options.get("clamp") else {}  # fmt: skip
         return {**security.figures(), **measure.figures(), "noise_floor": floor, **counters,
-                "batch_rows": BATCH}  # fmt: skip
+                **shaped, "batch_rows": BATCH}  # fmt: skip
 
     def __init__(self) -> None:
         # per release: what the stream counted, and the state to keep once recorded
@@ -370,7 +429,8 @@ class PerturbingMethod(Method):
 
     def signature(self, r: Resolved) -> str:
         """The spec a state was drawn for: source, key, columns, options but the seed."""
-        opts = {k: v for k, v in r.options.items() if k not in ("seed", "refresh_policy")}
+        opts = {k: v for k, v in r.options.items()
+                if k not in ("seed", "refresh_policy", *SHAPING)}  # fmt: skip
         return json.dumps([r.spec.source, r.key.name, [c.name for c in r.qi], opts],
                           sort_keys=True)  # fmt: skip
 
@@ -401,8 +461,9 @@ class PerturbingMethod(Method):
         return NoiseState(secret, alpha, extra, sig)
 
     def _linkage(
-        self, conn: psycopg.Connection, r: Resolved, state: NoiseState, cols: list[sql.Composable]
-    ) -> Linkage:
+        self, conn: psycopg.Connection, r: Resolved, state: NoiseState,
+        cols: list[sql.Composable], shape: Shaping,
+    ) -> Linkage:  # fmt: skip
         """A sample of rows in a secret order (the run's noise secret), perturbed as the stream
         will perturb them, to be measured against every original as the stream reads it."""
         order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
@@ -415,18 +476,28 @@ class PerturbingMethod(Method):
         keys = [row[0] for row in rows]
         x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
         u = prf_uniform(state.secret, keys, x, self.keying(state))
-        released, _ = self.noise(r, state, x, u)
+        released, _ = shape.apply(self.noise(r, state, x, u)[0])
         return Linkage(keys, released, state.alpha)
 
-    def _materialise(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> None:
+    def _materialise(
+        self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext, shape: Shaping
+    ) -> None:
         built = ctx.made(r.objects[0])
         perturbed = {c.name for c in r.qi}
+        # An integral column goes out in its own integer type (the cast from the registry).
+        cast = {c.name: INTEGER_TYPES[c.type][0]
+                for c, whole in zip(r.qi, shape.integral, strict=True) if whole}  # fmt: skip
         names = released_columns(conn, r)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
-        out = [sql.SQL("st.row_id AS {}").format(sql.Identifier(ROW))] + [
-            sql.SQL("{}.{}").format(sql.Identifier("st" if n in perturbed else "s"),
-                                    sql.Identifier(n)) for n in names
-        ]  # fmt: skip
+
+        def column(n: str) -> sql.Composable:
+            if n in cast:
+                return sql.SQL("st.{c}::{t} AS {c}").format(c=sql.Identifier(n),
+                                                            t=sql.SQL(cast[n]))  # fmt: skip
+            return sql.SQL("{}.{}").format(sql.Identifier("st" if n in perturbed else "s"),
+                                           sql.Identifier(n))  # fmt: skip
+
+        out = [sql.SQL("st.row_id AS {}").format(sql.Identifier(ROW)), *map(column, names)]
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {build} AS SELECT {out} FROM {stage} st "

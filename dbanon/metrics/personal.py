@@ -238,7 +238,7 @@ def load(conn: psycopg.Connection, rel: queries.Published, attrs: list[Attribute
             if a.numeric:
                 nums = [float(v) for v in vals]
                 low, high = min(nums), max(nums)
-                col[i] = f"{low:g}-{high:g}" if low != high else f"{low:g}"
+                col[i] = f"[{low:g},{high:g}]" if low != high else f"{low:g}"
             else:
                 col[i] = "*"  # its mask is set to the bucket's values below
         columns.append(col)

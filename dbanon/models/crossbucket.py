@@ -80,7 +80,7 @@ class CrossBucketLDiversity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"cross-bucket l-diversity (l={self.l})"
+        return f"cross-bucket l-diversity (l={self.l:g})"
 
     def class_test(self, target: Target) -> ClassTest:
         if not isinstance(target, BucketTarget) or target.buckets is None:

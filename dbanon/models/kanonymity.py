@@ -94,7 +94,7 @@ class AlphaKAnonymity(PrivacyModel):
     @property
     def name(self) -> str:
         of = "" if self.value is None else f", value={self.value!r}"
-        return f"(alpha,k)-anonymity (alpha={self.alpha}, k={self.k}{of})"
+        return f"(alpha,k)-anonymity (alpha={self.alpha:g}, k={self.k}{of})"
 
     @property
     def _frequency_figure(self) -> str:

@@ -39,7 +39,7 @@ class DistinctLDiversity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"distinct l-diversity (l={self.l})"
+        return f"distinct l-diversity (l={self.l:g})"
 
     def class_test(self, target: Target) -> ClassTest:
         return ClassTest(
@@ -78,7 +78,7 @@ class EntropyLDiversity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"entropy l-diversity (l={self.l})"
+        return f"entropy l-diversity (l={self.l:g})"
 
     def class_test(self, target: Target) -> ClassTest:
         # -sum (n/N) ln(n/N) = ln N - sum(n ln n) / N, in one pass over the class's cells.
@@ -124,7 +124,7 @@ class RecursiveCLDiversity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"recursive (c,l)-diversity (c={self.c}, l={self.l})"
+        return f"recursive (c,l)-diversity (c={self.c:g}, l={self.l:g})"
 
     def class_test(self, target: Target) -> ClassTest:
         # pos numbers a class's values by decreasing count; ties are numbered in any order, which
@@ -186,7 +186,7 @@ class FrequencyLDiversity(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"frequency l-diversity (l={self.l})"
+        return f"frequency l-diversity (l={self.l:g})"
 
     def class_test(self, target: Target) -> ClassTest:
         return ClassTest(

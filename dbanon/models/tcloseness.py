@@ -97,7 +97,7 @@ class TCloseness(PrivacyModel):
 
     @property
     def name(self) -> str:
-        return f"t-closeness (t={self.t})"
+        return f"t-closeness (t={self.t:g})"
 
     def resolve_ground(self, conn: psycopg.Connection, target: Target) -> str:
         if self.ground != "auto":
