@@ -163,8 +163,8 @@ def test_vulnerabilities_and_check_equal_a_hand_computation(
     conn.execute("DELETE FROM t.toy WHERE zone = 'b'")
     result = cli(dsn, *base, "--k", "4", "--theta", "2")
     assert result.exit_code == 0
-    assert "similarity vulnerability: 0.52" in result.stdout  # (3 x 3/5 + 2 x 2/5) / 5
-    assert "background vulnerability: 0.5" in result.stdout
+    assert "similarity vulnerability\t0.52" in result.stdout  # (3 x 3/5 + 2 x 2/5) / 5
+    assert "background vulnerability\t0.5\n" in result.stdout
     # A third category present in the hierarchy but not the class does not count: θ=3 fails.
     assert cli(dsn, *base, "--k", "4", "--theta", "3").exit_code == 1
 
