@@ -133,7 +133,13 @@ def gate_mutants() -> list[Mutant]:
         ),
         Mutant(
             "identifying-together-skipped", ident,
-            "    if len(together) > 1:\n", "    if len(together) > 99:\n", released,
+            "    if together and (len(together) > 1 or read):\n",
+            "    if together and len(together) > 99:\n", released,
+        ),
+        Mutant(
+            "identifying-kept-without-qis", ident,
+            "unique_share(conn, rel, [*read, *together])", "unique_share(conn, rel, together)",
+            released,
         ),
         Mutant(
             "identifying-no-sensitive-warning", ident,
