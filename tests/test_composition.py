@@ -250,23 +250,27 @@ def test_a_refresh_that_narrows_k_or_l_alone_is_refused(
 # come out alone. The refresh is never refused (sealed withholds, it does not jam).
 
 
-@pytest.mark.parametrize("method", ["fulldomain", "mondrian"])
+@pytest.mark.parametrize("method", ["fulldomain", "mondrian", "mondrian-keep"])
 def test_a_sealed_refresh_holds_back_a_block_the_intersection_would_narrow(
     conn: psycopg.Connection, dsn: str, method: str
 ) -> None:
-    people = [(i, 10, dx) for i, dx in enumerate("abcdefgh", 1)]
-    people += [(i, 90, dx) for i, dx in enumerate("abcdefgh", 9)]
-    make_table(conn, "h", "w", [("id", "int PRIMARY KEY"), ("age", "int"), ("dx", "text")],
-               people)  # fmt: skip
+    # "-keep": with a kept column sealed mends no group, so the block's fate rests on the
+    # intersection guard alone.
+    method, _, keep = method.partition("-")
+    people = [(i, 10, dx, "ward") for i, dx in enumerate("abcdefgh", 1)]
+    people += [(i, 90, dx, "ward") for i, dx in enumerate("abcdefgh", 9)]
+    make_table(conn, "h", "w", [("id", "int PRIMARY KEY"), ("age", "int"), ("dx", "text"),
+                                ("site", "text")], people)  # fmt: skip
+    kept = ("--keep", "site") if keep else ()
     code, out = cli_json(dsn, "publish", "w", "--source", "h.w", "--key", "id", "--qi", "age",
                          "--sensitive", "dx", "--k", "4", "--l", "2", "--algorithm", method,
-                         "--refresh-policy", "sealed")  # fmt: skip
+                         *kept, "--refresh-policy", "sealed")  # fmt: skip
     assert code == 0, out
     read = "SELECT age::text, dx FROM released.w"
     releases = [conn.execute(read).fetchall()]
     conn.execute("DELETE FROM h.w WHERE id BETWEEN 4 AND 8")
-    conn.execute("INSERT INTO h.w VALUES (17, 10, 'w'), (18, 10, 'x'), (19, 10, 'y'), "
-                 "(20, 10, 'z')")  # fmt: skip
+    conn.execute("INSERT INTO h.w VALUES (17, 10, 'w', 'ward'), (18, 10, 'x', 'ward'), "
+                 "(19, 10, 'y', 'ward'), (20, 10, 'z', 'ward')")  # fmt: skip
     code, out = cli_json(dsn, "refresh", "w")
     assert code == 0, out
     releases.append(conn.execute(read).fetchall())
