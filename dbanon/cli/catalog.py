@@ -13,7 +13,7 @@ from dbanon.api import Database
 from dbanon.cli.common import Ctx, Table, command, fails_cleanly, group, out, qi_list
 from dbanon.cli.releases import print_publish
 from dbanon.db import catalog, server
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 
 
 @group("server")
@@ -209,7 +209,7 @@ def uninstall_command(c: Ctx, yes: bool) -> None:
 
     def human() -> None:
         for name, rels in data["releases"].items():
-            click.echo(f"dropped release {name!r}: {', '.join(rels) or 'no relations'}")
+            click.echo(f"dropped release {quote_name(name)}: {', '.join(rels) or 'no relations'}")
         click.echo("dropped the dbanon catalog (schema dbanon)")
         if data["schemas_left"]:
             click.echo(f"left the target schemas: {', '.join(data['schemas_left'])}")

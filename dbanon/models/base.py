@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg import sql
 
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 
 if TYPE_CHECKING:
     from dbanon.models.split import Split
@@ -143,7 +143,7 @@ class Target:
             return
         if self.type_category(conn, self.count) != "N":
             raise DbanonError(
-                f"count column {self.count!r} of {self.describe(conn)} must be numeric"
+                f"count column {quote_ident(self.count)} of {self.describe(conn)} must be numeric"
             )
         w = sql.Identifier(self.count)
         bad = conn.execute(
@@ -154,7 +154,8 @@ class Target:
         ).fetchone()
         if bad[0]:
             raise DbanonError(
-                f"count column {self.count!r} of {self.describe(conn)} must hold positive whole "
+                f"count column {quote_ident(self.count)} of {self.describe(conn)} must hold "
+                "positive whole "
                 f"numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
             )
 

@@ -38,7 +38,7 @@ from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
 from dbanon.db.settings import local_settings
-from dbanon.errors import DbanonError, ModelViolation
+from dbanon.errors import DbanonError, ModelViolation, quote_ident
 
 GROUP_ID = "group_id"
 COUNT = "count"
@@ -94,7 +94,8 @@ def check_eligible(
         raise DbanonError(f"{source} has no rows: there is nothing to publish")
     if nulls:
         raise DbanonError(
-            f"sensitive column {sensitive.name!r} of {source} is NULL in {nulls:,} of {rows:,} "
+            f"sensitive column {quote_ident(sensitive.name)} of {source} is NULL in {nulls:,} of "
+            f"{rows:,} "
             "rows; fill or filter them first"
         )
     if distinct < l:
@@ -137,13 +138,15 @@ def build_anatomy(
         raise DbanonError("at least one quasi-identifier is needed")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise DbanonError(f"quasi-identifier {twice[0]!r} is named twice")
+        raise DbanonError(f"quasi-identifier {quote_ident(twice[0])} is named twice")
     if sensitive.name in names:
-        raise DbanonError(f"column {sensitive.name!r} is both a quasi-identifier and sensitive")
+        raise DbanonError(f"column {quote_ident(sensitive.name)} is both a quasi-identifier and "
+            "sensitive")
     for col, reserved in [*((n, (GROUP_ID,)) for n in names), (sensitive.name, (GROUP_ID, COUNT))]:
         if col in reserved:
             raise DbanonError(
-                f"column {col!r} of {source} clashes with the {col!r} column of the Anatomy "
+                f"column {quote_ident(col)} of {source} clashes with the {quote_ident(col)} "
+                "column of the Anatomy "
                 "tables; publish a view that renames it"
             )
     if qit == st:
