@@ -138,8 +138,17 @@ def relation(conn: psycopg.Connection, text: str) -> Relation:
     """The relation named `text`, or a one-line error naming it."""
     rel = find_relation(conn, text)
     if rel is None or rel.kind not in ("r", "v", "m", "p", "f"):
-        raise DbanonError(f"relation {text!r} does not exist")
+        raise DbanonError(f"relation {_shown(text)} does not exist")
     return rel
+
+
+def _shown(text: str) -> str:
+    """A relation name as given, written as SQL needs it: read the way `find_relation` reads it
+    (SQL syntax when it holds a double quote and parses, else literally, split at a dot)."""
+    parts = _sql_name(text) if '"' in text else None
+    if parts is None or len(parts) > 2:
+        parts = list(split_name(text))
+    return ".".join(quote_ident(p) for p in parts if p is not None)
 
 
 def columns(conn: psycopg.Connection, rel: Relation) -> dict[str, Column]:

@@ -47,7 +47,7 @@ from psycopg import sql
 
 from dbanon.algorithms.ina import prf_uniform
 from dbanon.db import catalog
-from dbanon.errors import DbanonError, quote_ident
+from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics.linkage import SAMPLE, Linkage
 from dbanon.metrics.security import Security
@@ -325,7 +325,7 @@ class PerturbingMethod(Method):
             ).fetchall()]  # fmt: skip
             holds = found == expected and r.key.name not in found
             return CheckResult("release columns (no key)", holds, {}, None if holds else
-                               f"columns {found}, expected {expected}")  # fmt: skip
+                               f"columns {idents(found)}, expected {idents(expected)}")  # fmt: skip
 
         def paired(conn: psycopg.Connection) -> CheckResult:
             perturbed = {q.name for q in r.qi}
