@@ -54,8 +54,7 @@ def import_hierarchy(db: Database, dataset: str, name: str) -> str:
     if sorted(found.rows()) != sorted(wanted.rows()):
         raise DbanonError(
             f"hierarchy {quote_name(wanted.name)} exists and is not the demo's {quote_name(name)} "
-            "hierarchy; "
-            "the demo replaces nothing: drop or rename it first"
+            "hierarchy; the demo replaces nothing: drop or rename it first"
         )
     return wanted.name
 

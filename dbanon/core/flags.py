@@ -32,8 +32,7 @@ def relation_of(conn: psycopg.Connection, name: str, key: Column) -> Relation:
     if missing:
         raise DbanonError(
             f"flags relation {rel} needs columns {quote_ident(key.name)} (the source key) and "
-            f"{quote_ident(COLUMN)}; "
-            f"it lacks {offenders(missing)}"
+            f"{quote_ident(COLUMN)}; it lacks {offenders(missing)}"
         )
     return rel
 

@@ -84,8 +84,7 @@ class Hierarchy:
                 if len(row) != depth:
                     raise HierarchyError(
                         f"hierarchy {quote_name(name)} is ragged: line {lineno} has {len(row)} "
-                        "levels, "
-                        f"line 1 has {depth}"
+                        f"levels, line 1 has {depth}"
                     )
                 if any(cell == "" for cell in row):
                     raise HierarchyError(f"hierarchy {quote_name(name)} line {lineno} has an "

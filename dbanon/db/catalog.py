@@ -390,7 +390,6 @@ def drop_hierarchy(conn: psycopg.Connection, name: str) -> None:
     if users:
         raise DbanonError(
             f"hierarchy {quote_name(name)} is used by release(s) "
-            f"{', '.join(map(quote_name, users))}; "
-            "drop or re-publish them first"
+            f"{', '.join(map(quote_name, users))}; drop or re-publish them first"
         )
     conn.execute("DELETE FROM dbanon.hierarchy WHERE name = %s", [name])

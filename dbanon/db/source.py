@@ -169,8 +169,7 @@ def require_stable_key(conn: psycopg.Connection, source: Relation, key: Column) 
                 f"key column {quote_ident(key.name)} of {where}, not a column of a table: its "
                 "values need "
                 "not be the same at the next read, so released rows could not be joined back "
-                "or kept across refreshes; key the source on a table's key passed through "
-                "unchanged"
+                "or kept across refreshes; key the source on a table's key passed through unchanged"
             )
         oid, attnum = origin
         schema, rel, kind = conn.execute(

@@ -45,9 +45,7 @@ def _objects(conn: psycopg.Connection, name: str, schema: str, objects: list[str
         if mine is False:
             raise DbanonError(
                 f"{catalog.qualified(schema, obj)} is not the relation release {quote_name(name)} "
-                "published; dbanon "
-                "will "
-                "not change its privileges"
+                "published; dbanon will not change its privileges"
             )
         if mine:
             out.append(obj)
@@ -75,8 +73,7 @@ def refuse_live(name: str, views: Sequence[str], roles: Sequence[str], allowed: 
     if views and roles and not allowed:
         raise DbanonError(
             f"release {quote_name(name)} is a live view ({views[0]}): {LIVE_HINT}; publish it "
-            "--as table "
-            f"for {quote_ident(roles[0])}, or pass --grant-live to grant it anyway"
+            f"--as table for {quote_ident(roles[0])}, or pass --grant-live to grant it anyway"
         )
 
 

@@ -149,8 +149,7 @@ def gate(
             if share > limit:
                 warnings.append(
                     f"sensitive column {quote_ident(c.name)} is released row by row and is unique "
-                    "for "
-                    f"{_percent(share)} of rows: whoever knows one of its values finds that "
+                    f"for {_percent(share)} of rows: whoever knows one of its values finds that "
                     "person's row (release it apart from the rows with a bucketising method, "
                     "see `dbanon methods`, or generalise it)"
                 )

@@ -331,8 +331,7 @@ def compose(
         )
     raise Refused(
         f"release {quote_name(r.spec.name)}: a consumer who keeps the earlier releases could "
-        "narrow "
-        f"{' and '.join(problems)}; the previous release is kept ({advice}; "
+        f"narrow {' and '.join(problems)}; the previous release is kept ({advice}; "
         "--allow-composition publishes anyway, recorded in the run)"
     )
 
@@ -362,8 +361,7 @@ def carry_map(
             f"release {quote_name(r.spec.name)}: cannot tell which rows of {r.source} are the "
             "people its "
             f"earlier releases showed (the old key {quote_ident(old_key)} of {old_source_name} is "
-            "no "
-            "unique column of it, and the old source is gone or shares no column with it); "
+            "no unique column of it, and the old source is gone or shares no column with it); "
             "consumers who keep them could narrow people unmeasured; the previous release is "
             "kept (--allow-composition to start the measure over)"
         )

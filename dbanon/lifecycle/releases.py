@@ -162,8 +162,7 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
             if mine is False:
                 raise DbanonError(
                     f"{catalog.qualified(schema, obj)} is not the relation release "
-                    f"{quote_name(name)} "
-                    "published; dbanon will not drop it"
+                    f"{quote_name(name)} published; dbanon will not drop it"
                 )
             rel = store.find(conn, schema, obj)
             if mine and rel is not None:

@@ -168,8 +168,7 @@ def _check_target(
         if owned(conn, spec.name, s, obj) is False:
             raise DbanonError(
                 f"{catalog.qualified(s, obj)} is not the relation release {quote_name(spec.name)} "
-                "published (it was "
-                "replaced "
+                "published (it was replaced "
                 "since); dbanon will not drop it: rename it, or drop it yourself"
             )
     for obj in objects:
@@ -227,8 +226,7 @@ def resolve(
     if changed:
         raise DbanonError(
             f"columns of {source} changed type since release {quote_name(spec.name)} was "
-            "published: "
-            f"{'; '.join(changed)}; publish --replace to redefine the release"
+            f"published: {'; '.join(changed)}; publish --replace to redefine the release"
         )
     source_check.require_stable_key(conn, source, key)  # a view's random() key: before any scan
     rows = _check_rows(conn, source, key, qi)
@@ -251,8 +249,7 @@ def resolve(
     if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
         raise DbanonError(
             f"a release cannot go to schema {quote_ident(schema)}: consumers are granted USAGE on "
-            "the "
-            "release schema; choose a schema of its own"
+            "the release schema; choose a schema of its own"
         )
     if schema == source.schema:
         raise DbanonError(

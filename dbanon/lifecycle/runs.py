@@ -103,8 +103,7 @@ def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -
     except (psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation):
         raise DbanonError(
             f"release {quote_name(name)} was published by another run meanwhile: `dbanon refresh "
-            f"{name}` "
-            "rebuilds it, `publish --replace` redefines it"
+            f"{name}` rebuilds it, `publish --replace` redefines it"
         ) from None
     conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
     return rid

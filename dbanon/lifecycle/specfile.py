@@ -257,8 +257,7 @@ def read(path: str | Path) -> SpecFile:
             if k not in known and k != "schedule":
                 raise DbanonError(
                     f"{path}:{_line(text, name, k)}: unknown key {k!r} in release "
-                    f"{quote_name(name)} "
-                    f"(known: {', '.join(sorted(known | {'schedule'}))})"
+                    f"{quote_name(name)} (known: {', '.join(sorted(known | {'schedule'}))})"
                 )
         for k in _REQUIRED:
             if k not in body:

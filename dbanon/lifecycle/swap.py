@@ -96,8 +96,7 @@ def swap_patiently(conn: psycopg.Connection, r: Resolved, built: list[Built]) ->
             if time.monotonic() - started > SWAP_PATIENCE:
                 raise DbanonError(
                     f"the swap of release {quote_name(r.spec.name)} waited {SWAP_PATIENCE:.0f} s "
-                    "for "
-                    "readers of its previous relations; the previous release is unchanged"
+                    "for readers of its previous relations; the previous release is unchanged"
                 ) from None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)

@@ -318,8 +318,7 @@ def class_sizes(
 def failed(release: str, check: Check, result: CheckResult) -> ModelViolation:
     return ModelViolation(
         f"release {quote_name(release)} failed its check of {check.name} ({result.figures}, worst "
-        "class: "
-        f"{result.worst_class}); the previous release is unchanged"
+        f"class: {result.worst_class}); the previous release is unchanged"
     )
 
 

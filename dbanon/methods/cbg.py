@@ -132,8 +132,7 @@ class CrossBucket(Method):
             if col in reserved:
                 raise DbanonError(
                     f"column {quote_ident(col)} of {r.source} clashes with the {quote_ident(col)} "
-                    "column of the "
-                    "cross-bucket tables; publish a view that renames it"
+                    "column of the cross-bucket tables; publish a view that renames it"
                 )
         validate_blocks(r, 2 * diversity_num(k, ell), "2 * k * ceil(l/k)")
         check_eligible(conn, r.source, r.sensitive[0], ell)

@@ -107,8 +107,7 @@ def _no_null_sensitive(conn: psycopg.Connection, r: Resolved) -> None:
         if n:
             raise DbanonError(
                 f"sensitive column {quote_ident(c.name)} of {r.source} is NULL in {n:,} of "
-                f"{r.rows:,} rows; "
-                "fill or filter them first"
+                f"{r.rows:,} rows; fill or filter them first"
             )
 
 
@@ -191,8 +190,7 @@ class LocalAnatomy(Method):
             if len(name.encode()) > IDENT_LIMIT:
                 raise DbanonError(
                     f"relation name {quote_ident(name)} is longer than PostgreSQL's {IDENT_LIMIT} "
-                    "bytes; "
-                    "choose a shorter --target"
+                    "bytes; choose a shorter --target"
                 )
 
     def extract(

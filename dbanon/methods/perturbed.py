@@ -159,8 +159,7 @@ def released_columns(conn: psycopg.Connection, r: Resolved) -> list[str]:
     if clash:
         raise DbanonError(
             f"column {quote_ident(sorted(clash)[0])} is both released (--columns, --sensitive or "
-            "--keep) "
-            "and dropped; --drop is deprecated: a column nobody declared is never released"
+            "--keep) and dropped; --drop is deprecated: a column nobody declared is never released"
         )
     if ROW in declared:
         raise DbanonError(f"column {quote_ident(ROW)} of {r.source} has the name of the release's "
@@ -231,8 +230,7 @@ class PerturbingMethod(Method):
             if low == high or std == 0:
                 raise DbanonError(
                     f"column {quote_ident(c.name)} of {r.source} is constant ({low}): noise "
-                    "relative to "
-                    "its spread would be none; leave it out of --columns"
+                    "relative to its spread would be none; leave it out of --columns"
                 )
         released_columns(conn, r)
 

@@ -276,8 +276,7 @@ class ProjectionMethod(Method):
             raise DbanonError(
                 f"no subset of the QIs of {r.source} is {k}-anonymous, not even one column: the "
                 f"least bad, {quote_ident(features[best].name)}, has a smallest class of "
-                f"{smallest[best]} "
-                "rows"
+                f"{smallest[best]} rows"
             )
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:

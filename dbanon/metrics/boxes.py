@@ -149,8 +149,7 @@ def category_mask(text: str, attr: Attribute) -> np.ndarray:
     if not mask.any() and (h is None or text not in h.labels):
         raise DbanonError(
             f"released value {text!r} of column {quote_ident(attr.name)} is neither a source "
-            "value, '*' "
-            "nor a label of its hierarchy"
+            "value, '*' nor a label of its hierarchy"
         )
     return mask
 

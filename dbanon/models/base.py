@@ -155,8 +155,7 @@ class Target:
         if bad[0]:
             raise DbanonError(
                 f"count column {quote_ident(self.count)} of {self.describe(conn)} must hold "
-                "positive whole "
-                f"numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
+                f"positive whole numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
             )
 
 

@@ -38,8 +38,7 @@ def named_hierarchy(given: Mapping[str, str] | None, sensitive: Sequence[str]) -
         if column not in sensitive:
             raise DbanonError(
                 f"--sensitive-hierarchy names {quote_ident(column)}, which is not a sensitive "
-                "column "
-                "(--sensitive)"
+                "column (--sensitive)"
             )
     if len(given) > 1:
         raise DbanonError("--sensitive-hierarchy: (θ,k)-anonymity reads one sensitive column")
@@ -114,8 +113,7 @@ class Categories:
         if not 1 <= level < h.height:
             raise DbanonError(
                 f"--category-level {level} is not a level of hierarchy {quote_name(h.name)} "
-                "between its "
-                f"values and its root (1..{h.height - 1})"
+                f"between its values and its root (1..{h.height - 1})"
             )
         return BoundCategories(self, h, level)
 
@@ -195,8 +193,7 @@ class BoundCategories:
             if self.hierarchy is None:
                 raise DbanonError(
                     f"sensitive column {quote_ident(column)} of {where} holds values in no "
-                    "interval: "
-                    f"{offenders(sorted(missing))}"
+                    f"interval: {offenders(sorted(missing))}"
                 )
             raise DbanonError(
                 f"values of sensitive column {quote_ident(column)} are not in hierarchy "

@@ -95,8 +95,7 @@ def check_eligible(
     if nulls:
         raise DbanonError(
             f"sensitive column {quote_ident(sensitive.name)} of {source} is NULL in {nulls:,} of "
-            f"{rows:,} "
-            "rows; fill or filter them first"
+            f"{rows:,} rows; fill or filter them first"
         )
     if distinct < l:
         raise DbanonError(
@@ -146,8 +145,7 @@ def build_anatomy(
         if col in reserved:
             raise DbanonError(
                 f"column {quote_ident(col)} of {source} clashes with the {quote_ident(col)} "
-                "column of the Anatomy "
-                "tables; publish a view that renames it"
+                "column of the Anatomy tables; publish a view that renames it"
             )
     if qit == st:
         raise DbanonError("the QIT and ST tables need different names")

@@ -190,8 +190,7 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
     if row is None:
         raise DbanonError(
             f"hierarchy {quote_name(h.name)} of column {quote_ident(col.name)} is not stored in "
-            "the catalog "
-            "(import it with `dbanon hierarchy import`)"
+            "the catalog (import it with `dbanon hierarchy import`)"
         )
     if (row[0], row[1], row[2]) != (h.height, len(h.leaves), h.version):
         raise DbanonError(f"hierarchy {quote_name(h.name)} in the catalog differs from the one "
@@ -441,8 +440,7 @@ class _Lattice:
             if nulls:
                 raise DbanonError(
                     f"quasi-identifier {quote_ident(q.col.name)} of {source} is NULL in {nulls} "
-                    "rows; "
-                    "fill or filter them first"
+                    "rows; fill or filter them first"
                 )
             if q.kind == "interval" and q.h is None:
                 base = interval_base(q.col) or "numeric"
@@ -467,8 +465,7 @@ class _Lattice:
                 if missing:
                     raise DbanonError(
                         f"value {missing[0]!r} of column {quote_ident(q.col.name)} is not in "
-                        "hierarchy "
-                        f"{quote_name(q.h.name)}"
+                        f"hierarchy {quote_name(q.h.name)}"
                     )
 
     def _store_map(self, i: int, h: Hierarchy) -> None:
