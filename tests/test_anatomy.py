@@ -408,7 +408,7 @@ BAD_INPUT = [
         2,
         "column count of s.t clashes with the count column",
     ),
-    ("CREATE TABLE rel.st ()", ["age"], "dx", 2, '"rel"."st" already exists'),
+    ("CREATE TABLE rel.st ()", ["age"], "dx", 2, "rel.st already exists"),
 ]
 
 

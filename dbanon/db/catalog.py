@@ -58,6 +58,14 @@ class Column:
         return sql.Identifier(self.name)
 
 
+def shown(conn: psycopg.Connection, obj: sql.Composable) -> str:
+    """A composed name for a message: an Identifier as SQL needs it (`h.ward`, `"Bank Data".t`,
+    where psycopg's as_string quotes every part), anything else as the SQL it is."""
+    if isinstance(obj, sql.Identifier):
+        return ".".join(quote_ident(part) for part in obj._obj)
+    return obj.as_string(conn)
+
+
 def split_name(text: str) -> tuple[str | None, str]:
     """`schema.table` -> (schema, table), taken literally (case, spaces and quotes kept)."""
     schema, dot, name = text.partition(".")

@@ -72,7 +72,7 @@ def resolve_keep(
             raise DbanonError(f"--keep: {quote_ident(c.name)} is already a QI or sensitive column")
     stray = [n for n in spec.allow_identifying if n not in spec.keep]
     if stray:
-        raise DbanonError(f"--allow-identifying {stray[0]}: it is not a --keep column")
+        raise DbanonError(f"--allow-identifying {quote_ident(stray[0])}: it is not a --keep column")
     share = spec.max_unique_share
     if not (isinstance(share, int | float) and 0 <= share <= 1):
         raise DbanonError(f"--max-unique-share must be a share between 0 and 1, got {share!r}")

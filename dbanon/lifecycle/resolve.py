@@ -266,8 +266,10 @@ def resolve(
     _check_target(conn, spec, schema, name, objects, previous)
     unknown = [g for g in revoke if g not in before and g not in spec.grants]
     if unknown:
-        raise DbanonError(f"--revoke {unknown[0]}: release {quote_name(spec.name)} is not granted "
-            "to it")
+        raise DbanonError(
+            f"--revoke {quote_ident(unknown[0])}: release {quote_name(spec.name)} is not "
+            "granted to it"
+        )
     grants = [g for g in dict.fromkeys([*before, *spec.grants]) if g not in revoke]
     for role in grants:
         catalog.require_role(conn, role)

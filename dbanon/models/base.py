@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg import sql
 
+from dbanon.db import catalog
 from dbanon.errors import DbanonError, quote_ident
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class Target:
 
     def describe(self, conn: psycopg.Connection) -> str:
         """The relation as SQL text, for error messages."""
-        return self.relation.as_string(conn)
+        return catalog.shown(conn, self.relation)
 
     def type_category(self, conn: psycopg.Connection, column: str) -> str:
         """pg_type.typcategory of a column of the relation ('N' numeric, 'S' string, ...)."""

@@ -36,9 +36,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.db.settings import local_settings
-from dbanon.errors import DbanonError, ModelViolation, quote_ident
+from dbanon.errors import DbanonError, ModelViolation, idents, quote_ident
 
 GROUP_ID = "group_id"
 COUNT = "count"
@@ -150,9 +151,9 @@ def build_anatomy(
     if qit == st:
         raise DbanonError("the QIT and ST tables need different names")
     for target in (qit, st):
-        shown = target.as_string(conn)
-        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [shown]).fetchone()[0]:
-            raise DbanonError(f"{shown} already exists")
+        regclass = target.as_string(conn)
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [regclass]).fetchone()[0]:
+            raise DbanonError(f"{catalog.shown(conn, target)} already exists")
     same_snapshot = eligible and not conn.autocommit
     if not same_snapshot:
         check_eligible(conn, source, sensitive, l)
@@ -285,9 +286,10 @@ def verify_anatomy(
     values = [c for c in cols if c not in (GROUP_ID, COUNT)]
     if GROUP_ID not in cols or COUNT not in cols or len(values) != 1:
         raise DbanonError(
-            f"{st.as_string(conn)} is not an Anatomy ST table (group_id, <value>, count): {cols}"
+            f"{catalog.shown(conn, st)} is not an Anatomy ST table (group_id, <value>, count): "
+            f"{idents(cols)}"
         )
-    names = f"{qit.as_string(conn)}/{st.as_string(conn)}"
+    names = f"{catalog.shown(conn, qit)}/{catalog.shown(conn, st)}"
     ctes = sql.SQL(
         """WITH per_group AS (
                SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top, sum(bad) AS bad,
