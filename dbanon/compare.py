@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.methods.perturbed import ROW
 from dbanon.metrics.clustering import ALGORITHMS, cluster, misclassification
 from dbanon.metrics.linkage import SAMPLE, Linkage
@@ -35,15 +35,17 @@ def paired(
         [release, release],
     ).fetchone()
     if row is None:
-        raise DbanonError(f"release {release!r} does not exist (see `dbanon releases`)")
+        raise DbanonError(f"release {quote_name(release)} does not exist (see `dbanon releases`)")
     release_id, spec, schema, objects = row
     src = catalog.relation(conn, source)
     if str(src) != str(catalog.relation(conn, spec["source"])):
-        raise DbanonError(f"release {release!r} was published from {spec['source']}, not {src}")
+        raise DbanonError(f"release {quote_name(release)} was published from {spec['source']}, "
+            f"not {src}")
     rel = catalog.relation(conn, f"{schema}.{objects[0]}")
     rel_cols = catalog.columns(conn, rel)
     if ROW not in rel_cols:
-        raise DbanonError(f"release {release!r} is not a perturbed release (no {ROW} column)")
+        raise DbanonError(f"release {quote_name(release)} is not a perturbed release (no {ROW} "
+            "column)")
     catalog.require_columns(rel_cols, rel, list(columns))
     src_cols = catalog.columns(conn, src)
     catalog.require_columns(src_cols, src, list(columns))
@@ -65,7 +67,7 @@ def paired(
         [release_id],
     ).fetchall()
     if not rows:
-        raise DbanonError(f"no row of release {release!r} pairs with a row of {src}")
+        raise DbanonError(f"no row of release {quote_name(release)} pairs with a row of {src}")
     data = np.array(rows, dtype=np.float64)
     if np.isnan(data).any():
         raise DbanonError("NULL values in the compared columns")

@@ -24,7 +24,7 @@ from dbanon.data.hospital import (
     hospital_rows,
 )
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.lifecycle.declare import release_spec
 from dbanon.lifecycle.publish import PublishResult
 from dbanon.lifecycle.resolve import Progress
@@ -53,8 +53,8 @@ def import_hierarchy(db: Database, dataset: str, name: str) -> str:
         return wanted.name
     if sorted(found.rows()) != sorted(wanted.rows()):
         raise DbanonError(
-            f"hierarchy {wanted.name!r} exists and is not the demo's {name!r} hierarchy; "
-            "the demo replaces nothing: drop or rename it first"
+            f"hierarchy {quote_name(wanted.name)} exists and is not the demo's {quote_name(name)} "
+            "hierarchy; the demo replaces nothing: drop or rename it first"
         )
     return wanted.name
 

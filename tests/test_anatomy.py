@@ -389,26 +389,26 @@ BAD_INPUT = [
         ["age"],
         "dx",
         2,
-        "sensitive column 'dx' of s.t is NULL in 3 of 40 rows; fill or filter them first",
+        "sensitive column dx of s.t is NULL in 3 of 40 rows; fill or filter them first",
     ),
     ("DELETE FROM s.t", ["age"], "dx", 2, "s.t has no rows: there is nothing to publish"),
-    ("", ["age", "dx"], "dx", 2, "column 'dx' is both a quasi-identifier and sensitive"),
-    ("", ["age", "age"], "dx", 2, "quasi-identifier 'age' is named twice"),
+    ("", ["age", "dx"], "dx", 2, "column dx is both a quasi-identifier and sensitive"),
+    ("", ["age", "age"], "dx", 2, "quasi-identifier age is named twice"),
     (
         "ALTER TABLE s.t RENAME zip TO group_id",
         ["age", "group_id"],
         "dx",
         2,
-        "column 'group_id' of s.t clashes with the 'group_id' column",
+        "column group_id of s.t clashes with the group_id column",
     ),
     (
         "ALTER TABLE s.t RENAME dx TO count",
         ["age"],
         "count",
         2,
-        "column 'count' of s.t clashes with the 'count' column",
+        "column count of s.t clashes with the count column",
     ),
-    ("CREATE TABLE rel.st ()", ["age"], "dx", 2, '"rel"."st" already exists'),
+    ("CREATE TABLE rel.st ()", ["age"], "dx", 2, "rel.st already exists"),
 ]
 
 

@@ -58,25 +58,25 @@ def people(conn: psycopg.Connection, dsn: str, tmp_path) -> psycopg.Connection: 
 
 
 CASES = [
-    ({"--source": "src.missing"}, "relation 'src.missing' does not exist"),
-    ({"--qi": "age,town"}, "column 'town' does not exist in src.people"),
-    ({"--key": "ident"}, "column 'ident' does not exist in src.people"),
-    ({"--sensitive": "diagnosis"}, "column 'diagnosis' does not exist in src.people"),
-    ({"--source": "src.dupkey"}, "key column 'id' of src.dupkey is not unique: 3 duplicate"),
-    ({"--source": "src.dupkey2"}, "key column 'id' of src.dupkey2 is not unique: 3 duplicate"),
-    ({"--source": "src.nullkey"}, "key column 'id' of src.nullkey has 1 NULL values"),
+    ({"--source": "src.missing"}, "relation src.missing does not exist"),
+    ({"--qi": "age,town"}, "column town does not exist in src.people"),
+    ({"--key": "ident"}, "column ident does not exist in src.people"),
+    ({"--sensitive": "diagnosis"}, "column diagnosis does not exist in src.people"),
+    ({"--source": "src.dupkey"}, "key column id of src.dupkey is not unique: 3 duplicate"),
+    ({"--source": "src.dupkey2"}, "key column id of src.dupkey2 is not unique: 3 duplicate"),
+    ({"--source": "src.nullkey"}, "key column id of src.nullkey has 1 NULL values"),
     (
         {"--source": "src.nulls"},
-        "quasi-identifiers of src.nulls are NULL: 'age' in 3 rows, 'city' in 3 rows",
+        "quasi-identifiers of src.nulls are NULL: age in 3 rows, city in 3 rows",
     ),
     ({"--k": "1"}, "k must be at least 2, got 1"),
     ({"--k": "31"}, "k=31 is larger than the 30 rows of src.people"),
-    ({"--hierarchy": "city=city"}, "values of column 'city' are not in hierarchy 'city': 'Tromsø'"),
+    ({"--hierarchy": "city=city"}, "values of column city are not in hierarchy 'city': 'Tromsø'"),
     ({"--hierarchy": "city=nope"}, "hierarchy 'nope' does not exist"),
-    ({"--hierarchy": "dx=city"}, "hierarchy given for 'dx', which is not a quasi-identifier"),
+    ({"--hierarchy": "dx=city"}, "hierarchy given for dx, which is not a quasi-identifier"),
     ({"--hierarchy": "city"}, "--hierarchy takes COLUMN=HIERARCHY, got 'city'"),
-    ({"--qi": "age,id"}, "column 'id' is named twice"),
-    ({"--target": "src.out"}, "the release must go to its own schema, not the source's ('src')"),
+    ({"--qi": "age,id"}, "column id is named twice"),
+    ({"--target": "src.out"}, "the release must go to its own schema, not the source's (src)"),
     ({"--target": "src2.people_copy", "--grant": "no such role"}, 'role "no such role" does not'),
 ]
 
@@ -171,19 +171,19 @@ def values(conn: psycopg.Connection) -> psycopg.Connection:
 HOLDS = "of src.vals holds"
 BEYOND = "a value beyond double precision"  # numeric that float8 cannot hold
 NOT_FINITE = [
-    ("x", "Infinity", "--qi x --algorithm noise", f"column 'x' {HOLDS} Infinity"),
-    ("x", "NaN", "--qi x,age --algorithm ina --sample 10", f"column 'x' {HOLDS} NaN"),
-    ("n", "NaN", "--qi n --algorithm noise", f"column 'n' {HOLDS} NaN"),
-    ("n", "-Infinity", "--qi n,age --algorithm ina --sample 10", f"column 'n' {HOLDS} -Infinity"),
-    ("x", "Infinity", "--qi x,age --k 2 --algorithm fulldomain", f"column 'x' {HOLDS} Infinity"),
-    ("r", "-Infinity", "--qi r,city --k 2 --algorithm mondrian", f"column 'r' {HOLDS} -Infinity"),
-    ("sc", "NaN", "--qi sc,city --k 2", f"column 'sc' {HOLDS} NaN"),
-    ("n", "1e400", "--qi n,age --k 2 --algorithm fulldomain", f"column 'n' {HOLDS} {BEYOND}"),
-    ("n", "-1e-400", "--qi n,city --k 2", f"column 'n' {HOLDS} {BEYOND}"),
-    ("d", "infinity", "--qi d,age --k 2", f"column 'd' {HOLDS} infinity"),
-    ("ts", "-infinity", "--qi ts,age --k 2 --algorithm fulldomain", f"'ts' {HOLDS} -infinity"),
-    ("tz", "infinity", "--qi tz,city --k 2 --algorithm mondrian", f"column 'tz' {HOLDS} infinity"),
-    ("x", "Infinity", "--qi x,age --sensitive dx --k 2 --algorithm rfka", f"'x' {HOLDS} Infinity"),
+    ("x", "Infinity", "--qi x --algorithm noise", f"column x {HOLDS} Infinity"),
+    ("x", "NaN", "--qi x,age --algorithm ina --sample 10", f"column x {HOLDS} NaN"),
+    ("n", "NaN", "--qi n --algorithm noise", f"column n {HOLDS} NaN"),
+    ("n", "-Infinity", "--qi n,age --algorithm ina --sample 10", f"column n {HOLDS} -Infinity"),
+    ("x", "Infinity", "--qi x,age --k 2 --algorithm fulldomain", f"column x {HOLDS} Infinity"),
+    ("r", "-Infinity", "--qi r,city --k 2 --algorithm mondrian", f"column r {HOLDS} -Infinity"),
+    ("sc", "NaN", "--qi sc,city --k 2", f"column sc {HOLDS} NaN"),
+    ("n", "1e400", "--qi n,age --k 2 --algorithm fulldomain", f"column n {HOLDS} {BEYOND}"),
+    ("n", "-1e-400", "--qi n,city --k 2", f"column n {HOLDS} {BEYOND}"),
+    ("d", "infinity", "--qi d,age --k 2", f"column d {HOLDS} infinity"),
+    ("ts", "-infinity", "--qi ts,age --k 2 --algorithm fulldomain", f"column ts {HOLDS} -infinity"),
+    ("tz", "infinity", "--qi tz,city --k 2 --algorithm mondrian", f"column tz {HOLDS} infinity"),
+    ("x", "Infinity", "--qi x,age --sensitive dx --k 2 --algorithm rfka", f" x {HOLDS} Infinity"),
     ("d", "infinity", "--qi d,age --sensitive dx --k 2 --l 2 --algorithm lag", f"{HOLDS} infinity"),
 ]  # fmt: skip
 
@@ -210,8 +210,8 @@ def test_every_culprit_is_named(values: psycopg.Connection, dsn: str) -> None:
     values.execute("UPDATE src.vals SET x = 'NaN', d = '-infinity' WHERE id IN (3, 4)")
     values.execute("UPDATE src.vals SET x = 'Infinity' WHERE id = 5")
     args = ["publish", "r", "--source", "src.vals", "--key", "id", "--qi", "x,d,age", "--k", "2"]
-    refused(values, dsn, args, "column 'x' of src.vals holds Infinity (1 row) and NaN (2 rows), "
-            "column 'd' holds -infinity (2 rows); --algorithm kmember needs finite")  # fmt: skip
+    refused(values, dsn, args, "column x of src.vals holds Infinity (1 row) and NaN (2 rows), "
+            "column d holds -infinity (2 rows); --algorithm kmember needs finite")  # fmt: skip
 
 
 def test_values_released_as_they_are_need_not_be_numbers(
@@ -263,7 +263,7 @@ def test_a_key_a_view_computes_is_refused(
 ) -> None:
     """Before, a view keyed on random() published 0 rows with exit 0 (issue 31, item 5)."""
     args = ["publish", "r", "--source", f"src.{view}", "--key", "id", "--qi", "age,city"]
-    refused(views, dsn, [*args, "--k", "2"], f"key column 'id' {message}",
+    refused(views, dsn, [*args, "--k", "2"], f"key column id {message}",
             volatile=("src.random_key", "src.over_random"))  # fmt: skip
 
 
@@ -320,11 +320,11 @@ def test_a_refresh_meeting_bad_input_keeps_the_release(
     assert cli(dsn, "publish", "r", *args).exit_code == 0
     if change == "value":
         people.execute("UPDATE src.people SET score = 'Infinity' WHERE id = 7")
-        message = "column 'score' of src.live holds Infinity (1 row)"
+        message = "column score of src.live holds Infinity (1 row)"
     else:
         people.execute("CREATE OR REPLACE VIEW src.live AS "
                       "SELECT id * 10 AS id, age, city, dx, score FROM src.people")  # fmt: skip
-        message = "key column 'id' of view src.live is computed by the view"
+        message = "key column id of view src.live is computed by the view"
     before = snapshot(people)
     result = cli(dsn, "refresh", "r")
     assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.stderr
@@ -356,7 +356,7 @@ def test_a_key_is_followed_through_odd_names(people: psycopg.Connection, dsn: st
     assert result.exit_code == 0, result.stderr
     assert people.execute("SELECT count(*) FROM released.r").fetchone()[0] == 30
     refused(people, dsn, ["publish", "w", "--source", "Sch ema.W", *args],
-            f'key column {key!r} of view "Sch ema"."W" is computed by the view')  # fmt: skip
+            'key column "K ey\\ }" of view "Sch ema"."W" is computed by the view')  # fmt: skip
 
 
 def test_node_tree_reads_escapes_and_datums() -> None:

@@ -84,8 +84,8 @@ def test_sql_function_agrees_with_check(conn: psycopg.Connection, dsn: str) -> N
 def test_check_errors(conn: psycopg.Connection, dsn: str) -> None:
     make_table(conn, "s", "t", [("a", "int")], [(1,), (2,)])
     for args, message in [
-        (["check", "s.nope", "--qi", "a", "--k", "2"], "relation 's.nope' does not exist"),
-        (["check", "s.t", "--qi", "a,b", "--k", "2"], "column 'b' does not exist in s.t"),
+        (["check", "s.nope", "--qi", "a", "--k", "2"], "relation s.nope does not exist"),
+        (["check", "s.t", "--qi", "a,b", "--k", "2"], "column b does not exist in s.t"),
         (["check", "s.t", "--qi", "a"], "name at least one model"),
         (["check", "s.t", "--qi", "a", "--l", "2"], "needs a sensitive attribute (--sensitive)"),
     ]:

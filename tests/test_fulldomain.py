@@ -662,7 +662,7 @@ def test_bad_input_names_the_culprit_and_leaves_no_tables(
             SRC.ident, sql.Identifier(ZIP), sql.Identifier("ID")
         )
     )
-    with pytest.raises(DbanonError, match="'77777' of column 'Zip Code' is not in hierarchy"):
+    with pytest.raises(DbanonError, match="'77777' of column \"Zip Code\" is not in hierarchy"):
         search(conn, SRC, cols, hs, [KAnonymity(2)])
     assert temp_tables() == 0
     conn.execute(
@@ -670,11 +670,11 @@ def test_bad_input_names_the_culprit_and_leaves_no_tables(
             SRC.ident, sql.Identifier(AGE), sql.Identifier("ID")
         )
     )
-    with pytest.raises(DbanonError, match="'Age Ω' .* is NULL in 1 rows"):
+    with pytest.raises(DbanonError, match='"Age Ω" .* is NULL in 1 rows'):
         search(conn, SRC, cols, hs, [KAnonymity(2)])
     assert temp_tables() == 0
     other = Hierarchy.from_rows("not stored", [["F", "*"], ["M", "*"]])
-    with pytest.raises(DbanonError, match="'not stored' of column 'Sex' is not stored"):
+    with pytest.raises(DbanonError, match="'not stored' of column \"Sex\" is not stored"):
         search(conn, SRC, cols, {SEX: other}, [KAnonymity(2)])
     with pytest.raises(DbanonError, match="max_suppression"):
         search(conn, SRC, cols, hs, [KAnonymity(2)], max_suppression=1.5)

@@ -90,7 +90,7 @@ def test_keep_email_is_refused_naming_it_and_its_share_database_unchanged(
     assert result.exit_code == 2
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1
-    assert 'column "email" is unique for 100.0 % of rows' in line, line
+    assert 'column email is unique for 100.0 % of rows' in line, line
     assert "--allow-identifying email" in line
     assert snapshot(crm) == before
     assert json.loads(cli(dsn, "--json", "releases").stdout)["releases"] == []
@@ -110,7 +110,7 @@ def test_kept_columns_together_and_a_settable_share(crm: psycopg.Connection, dsn
     before = snapshot(crm)
     result = cli(dsn, "publish", "n", *NOISE, "--keep", "city,phone")
     assert result.exit_code == 2
-    assert '"city", "phone" together are unique for 100.0 % of rows' in result.stderr
+    assert 'city, phone together are unique for 100.0 % of rows' in result.stderr
     assert snapshot(crm) == before
     code, out = cli_json(dsn, "publish", "n", *NOISE, "--keep", "city,phone,plan",
                          "--allow-identifying", "plan", "--allow-identifying", "phone,plan",
@@ -123,7 +123,7 @@ def test_kept_columns_together_and_a_settable_share(crm: psycopg.Connection, dsn
     assert result.exit_code == 0, result.output  # shared by 4 rows each: unique for none
     crm.execute("UPDATE crm.customers SET phone = phone || id WHERE id <= 12")
     result = cli(dsn, "refresh", "m")  # 12 of 240 rows unique now: above a share of 0
-    assert result.exit_code == 2 and 'column "phone" is unique for 5.0 % of rows' in result.stderr
+    assert result.exit_code == 2 and 'column phone is unique for 5.0 % of rows' in result.stderr
 
 
 def test_refresh_applies_the_check_and_keeps_the_previous_release(
@@ -140,10 +140,10 @@ def test_refresh_applies_the_check_and_keeps_the_previous_release(
     first = crm.execute(digest).fetchone()[0]
     crm.execute("UPDATE crm.customers SET city = email")  # the kept column turned identifying
     result = cli(dsn, "refresh", "k")
-    assert result.exit_code == 2 and 'column "city" is unique for 100.0 % of rows' in result.stderr
+    assert result.exit_code == 2 and 'column city is unique for 100.0 % of rows' in result.stderr
     assert crm.execute(digest).fetchone()[0] == first
     report = cli_json(dsn, "report", "k")[1]
-    assert 'column "city"' in report["last_failure"]["error"]
+    assert 'column city' in report["last_failure"]["error"]
 
 
 def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
@@ -154,14 +154,14 @@ def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
     assert code == 0, out
     assert unique_share(crm, "released.e", ["email"]) == 1.0  # released row by row
     assert len(out["warnings"]) == 1
-    assert 'sensitive column "email"' in out["warnings"][0]
+    assert 'sensitive column email' in out["warnings"][0]
     assert "unique for 100.0 % of rows" in out["warnings"][0]
     report = cli_json(dsn, "report", "e")[1]
     assert report["warnings"] == out["warnings"]
     human = cli(dsn, "report", "e")
-    assert 'warning: sensitive column "email"' in human.stdout
+    assert 'warning: sensitive column email' in human.stdout
     human = cli(dsn, "refresh", "e")  # the refresh measures again, and says so
-    assert human.exit_code == 0 and 'warning: sensitive column "email"' in human.stdout
+    assert human.exit_code == 0 and 'warning: sensitive column email' in human.stdout
     # Not every sensitive column: a plan of two values is no cause for a warning.
     code, out = cli_json(dsn, "publish", "p", "--source", "crm.customers", "--key", "id",
                          "--qi", "age,sex", "--k", "5", "--sensitive", "plan")  # fmt: skip
@@ -185,11 +185,11 @@ def test_bucketising_methods_need_no_warning_and_take_no_keep(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("--keep", "id"), "--keep: 'id' is the row key"),
-        (("--keep", "age"), "--keep: 'age' is already a QI or sensitive column"),
-        (("--keep", "nope"), "column 'nope' does not exist in crm.customers"),
+        (("--keep", "id"), "--keep: id is the row key"),
+        (("--keep", "age"), "--keep: age is already a QI or sensitive column"),
+        (("--keep", "nope"), "column nope does not exist in crm.customers"),
         (("--keep", "city", "--allow-identifying", "plan"), "--allow-identifying plan: it is not"),
-        (("--keep", "city,plan,city"), "--keep names column 'city' twice"),
+        (("--keep", "city,plan,city"), "--keep names column city twice"),
     ],
 )
 def test_bad_keep_is_one_line_exit_2(
@@ -218,7 +218,7 @@ def test_projection_keep_is_the_common_one_and_old_specs_load(
     code, checked = cli_json(dsn, "check", "h", "--release")
     kept = [m for m in checked["models"] if m["model"] == "kept columns single out no rows"]
     assert code == 1 and not kept[0]["holds"], checked
-    assert 'column "city" is unique for' in kept[0]["worst_class"]
+    assert 'column city is unique for' in kept[0]["worst_class"]
     crm.execute("UPDATE crm.customers SET city = 'Lyon' WHERE id <= 200")
     # A spec stored when --keep was the projection methods' own option loads as the common one.
     stored = crm.execute("SELECT spec FROM dbanon.release WHERE name = 'h'").fetchone()[0]
@@ -282,7 +282,7 @@ def test_kept_columns_are_judged_with_the_released_qis(adult: psycopg.Connection
     assert result.exit_code == 2, result.output
     line = result.stderr.strip()
     assert len(line.splitlines()) == 1, line
-    assert all(f'"{c}"' in line for c in HARMLESS) and "--allow-identifying" in line, line
+    assert f"--keep columns {', '.join(HARMLESS)} " in line and "--allow-identifying" in line
     assert snapshot(adult) == before
     code, out = cli_json(dsn, "publish", "km", *args, "--allow-identifying", ",".join(HARMLESS))
     assert code == 0, out

@@ -208,7 +208,7 @@ def test_json_after_the_subcommand_and_json_errors(ward: psycopg.Connection, dsn
     result = CliRunner().invoke(main, ["--dsn", dsn, "check", "h.nope", "--qi", "age", "--k",
                                        "2", "--json"])  # fmt: skip
     assert result.exit_code == 2
-    assert json.loads(result.stdout) == {"error": "relation 'h.nope' does not exist", "exit": 2}
+    assert json.loads(result.stdout) == {"error": "relation h.nope does not exist", "exit": 2}
     result = CliRunner().invoke(main, ["--dsn", dsn, "--json", "check", "h.ward"])  # no --qi
     assert result.exit_code == 2 and "--qi" in json.loads(result.stdout)["error"]
 
@@ -333,7 +333,7 @@ def test_mondrian_names_the_value_that_breaks_l(ward: psycopg.Connection, dsn: s
     ward.execute("UPDATE h.ward SET dx = 'gout' WHERE id % 10 = 0")
     code, out = publish(dsn, "m", "--algorithm", "mondrian", "--k", "5", "--sensitive", "dx",
                         "--l", "3")  # fmt: skip
-    assert code == 2 and "only 2 distinct values of 'dx'" in out["error"]
+    assert code == 2 and "only 2 distinct values of dx" in out["error"]
 
 
 @pytest.mark.parametrize(
@@ -370,7 +370,7 @@ def test_entropy_l_may_be_fractional(ward: psycopg.Connection, dsn: str) -> None
 def test_every_offender_is_named(ward: psycopg.Connection, dsn: str, tmp_path: Path) -> None:
     ward.execute("UPDATE h.ward SET age = NULL, sex = NULL WHERE id <= 2")
     code, out = publish(dsn, "n", "--k", "5")
-    assert code == 2 and "'age' in 2 rows, 'sex' in 2 rows" in out["error"]
+    assert code == 2 and "age in 2 rows, sex in 2 rows" in out["error"]
     ward.execute("UPDATE h.ward SET age = 30, sex = 'F' WHERE id <= 2")
     ward.execute("UPDATE h.ward SET region = 'R' || id WHERE id <= 7")
     path = tmp_path / "region.csv"

@@ -272,3 +272,86 @@ def test_drop_takes_the_empty_schema_dbanon_created_and_no_other(
     assert cli(dsn, "drop", "x", "--yes").exit_code == 0
     assert "extra" in schemas(conn)
     assert conn.execute("SELECT count(*) FROM extra.notes").fetchone()[0] == 0
+
+
+def sql_name(*parts: str) -> str:
+    """An identifier as SQL needs it, written here without dbanon: bare when it is lower-case
+    letters, digits and underscores (none of these names is a key word), else double-quoted
+    with inner double quotes doubled; parts joined by dots."""
+    import re
+
+    return ".".join(
+        p if re.fullmatch(r"[a-z_][a-z0-9_]*", p) else '"' + p.replace('"', '""') + '"'
+        for p in parts
+    )
+
+
+def csv_item(name: str) -> str:
+    """A name as one item of a --qi/--keep list (CSV quoting, which doubles `"` as SQL does)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def test_every_message_names_objects_as_sql_needs_them(
+    conn: psycopg.Connection, dsn: str, tmp_path
+) -> None:
+    """Issue 34: messages showed names as Python reprs ('Zip Code', 'Marital "Status"') or
+    bare. Eight errors against a table whose schema, table and columns hold spaces, capitals,
+    quotes and unicode each name the object as psql would take it; dbanon's own names (the
+    release, the hierarchy) are single-quoted literals."""
+    schema, table = "Bank Data", 'Café "Clients"'
+    zip_, age, marital, account = "Zip Code", "Âge", 'Marital "Status"', 'Account "No"'
+    rows = [(i, f"Z{i % 4}", 20 + i % 30, None if i == 7 else "MS"[i % 2], 1000 + i)
+            for i in range(1, 61)]  # fmt: skip
+    make_table(conn, schema, table, [("id", "int PRIMARY KEY"), (zip_, "text"), (age, "int"),
+                                     (marital, "text"), (account, "int")], rows)  # fmt: skip
+    source = ("--source", f"{schema}.{table}", "--key", "id")
+    rel = sql_name(schema, table)
+
+    def user_state() -> dict[str, object]:
+        """The snapshot without dbanon's catalog, where a refused refresh records its run."""
+        state = snapshot(conn)
+        return {n: v for n, v in state["relations"].items() if not n.startswith("dbanon.")}
+
+    def refused(args: tuple[str, ...], *names: str) -> str:
+        before = user_state()
+        result = cli(dsn, *args)
+        assert result.exit_code in (2, 4), result.output
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        for name in names:
+            assert name in lines[0], (name, lines[0])
+        assert user_state() == before
+        return lines[0]
+
+    # 1. a missing column
+    refused(("publish", "r", *source, "--qi", f"{zip_},Post Code", "--k", "2"),
+            f"column {sql_name('Post Code')} does not exist in {rel}")  # fmt: skip
+    # 2. NULL in a quasi-identifier
+    refused(("publish", "r", *source, "--qi", f"{zip_},{csv_item(marital)}", "--k", "2"),
+            f"{sql_name(marital)} in 1 rows", rel)  # fmt: skip
+    # 3. k larger than the table
+    refused(("publish", "r", *source, "--qi", zip_, "--k", "500"), f"rows of {rel}")
+    # 4. a hierarchy that does not cover a value
+    hname = "zip's tree"
+    path = tmp_path / "zip.csv"
+    path.write_text("Z0;Z*;*\nZ1;Z*;*\nZ2;Z*;*\n")
+    assert cli(dsn, "hierarchy", "import", hname, str(path)).exit_code == 0
+    refused(("publish", "r", *source, "--qi", zip_, "--k", "2", "--hierarchy",
+             f"{zip_}={hname}"),
+            f"column {sql_name(zip_)} are not in hierarchy 'zip''s tree'")  # fmt: skip
+    # 5. a column's type changed before a refresh
+    name = "bank's release"
+    assert cli(dsn, "publish", name, *source, "--qi", f"{zip_},{age}", "--k", "2").exit_code == 0
+    conn.execute(sql.SQL("ALTER TABLE {} ALTER COLUMN {} TYPE bigint").format(
+        sql.Identifier(schema, table), sql.Identifier(age)))  # fmt: skip
+    refused(("refresh", name), f"{sql_name(age)} was integer, is bigint now", rel,
+            "release 'bank''s release'")  # fmt: skip
+    # 6. a kept column that singles people out
+    refused(("publish", "kept", *source, "--qi", zip_, "--k", "2", "--keep", csv_item(account)),
+            f"--keep column {sql_name(account)} is unique", "release 'kept'")  # fmt: skip
+    # and the target: the source's schema, or a relation dbanon did not create
+    refused(("publish", "t", *source, "--qi", zip_, "--k", "2", "--target", f"{schema}.t"),
+            f"not the source's ({sql_name(schema)})")  # fmt: skip
+    make_table(conn, "Other Schema", "Mine", [("x", "int")], [])
+    refused(("publish", "t", *source, "--qi", zip_, "--k", "2", "--target", "Other Schema.Mine"),
+            f"{sql_name('Other Schema', 'Mine')} exists and is not a dbanon release")  # fmt: skip

@@ -337,7 +337,7 @@ def test_reserved_target_schemas_are_refused(
 ) -> None:
     before = snapshot(ward)
     code, out = publish(dsn, "bad", "--k", "5", "--target", f"{schema}.x")
-    assert code == 2 and f"cannot go to schema {schema!r}" in out["error"]
+    assert code == 2 and f"cannot go to schema {schema}:" in out["error"]
     assert snapshot(ward) == before
 
 
@@ -345,7 +345,7 @@ def test_a_qi_whose_type_changed_is_refused_on_refresh(ward: psycopg.Connection,
     assert publish(dsn, "typed", "--k", "5")[0] == 0
     ward.execute("ALTER TABLE h.ward ALTER COLUMN age TYPE text")
     code, out = cli_json(dsn, "refresh", "typed")
-    assert code == 2 and "'age' was integer, is text now" in out["error"]
+    assert code == 2 and "age was integer, is text now" in out["error"]
 
 
 def test_demo_reload_keeps_what_depends_on_the_demo_table(

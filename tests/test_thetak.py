@@ -266,12 +266,12 @@ BAD = [
     (["--theta", "1"], "--theta must be at least 2, got 1"),
     (["--theta", "7"], "--theta 7 is larger than --k 6"),
     (["--k", "500"], "k=500 is larger than the 400 rows of h.ward"),
-    (["--sensitive-hierarchy", "zone=dx"], "--sensitive-hierarchy names 'zone', which is not"),
+    (["--sensitive-hierarchy", "zone=dx"], "--sensitive-hierarchy names zone, which is not"),
     (["--sensitive-hierarchy", "dx=nope"], "hierarchy 'nope' does not exist"),
     (["--category-level", "2"], "--category-level 2 is not a level of hierarchy 'dx'"),
     (
         ["--sensitive-hierarchy", "dx=dx2"],
-        "values of sensitive column 'dx' are not in hierarchy 'dx2': 'eczema'",
+        "values of sensitive column dx are not in hierarchy 'dx2': 'eczema'",
     ),  # fmt: skip
     (
         ["--theta", "5"],
@@ -313,7 +313,7 @@ def test_check_refuses_what_it_cannot_read(ward: psycopg.Connection, dsn: str) -
         (["--k", "6", "--sensitive", "dx", "--sensitive-hierarchy", "dx=dx"],
          "--sensitive-hierarchy is a parameter of (θ,k)-anonymity: give --theta"),
         (["--k", "6", "--theta", "3", "--sensitive", "dx", "--category-width", "5"],
-         "--category-width needs a numeric sensitive column; 'dx' of"),
+         "--category-width needs a numeric sensitive column; dx of"),
         (["--theta", "3", "--sensitive", "dx", "--sensitive-hierarchy", "dx=dx"],
          "--theta needs --k"),
         (["--k", "6", "--sensitive", "dx", "--theta-rule", "relaxed"],

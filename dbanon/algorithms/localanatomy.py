@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbanon.errors import quote_ident
+
 PRINCIPLES = ("l", "t")
 
 
@@ -59,7 +61,8 @@ def parse_principles(text: str | None, default_l: int) -> dict[str, Principle]:
         if not math.isfinite(x):
             raise ValueError(f"--principle {part.strip()!r}: {value.strip()!r} is not finite")
         if attr.strip() in out:
-            raise ValueError(f"--principle names {attr.strip()!r} twice: give one principle each")
+            raise ValueError(f"--principle names {quote_ident(attr.strip())} twice: give one "
+                "principle each")
         if kind.strip() == "l" and (x != int(x) or x < 2):
             raise ValueError(f"--principle {part.strip()!r}: l must be a whole number >= 2")
         if kind.strip() == "t" and not 0 < x < 1:
@@ -189,6 +192,6 @@ def local_anatomy(
             try:
                 ids[flagged] = bucketise(values[flagged], principles[attr], use_heuristic, rng)
             except ValueError as e:
-                raise ValueError(f"attribute {attr!r} {e}") from None
+                raise ValueError(f"attribute {quote_ident(attr)} {e}") from None
         out[attr] = ids
     return out

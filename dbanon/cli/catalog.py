@@ -13,7 +13,7 @@ from dbanon.api import Database
 from dbanon.cli.common import Ctx, Table, command, fails_cleanly, group, out, qi_list
 from dbanon.cli.releases import print_publish
 from dbanon.db import catalog, server
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 
 
 @group("server")
@@ -99,10 +99,11 @@ def hierarchy_import(c: Ctx, name: str, file: str, replace: bool, force: bool) -
     data = {"name": name, "leaves": len(h.leaves), "height": h.height, **stored}
 
     def human() -> None:
-        click.echo(f"imported {name}: {len(h.leaves)} values, height {h.height}"
-                   + ("" if stored["changed"] else " (unchanged)"))  # fmt: skip
+        click.echo(f"imported hierarchy {quote_name(name)}: {len(h.leaves)} values, "
+                   f"height {h.height}{'' if stored['changed'] else ' (unchanged)'}")
         if stored["changed"] and stored["releases"]:
-            click.echo(f"{', '.join(stored['releases'])} take it at their next refresh")
+            users = ", ".join(map(quote_name, stored["releases"]))
+            click.echo(f"{users} take it at their next refresh")
 
     c.emit(data, human)
 
@@ -138,11 +139,12 @@ def hierarchy_show(c: Ctx, name: str) -> None:
         for row in data["rows"]:
             click.echo(";".join(row))
         if data["used_by"]:
-            click.echo(f"# used by: {', '.join(data['used_by'])}", err=True)
+            click.echo(f"# used by: {', '.join(map(quote_name, data['used_by']))}", err=True)
         click.echo(f"# version: {data['version']}", err=True)
         for release, version in data["pinned_by"].items():
             if version != data["version"]:
-                click.echo(f"# {release} uses version {version} until its next refresh", err=True)
+                click.echo(f"# release {quote_name(release)} uses version {version} until its "
+                           "next refresh", err=True)  # fmt: skip
 
     c.emit(data, human)
 
@@ -155,7 +157,7 @@ def hierarchy_drop(c: Ctx, name: str) -> None:
     """Remove hierarchy NAME from the catalog (refused while a release uses it)."""
     with c.db() as db:
         db.drop_hierarchy(name)
-    c.emit({"dropped": name}, lambda: click.echo(f"dropped hierarchy {name}"))
+    c.emit({"dropped": name}, lambda: click.echo(f"dropped hierarchy {quote_name(name)}"))
 
 
 @command("methods")
@@ -209,7 +211,7 @@ def uninstall_command(c: Ctx, yes: bool) -> None:
 
     def human() -> None:
         for name, rels in data["releases"].items():
-            click.echo(f"dropped release {name!r}: {', '.join(rels) or 'no relations'}")
+            click.echo(f"dropped release {quote_name(name)}: {', '.join(rels) or 'no relations'}")
         click.echo("dropped the dbanon catalog (schema dbanon)")
         if data["schemas_left"]:
             click.echo(f"left the target schemas: {', '.join(data['schemas_left'])}")

@@ -27,7 +27,7 @@ from dbanon.cli.common import (
     qi_list,
 )
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.lifecycle import diffexposure
 from dbanon.lifecycle.declare import release_spec
 from dbanon.methods import Option
@@ -47,7 +47,7 @@ def print_publish(c: Ctx, summary: dict[str, Any]) -> None:
             if left_out else f"{summary['rows']} rows"
         )  # fmt: skip
         out.print(
-            f"published {summary['release']!r} as {', '.join(summary['objects'])}: "
+            f"published {quote_name(summary['release'])} as {', '.join(summary['objects'])}: "
             f"{rows}{classes}{gcp}, {summary['seconds']:.1f} s",
             markup=False,
         )
@@ -531,13 +531,15 @@ def drop_command(c: Ctx, name: str, yes: bool, wait: float) -> None:
     """Drop release NAME: its released relations and its catalog entry (runs included)."""
     if not yes:
         if c.json or not sys.stdin.isatty():
-            raise DbanonError(f"dropping release {name!r} needs --yes when nobody can be asked")
-        click.confirm(f"drop release {name!r} and its released relations?", abort=True)
+            raise DbanonError(f"dropping release {quote_name(name)} needs --yes when nobody can "
+                "be asked")
+        click.confirm(f"drop release {quote_name(name)} and its released relations?", abort=True)
     with c.db() as db:
         dropped = db.drop(name, wait)
     c.emit(
         {"release": name, "dropped": dropped},
-        lambda: click.echo(f"dropped release {name!r}: {', '.join(dropped) or 'no relations'}"),
+        lambda: click.echo(f"dropped release {quote_name(name)}: "
+            f"{', '.join(dropped) or 'no relations'}"),
     )
 
 
@@ -575,7 +577,7 @@ def _granted(
     if unchanged:
         parts.append(f"{why} {_roles(unchanged)}: nothing to do")
     now = f"now granted to {_roles(grants)}" if grants else "now granted to no role"
-    return f"release {name!r} {'; '.join(parts)} ({now})"
+    return f"release {quote_name(name)} {'; '.join(parts)} ({now})"
 
 
 @command("revoke")

@@ -19,7 +19,7 @@ from psycopg import sql
 
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import SHOWN_OFFENDERS, DbanonError, offenders
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, offenders, quote_ident
 
 COLUMN = "column_name"
 
@@ -31,8 +31,8 @@ def relation_of(conn: psycopg.Connection, name: str, key: Column) -> Relation:
     missing = [c for c in (key.name, COLUMN) if c not in cols]
     if missing:
         raise DbanonError(
-            f"flags relation {rel} needs columns {key.name!r} (the source key) and {COLUMN!r}; "
-            f"it lacks {offenders(missing)}"
+            f"flags relation {rel} needs columns {quote_ident(key.name)} (the source key) and "
+            f"{quote_ident(COLUMN)}; it lacks {offenders(missing)}"
         )
     return rel
 

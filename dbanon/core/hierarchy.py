@@ -17,6 +17,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dbanon.errors import quote_ident, quote_name
+
 if TYPE_CHECKING:  # numpy is imported where a table is built: `dbanon check` never needs it
     import numpy as np
 
@@ -65,11 +67,12 @@ class Hierarchy:
         """Build and validate a hierarchy from leaf-to-root rows."""
         rows = [[cell.strip() for cell in row] for row in rows if any(c.strip() for c in row)]
         if not rows:
-            raise HierarchyError(f"hierarchy {name!r} is empty")
+            raise HierarchyError(f"hierarchy {quote_name(name)} is empty")
         depth = len(rows[0])
         if depth < 2:
             raise HierarchyError(
-                f"hierarchy {name!r} needs at least two columns (value;...;*), line 1 has {depth}"
+                f"hierarchy {quote_name(name)} needs at least two columns (value;...;*), line 1 "
+                f"has {depth}"
             )
         ids: dict[tuple[int, str], int] = {}
         labels: list[str] = []
@@ -80,16 +83,18 @@ class Hierarchy:
             for lineno, row in enumerate(rows, 1):
                 if len(row) != depth:
                     raise HierarchyError(
-                        f"hierarchy {name!r} is ragged: line {lineno} has {len(row)} levels, "
-                        f"line 1 has {depth}"
+                        f"hierarchy {quote_name(name)} is ragged: line {lineno} has {len(row)} "
+                        f"levels, line 1 has {depth}"
                     )
                 if any(cell == "" for cell in row):
-                    raise HierarchyError(f"hierarchy {name!r} line {lineno} has an empty label")
+                    raise HierarchyError(f"hierarchy {quote_name(name)} line {lineno} has an "
+                        "empty label")
                 key = (level, row[level])
                 if key in ids:
                     if level == 0:
                         raise HierarchyError(
-                            f"hierarchy {name!r}: leaf {row[0]!r} appears twice (line {lineno})"
+                            f"hierarchy {quote_name(name)}: leaf {row[0]!r} appears twice (line "
+                            f"{lineno})"
                         )
                     continue
                 ids[key] = len(labels)
@@ -101,14 +106,15 @@ class Hierarchy:
                 child, parent = ids[(level, row[level])], ids[(level + 1, row[level + 1])]
                 if parents[child] not in (-1, parent):
                     raise HierarchyError(
-                        f"hierarchy {name!r}: node {row[level]!r} has two parents, "
+                        f"hierarchy {quote_name(name)}: node {row[level]!r} has two parents, "
                         f"{labels[parents[child]]!r} and {row[level + 1]!r} (line {lineno})"
                     )
                 parents[child] = parent
         roots = [labels[i] for i, lv in enumerate(levels) if lv == depth - 1]
         if len(roots) != 1:
             raise HierarchyError(
-                f"hierarchy {name!r} has {len(roots)} roots ({', '.join(map(repr, roots[:3]))}); "
+                f"hierarchy {quote_name(name)} has {len(roots)} roots "
+                f"({', '.join(map(repr, roots[:3]))}); "
                 "the last column must be the same on every line"
             )
         leaves = {labels[i]: i for i, lv in enumerate(levels) if lv == 0}
@@ -155,9 +161,9 @@ class Hierarchy:
         try:
             return self.leaves[value]
         except KeyError:
-            where = f" (column {column!r})" if column else ""
+            where = f" (column {quote_ident(column)})" if column else ""
             raise HierarchyError(
-                f"value {value!r}{where} is not a leaf of hierarchy {self.name!r}"
+                f"value {value!r}{where} is not a leaf of hierarchy {quote_name(self.name)}"
             ) from None
 
     def ancestors(self, node: int) -> list[int]:

@@ -17,7 +17,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.core.hierarchy import Hierarchy
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, qualified, quote_ident, quote_name
 
 NUMERIC, DATE, CATEGORICAL = "numeric", "date", "categorical"
 
@@ -58,33 +58,12 @@ class Column:
         return sql.Identifier(self.name)
 
 
-_PLAIN = re.compile(r"[a-z_][a-z0-9_$]*")
-# PostgreSQL's reserved key words (Appendix C): quote_ident quotes these too.
-_KEY_WORDS = (
-    "all analyse analyze and any array as asc asymmetric authorization binary both case cast "
-    "check collate collation column concurrently constraint create cross current_catalog "
-    "current_date current_role current_schema current_time current_timestamp current_user "
-    "default deferrable desc distinct do else end except false fetch for foreign freeze from "
-    "full grant group having ilike in initially inner intersect into is isnull join lateral "
-    "leading left like limit localtime localtimestamp natural not notnull null offset on only "
-    "or order outer overlaps placing primary references returning right select session_user "
-    "similar some symmetric system_user table tablesample then to trailing true union unique "
-    "user using variadic verbose when where window with"
-)
-_RESERVED = frozenset(_KEY_WORDS.split())
-
-
-def quote_ident(name: str) -> str:
-    """A name as SQL needs it, like PostgreSQL's quote_ident: bare when it can be, else in
-    double quotes (capitals, spaces, quotes, unicode, key words)."""
-    if _PLAIN.fullmatch(name) and name not in _RESERVED:
-        return name
-    return '"' + name.replace('"', '""') + '"'
-
-
-def qualified(schema: str, name: str) -> str:
-    """`schema.name` as SQL needs it."""
-    return f"{quote_ident(schema)}.{quote_ident(name)}"
+def shown(conn: psycopg.Connection, obj: sql.Composable) -> str:
+    """A composed name for a message: an Identifier as SQL needs it (`h.ward`, `"Bank Data".t`,
+    where psycopg's as_string quotes every part), anything else as the SQL it is."""
+    if isinstance(obj, sql.Identifier):
+        return ".".join(quote_ident(part) for part in obj._obj)
+    return obj.as_string(conn)
 
 
 def split_name(text: str) -> tuple[str | None, str]:
@@ -167,8 +146,17 @@ def relation(conn: psycopg.Connection, text: str) -> Relation:
     """The relation named `text`, or a one-line error naming it."""
     rel = find_relation(conn, text)
     if rel is None or rel.kind not in ("r", "v", "m", "p", "f"):
-        raise DbanonError(f"relation {text!r} does not exist")
+        raise DbanonError(f"relation {_shown(text)} does not exist")
     return rel
+
+
+def _shown(text: str) -> str:
+    """A relation name as given, written as SQL needs it: read the way `find_relation` reads it
+    (SQL syntax when it holds a double quote and parses, else literally, split at a dot)."""
+    parts = _sql_name(text) if '"' in text else None
+    if parts is None or len(parts) > 2:
+        parts = list(split_name(text))
+    return ".".join(quote_ident(p) for p in parts if p is not None)
 
 
 def columns(conn: psycopg.Connection, rel: Relation) -> dict[str, Column]:
@@ -188,7 +176,7 @@ def require_columns(cols: dict[str, Column], rel: Relation, names: list[str]) ->
     missing = [n for n in names if n not in cols]
     if missing:
         hint = suggest(missing[0], cols)
-        raise DbanonError(f"column {missing[0]!r} does not exist in {rel}{hint}")
+        raise DbanonError(f"column {quote_ident(missing[0])} does not exist in {rel}{hint}")
     return [cols[n] for n in names]
 
 
@@ -280,14 +268,15 @@ def store_hierarchy(
         [h.name],
     ).fetchone()
     if current and not replace:
-        raise DbanonError(f"hierarchy {h.name!r} already exists (use --replace)")
+        raise DbanonError(f"hierarchy {quote_name(h.name)} already exists (use --replace)")
     users = hierarchy_users(conn, h.name) if current else []
     result: dict[str, object] = {"name": h.name, "version": h.version, "releases": users}
     if current and current[1] == h.version:
         return {**result, "changed": False}  # the same content: nothing to replace
     if users and not force:
         raise DbanonError(
-            f"hierarchy {h.name!r} is used by release(s) {', '.join(map(repr, users))}; "
+            f"hierarchy {quote_name(h.name)} is used by release(s) "
+            f"{', '.join(map(quote_name, users))}; "
             "--force replaces it: each keeps the version it was verified with until its next "
             "refresh, which takes the new one"
         )
@@ -361,7 +350,8 @@ def load_hierarchy(conn: psycopg.Connection, name: str, version: str | None = No
         [name, name, version],
     ).fetchall()
     if not rows:
-        raise DbanonError(f"hierarchy {name!r} does not exist (see `dbanon hierarchy list`)")
+        raise DbanonError(f"hierarchy {quote_name(name)} does not exist (see `dbanon hierarchy "
+            "list`)")
     return Hierarchy.from_rows(name, [r[0] for r in rows])
 
 
@@ -407,7 +397,7 @@ def drop_hierarchy(conn: psycopg.Connection, name: str) -> None:
     users = hierarchy_users(conn, name)
     if users:
         raise DbanonError(
-            f"hierarchy {name!r} is used by release(s) {', '.join(map(repr, users))}; "
-            "drop or re-publish them first"
+            f"hierarchy {quote_name(name)} is used by release(s) "
+            f"{', '.join(map(quote_name, users))}; drop or re-publish them first"
         )
     conn.execute("DELETE FROM dbanon.hierarchy WHERE name = %s", [name])

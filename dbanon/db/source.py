@@ -29,7 +29,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation, qualified
-from dbanon.errors import SHOWN_OFFENDERS, DbanonError
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, quote_ident
 
 # Relation kinds whose columns hold stored values: a table, a partitioned table, a foreign
 # table (the remote's values), a materialised view (its values until the next REFRESH).
@@ -166,10 +166,10 @@ def require_stable_key(conn: psycopg.Connection, source: Relation, key: Column) 
             where = (f"view {source} is computed by the view" if name == str(source)
                      else f"{source} is computed by view {name}")  # fmt: skip
             raise DbanonError(
-                f"key column {key.name!r} of {where}, not a column of a table: its values need "
+                f"key column {quote_ident(key.name)} of {where}, not a column of a table: its "
+                "values need "
                 "not be the same at the next read, so released rows could not be joined back "
-                "or kept across refreshes; key the source on a table's key passed through "
-                "unchanged"
+                "or kept across refreshes; key the source on a table's key passed through unchanged"
             )
         oid, attnum = origin
         schema, rel, kind = conn.execute(
@@ -178,7 +178,8 @@ def require_stable_key(conn: psycopg.Connection, source: Relation, key: Column) 
             [oid],
         ).fetchone()
         name = qualified(schema, rel)
-    raise DbanonError(f"key column {key.name!r} of {source}: views nested too deep to follow")
+    raise DbanonError(f"key column {quote_ident(key.name)} of {source}: views nested too deep to "
+        "follow")
 
 
 # --- the values -----------------------------------------------------------------------------------
@@ -243,7 +244,7 @@ def require_finite(
     if not found:
         return
     parts = [
-        f"column {name!r}{f' of {source}' if i == 0 else ''} holds "
+        f"column {quote_ident(name)}{f' of {source}' if i == 0 else ''} holds "
         + " and ".join(f"{v} ({n} row{'s' if n > 1 else ''})" for v, n in values)
         for i, (name, values) in enumerate(found[:SHOWN_OFFENDERS])
     ]

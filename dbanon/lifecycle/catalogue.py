@@ -12,7 +12,7 @@ from psycopg import sql
 
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.methods.base import Resolved
 
 
@@ -24,7 +24,7 @@ def release_row(conn: psycopg.Connection, name: str) -> tuple[Any, ...] | None:
 
 def owner_comment(release: str) -> str:
     """How a relation dbanon published starts its comment; proof enough that dbanon made it."""
-    return f"dbanon release {release!r}:"
+    return f"dbanon release {quote_name(release)}:"
 
 
 def owned(conn: psycopg.Connection, release: str, schema: str, name: str) -> bool | None:
@@ -60,7 +60,7 @@ def load_spec(conn: psycopg.Connection, name: str) -> ReleaseSpec:
     catalog.require_catalog(conn)
     row = conn.execute("SELECT spec FROM dbanon.release WHERE name = %s", [name]).fetchone()
     if not row:
-        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+        raise DbanonError(f"release {quote_name(name)} does not exist (see `dbanon releases`)")
     return ReleaseSpec.from_dict(row[0])
 
 

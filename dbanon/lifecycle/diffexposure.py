@@ -19,6 +19,7 @@ from typing import Any
 
 from dbanon import methods
 from dbanon.core.spec import ReleaseSpec
+from dbanon.errors import quote_name
 
 SAFE_POLICY = "sealed"
 PREFIX = "diff exposure:"  # every warning this module makes starts so (the CLI puts it on stderr)
@@ -58,7 +59,8 @@ def warning(spec: ReleaseSpec, grants: dict[str, list[str]]) -> str | None:
         else f"{spec.method} has no {SAFE_POLICY} policy; do not grant it to such a consumer"
     )
     return (
-        f"{PREFIX} release {spec.name!r} is granted to {', '.join(readers)} under {under}: a "
+        f"{PREFIX} release {quote_name(spec.name)} is granted to {', '.join(readers)} under "
+        f"{under}: a "
         "consumer who keeps two releases and knows who joined or left between them reads a "
         "single joiner's or leaver's sensitive value off their difference (only their "
         f"intersection is guarded); {fix} (docs/diff-attack.md)"

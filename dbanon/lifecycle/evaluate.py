@@ -16,7 +16,7 @@ from psycopg import sql
 from dbanon import methods
 from dbanon.db import catalog
 from dbanon.db.catalog import CATEGORICAL
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.metrics import queries
 from dbanon.metrics.boxes import source_points
 from dbanon.metrics.exposure import discernibility, metric_attributes, shape_of
@@ -32,9 +32,10 @@ def evaluate(conn: psycopg.Connection, name: str, n: int = 1000, seed: int = 0) 
     ).fetchone()
     missing = missing(conn, schema, list(objects))
     if missing:  # a run's warnings (a sensitive column unique per row) do not stop a measure
-        raise DbanonError(f"release {name!r}: released relation {missing[0]} is missing")
+        raise DbanonError(f"release {quote_name(name)}: released relation {missing[0]} is missing")
     if len(spec.sensitive) != 1:
-        raise DbanonError(f"release {name!r} needs exactly one sensitive column to be evaluated")
+        raise DbanonError(f"release {quote_name(name)} needs exactly one sensitive column to be "
+            "evaluated")
     shape = shape_of(methods.get(spec.method))
     source = catalog.relation(conn, spec.source)
     cols = catalog.columns(conn, source)
@@ -48,7 +49,8 @@ def evaluate(conn: psycopg.Connection, name: str, n: int = 1000, seed: int = 0) 
     cats = [c.kind == CATEGORICAL or c.name in hierarchies for c in qi]
     attrs = metric_attributes(conn, source.ident, qi, cats, hierarchies)
     if attrs is None:
-        raise DbanonError(f"release {name!r} has a date quasi-identifier: query error reads none")
+        raise DbanonError(f"release {quote_name(name)} has a date quasi-identifier: query error "
+            "reads none")
     rels = [sql.Identifier(schema, o) for o in objects]
     pub = queries.Published(shape, rels, spec.qi, spec.sensitive[0])
     release = queries.load(conn, pub, attrs)

@@ -23,7 +23,7 @@ from psycopg import sql
 from dbanon import methods
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident, quote_name
 from dbanon.lifecycle import runs
 from dbanon.lifecycle.catalogue import load_spec, owned
 
@@ -44,8 +44,8 @@ def _objects(conn: psycopg.Connection, name: str, schema: str, objects: list[str
         mine = owned(conn, name, schema, obj)
         if mine is False:
             raise DbanonError(
-                f"{schema}.{obj} is not the relation release {name!r} published; dbanon will "
-                "not change its privileges"
+                f"{catalog.qualified(schema, obj)} is not the relation release {quote_name(name)} "
+                "published; dbanon will not change its privileges"
             )
         if mine:
             out.append(obj)
@@ -72,8 +72,8 @@ def refuse_live(name: str, views: Sequence[str], roles: Sequence[str], allowed: 
     statistics; only a materialised release (or a role set up as the docs say) hides them."""
     if views and roles and not allowed:
         raise DbanonError(
-            f"release {name!r} is a live view ({views[0]}): {LIVE_HINT}; publish it --as table "
-            f"for {roles[0]!r}, or pass --grant-live to grant it anyway"
+            f"release {quote_name(name)} is a live view ({views[0]}): {LIVE_HINT}; publish it "
+            f"--as table for {quote_ident(roles[0])}, or pass --grant-live to grant it anyway"
         )
 
 
@@ -110,7 +110,7 @@ def grant(
             catalog.require_role(conn, role)
         added = [r for r in dict.fromkeys(roles) if r not in spec.grants]
         views = [
-            f"{schema}.{o}" for o in _objects(conn, name, schema, objects)
+            catalog.qualified(schema, o) for o in _objects(conn, name, schema, objects)
             if store.live(conn, schema, o)
         ]  # fmt: skip
         refuse_live(name, views, added, grant_live)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import psycopg
 
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -48,7 +48,7 @@ def used(conn: psycopg.Connection, r: Resolved) -> dict[str, str]:
                 )
         except psycopg.errors.SerializationFailure:
             raise DbanonError(
-                f"hierarchy {name!r} was replaced while this run used it; nothing was "
+                f"hierarchy {quote_name(name)} was replaced while this run used it; nothing was "
                 "published: run it again to use the new version"
             ) from None
     return dict(sorted(versions.items()))

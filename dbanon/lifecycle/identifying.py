@@ -34,7 +34,7 @@ from psycopg import sql
 from dbanon.core.spec import MAX_UNIQUE_SHARE, names
 from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import DbanonError, ModelViolation
+from dbanon.errors import DbanonError, ModelViolation, quote_ident, quote_name
 from dbanon.models.base import CheckResult
 
 if TYPE_CHECKING:
@@ -62,16 +62,17 @@ def resolve_keep(
         )
     twice = sorted({n for n in spec.keep if spec.keep.count(n) > 1})
     if twice:
-        raise DbanonError(f"--keep names column {twice[0]!r} twice")
+        raise DbanonError(f"--keep names column {quote_ident(twice[0])} twice")
     kept = catalog.require_columns(cols, source, spec.keep)
     for c in kept:
         if c.name == spec.key:
-            raise DbanonError(f"--keep: {c.name!r} is the row key, which is never released")
+            raise DbanonError(f"--keep: {quote_ident(c.name)} is the row key, which is never "
+                "released")
         if c.name in spec.qi or c.name in spec.sensitive:
-            raise DbanonError(f"--keep: {c.name!r} is already a QI or sensitive column")
+            raise DbanonError(f"--keep: {quote_ident(c.name)} is already a QI or sensitive column")
     stray = [n for n in spec.allow_identifying if n not in spec.keep]
     if stray:
-        raise DbanonError(f"--allow-identifying {stray[0]}: it is not a --keep column")
+        raise DbanonError(f"--allow-identifying {quote_ident(stray[0])}: it is not a --keep column")
     share = spec.max_unique_share
     if not (isinstance(share, int | float) and 0 <= share <= 1):
         raise DbanonError(f"--max-unique-share must be a share between 0 and 1, got {share!r}")
@@ -87,11 +88,6 @@ def unique_share(conn: psycopg.Connection, rel: sql.Composable, cols: Sequence[s
         ).format(rel, sql.SQL(", ").join(map(sql.Identifier, cols)))
     ).fetchone()
     return float(unique) / float(rows) if rows else 0.0
-
-
-def _quoted(name: str) -> str:
-    """A column name in double quotes, as SQL reads it whatever it holds."""
-    return '"' + name.replace('"', '""') + '"'
 
 
 def read_qis(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> list[str]:
@@ -121,7 +117,8 @@ def gate(
     for c in together:
         if shares[c] > limit:
             raise Identifying(
-                f"release {r.spec.name!r} refused: --keep column \"{c}\" is unique for "
+                f"release {quote_name(r.spec.name)} refused: --keep column {quote_ident(c)} is "
+                "unique for "
                 f"{_percent(shares[c])} of rows (more than {_percent(limit)}), so it singles "
                 f"people out; leave it out of --keep, or --allow-identifying {c} if that is "
                 "meant; the previous release is unchanged"
@@ -132,11 +129,12 @@ def gate(
         share = unique_share(conn, rel, [*read, *together])
         figures["keep_unique_share_together"] = round(share, 6)
         if share > limit:
-            named = ", ".join(map(_quoted, together))
-            beside = f" beside the released QIs {', '.join(map(_quoted, read))}" if read else ""
+            named = ", ".join(map(quote_ident, together))
+            beside = f" beside the released QIs {', '.join(map(quote_ident, read))}" if read else ""
             many = len(together) > 1
             raise Identifying(
-                f"release {r.spec.name!r} refused: --keep column{'s' * many} {named}{beside} "
+                f"release {quote_name(r.spec.name)} refused: --keep column{'s' * many} "
+                f"{named}{beside} "
                 f"{'together ' * (many and not read)}{'are' if many else 'is'} unique for "
                 f"{_percent(share)} of rows (more than {_percent(limit)}), so "
                 f"{'they single' if many else 'it singles'} people out; keep fewer columns, or "
@@ -150,8 +148,8 @@ def gate(
             shares[c.name] = share
             if share > limit:
                 warnings.append(
-                    f"sensitive column \"{c.name}\" is released row by row and is unique for "
-                    f"{_percent(share)} of rows: whoever knows one of its values finds that "
+                    f"sensitive column {quote_ident(c.name)} is released row by row and is unique "
+                    f"for {_percent(share)} of rows: whoever knows one of its values finds that "
                     "person's row (release it apart from the rows with a bucketising method, "
                     "see `dbanon methods`, or generalise it)"
                 )

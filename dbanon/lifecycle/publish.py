@@ -20,7 +20,7 @@ from dbanon.core.hierarchy import HierarchyError
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
-from dbanon.errors import DbanonError, first_line
+from dbanon.errors import DbanonError, first_line, quote_ident, quote_name
 from dbanon.lifecycle import hierarchy_pins, identifying, interrupts, runs
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
@@ -118,7 +118,7 @@ def publish(
             runs.discard(conn, run_id)
             raise
         if locked is None and existing:
-            raise DbanonError(f"release {spec.name!r} does not exist (it was dropped)")
+            raise DbanonError(f"release {quote_name(spec.name)} does not exist (it was dropped)")
         fp = skip_if(conn) if skip_if is not None and locked is not None else None
         if fp is not None:  # decided under the lock: another run cannot have changed it since
             runs.finish(conn, run_id, locked, "skipped", fingerprint=fp)
@@ -330,8 +330,8 @@ def compose(
             "values those rows had in every earlier release"
         )
     raise Refused(
-        f"release {r.spec.name!r}: a consumer who keeps the earlier releases could narrow "
-        f"{' and '.join(problems)}; the previous release is kept ({advice}; "
+        f"release {quote_name(r.spec.name)}: a consumer who keeps the earlier releases could "
+        f"narrow {' and '.join(problems)}; the previous release is kept ({advice}; "
         "--allow-composition publishes anyway, recorded in the run)"
     )
 
@@ -358,9 +358,10 @@ def carry_map(
         return done.as_dict() if done else None
     if not allow:
         raise Refused(
-            f"release {r.spec.name!r}: cannot tell which rows of {r.source} are the people its "
-            f"earlier releases showed (the old key {old_key!r} of {old_source_name} is no "
-            "unique column of it, and the old source is gone or shares no column with it); "
+            f"release {quote_name(r.spec.name)}: cannot tell which rows of {r.source} are the "
+            "people its "
+            f"earlier releases showed (the old key {quote_ident(old_key)} of {old_source_name} is "
+            "no unique column of it, and the old source is gone or shares no column with it); "
             "consumers who keep them could narrow people unmeasured; the previous release is "
             "kept (--allow-composition to start the measure over)"
         )

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from dbanon.db import catalog, store
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.lifecycle import runs
 from dbanon.lifecycle import swap as swap_
 from dbanon.lifecycle.catalogue import drop_schema_if_ours, load_spec, missing, owned, release_row
@@ -152,7 +152,7 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
     conn.rollback()
     try:
         if runs.lock_release(conn, name, wait) is None:
-            raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+            raise DbanonError(f"release {quote_name(name)} does not exist (see `dbanon releases`)")
         row = release_row(conn, name)
         assert row is not None  # locked above
         release_id, _, schema, objects = row
@@ -161,12 +161,12 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
             mine = owned(conn, name, schema, obj)
             if mine is False:
                 raise DbanonError(
-                    f"{catalog.qualified(schema, obj)} is not the relation release {name!r} "
-                    "published; dbanon will not drop it"
+                    f"{catalog.qualified(schema, obj)} is not the relation release "
+                    f"{quote_name(name)} published; dbanon will not drop it"
                 )
             rel = store.find(conn, schema, obj)
             if mine and rel is not None:
-                swap_.drop(conn, rel, f"dropped with release {name!r}")
+                swap_.drop(conn, rel, f"dropped with release {quote_name(name)}")
                 dropped.append(catalog.qualified(schema, obj))
         composition.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])

@@ -16,7 +16,7 @@ from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog
 from dbanon.db import source as source_check
 from dbanon.db.catalog import STORE_SCHEMA, Column, Relation
-from dbanon.errors import SHOWN_OFFENDERS, DbanonError
+from dbanon.errors import SHOWN_OFFENDERS, DbanonError, quote_ident, quote_name
 from dbanon.lifecycle import identifying
 from dbanon.lifecycle.catalogue import owned, release_row
 from dbanon.methods.base import Method, Resolved
@@ -42,7 +42,8 @@ def _fits_identifiers(conn: psycopg.Connection, release: str, names: Sequence[st
         size = len(n.encode())
         if size > most:
             raise DbanonError(
-                f"release {release!r}: the name {catalog.quote_ident(n)} is {size} bytes, and "
+                f"release {quote_name(release)}: the name {catalog.quote_ident(n)} is {size} "
+                "bytes, and "
                 f"PostgreSQL keeps {most} of a name; choose a shorter release name (or --target)"
             )
 
@@ -131,15 +132,16 @@ def _check_rows(conn: psycopg.Connection, source: Relation, key: Column, qi: lis
         )
     ).fetchone()
     if null_keys:
-        raise DbanonError(f"key column {key.name!r} of {source} has {null_keys} NULL values")
+        raise DbanonError(f"key column {quote_ident(key.name)} of {source} has {null_keys} NULL "
+            "values")
     if distinct_keys != rows:
         raise DbanonError(
-            f"key column {key.name!r} of {source} is not unique: "
+            f"key column {quote_ident(key.name)} of {source} is not unique: "
             f"{rows - distinct_keys} duplicate values in {rows} rows"
         )
     nulls = [(c.name, n) for c, n in zip(qi, qi_nulls, strict=True) if n]
     if nulls:
-        named = ", ".join(f"{c!r} in {n} rows" for c, n in nulls[:SHOWN_OFFENDERS])
+        named = ", ".join(f"{quote_ident(c)} in {n} rows" for c, n in nulls[:SHOWN_OFFENDERS])
         more = f", ... ({len(nulls)} columns in all)" if len(nulls) > SHOWN_OFFENDERS else ""
         raise DbanonError(
             f"quasi-identifiers of {source} are NULL: {named}{more}; fill or filter them first"
@@ -160,22 +162,25 @@ def _check_target(
     for other, _, other_target, other_objects in others:
         if other_target == name or set(other_objects) & set(objects):
             clash = name if other_target == name else sorted(set(other_objects) & set(objects))[0]
-            raise DbanonError(f"{schema}.{clash} is the target of release {other!r}")
+            raise DbanonError(f"{catalog.qualified(schema, clash)} is the target of release "
+                f"{quote_name(other)}")
     for s, obj in previous:  # the release's own objects: gone is fine, replaced is not
         if owned(conn, spec.name, s, obj) is False:
             raise DbanonError(
-                f"{s}.{obj} is not the relation release {spec.name!r} published (it was replaced "
+                f"{catalog.qualified(s, obj)} is not the relation release {quote_name(spec.name)} "
+                "published (it was replaced "
                 "since); dbanon will not drop it: rename it, or drop it yourself"
             )
     for obj in objects:
         if (schema, obj) not in previous and owned(conn, spec.name, schema, obj) is not None:
-            raise DbanonError(f"{schema}.{obj} exists and is not a dbanon release; choose --target")
+            raise DbanonError(f"{catalog.qualified(schema, obj)} exists and is not a dbanon "
+                "release; choose --target")
 
 
 def refuse_existing(conn: psycopg.Connection, name: str) -> None:
     if release_row(conn, name):
         raise DbanonError(
-            f"release {name!r} exists: `dbanon refresh {name}` rebuilds it as it is, "
+            f"release {quote_name(name)} exists: `dbanon refresh {name}` rebuilds it as it is, "
             "`publish --replace` redefines it"
         )
 
@@ -207,20 +212,21 @@ def resolve(
     named = [spec.key, *spec.qi, *spec.sensitive]
     twice = sorted({c for c in named if named.count(c) > 1})
     if twice:
-        raise DbanonError(f"column {twice[0]!r} is named twice among key, QI and sensitive")
+        raise DbanonError(f"column {quote_ident(twice[0])} is named twice among key, QI and "
+            "sensitive")
     key = catalog.require_columns(cols, source, [spec.key])[0]
     qi = catalog.require_columns(cols, source, spec.qi)
     sensitive = catalog.require_columns(cols, source, spec.sensitive)
     keep = identifying.resolve_keep(spec, method, cols, source)
     changed = [
-        f"{c.name!r} was {spec.columns[c.name]}, is {c.type} now"
+        f"{quote_ident(c.name)} was {spec.columns[c.name]}, is {c.type} now"
         for c in [key, *qi, *sensitive]
         if c.name in spec.columns and spec.columns[c.name] != c.type
     ]
     if changed:
         raise DbanonError(
-            f"columns of {source} changed type since release {spec.name!r} was published: "
-            f"{'; '.join(changed)}; publish --replace to redefine the release"
+            f"columns of {source} changed type since release {quote_name(spec.name)} was "
+            f"published: {'; '.join(changed)}; publish --replace to redefine the release"
         )
     source_check.require_stable_key(conn, source, key)  # a view's random() key: before any scan
     rows = _check_rows(conn, source, key, qi)
@@ -231,7 +237,8 @@ def resolve(
     hierarchies: dict[str, Hierarchy] = {}
     for column, hname in spec.hierarchies.items():
         if column not in spec.qi:
-            raise DbanonError(f"hierarchy given for {column!r}, which is not a quasi-identifier")
+            raise DbanonError(f"hierarchy given for {quote_ident(column)}, which is not a "
+                "quasi-identifier")
         hierarchies[column] = catalog.load_hierarchy(conn, hname)
     if method.finite_qis:  # QIs it measures: numeric and date ones without a hierarchy
         measured = [c for c in qi if c.kind != catalog.CATEGORICAL and c.name not in hierarchies]
@@ -241,12 +248,12 @@ def resolve(
     schema = schema or DEFAULT_SCHEMA
     if schema in RESERVED_SCHEMAS or schema.startswith("pg_"):
         raise DbanonError(
-            f"a release cannot go to schema {schema!r}: consumers are granted USAGE on the "
-            "release schema; choose a schema of its own"
+            f"a release cannot go to schema {quote_ident(schema)}: consumers are granted USAGE on "
+            "the release schema; choose a schema of its own"
         )
     if schema == source.schema:
         raise DbanonError(
-            f"the release must go to its own schema, not the source's ({schema!r}): "
+            f"the release must go to its own schema, not the source's ({quote_ident(schema)}): "
             "consumers get access to the whole release schema"
         )
     objects = method.release_objects(conn, spec, name)
@@ -259,7 +266,10 @@ def resolve(
     _check_target(conn, spec, schema, name, objects, previous)
     unknown = [g for g in revoke if g not in before and g not in spec.grants]
     if unknown:
-        raise DbanonError(f"--revoke {unknown[0]}: release {spec.name!r} is not granted to it")
+        raise DbanonError(
+            f"--revoke {quote_ident(unknown[0])}: release {quote_name(spec.name)} is not "
+            "granted to it"
+        )
     grants = [g for g in dict.fromkeys([*before, *spec.grants]) if g not in revoke]
     for role in grants:
         catalog.require_role(conn, role)

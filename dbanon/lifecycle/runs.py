@@ -32,7 +32,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident, quote_name
 
 # The error of a run whose backend ended without finishing it (a killed process).
 KILLED = "the run was killed: its backend ended without finishing it"
@@ -58,7 +58,7 @@ def holder(conn: psycopg.Connection, name: str) -> int | None:
 
 def _busy(name: str, pid: int | None) -> Busy:
     return Busy(
-        f"release {name!r} is being published, refreshed or changed by another run"
+        f"release {quote_name(name)} is being published, refreshed or changed by another run"
         f"{f' (backend {pid})' if pid else ''}; try again, or pass --wait SECONDS"
     )
 
@@ -102,8 +102,8 @@ def claim(conn: psycopg.Connection, name: str, insert: Any, wait: float = 0.0) -
         raise _busy(name, None) from None
     except (psycopg.errors.SerializationFailure, psycopg.errors.UniqueViolation):
         raise DbanonError(
-            f"release {name!r} was published by another run meanwhile: `dbanon refresh {name}` "
-            "rebuilds it, `publish --replace` redefines it"
+            f"release {quote_name(name)} was published by another run meanwhile: `dbanon refresh "
+            f"{name}` rebuilds it, `publish --replace` redefines it"
         ) from None
     conn.execute("SELECT set_config('lock_timeout', %s, true)", [old])
     return rid
@@ -156,7 +156,8 @@ def schema_usage(conn: psycopg.Connection, schema: str, role: str, grant: bool =
                 raise
         if deadline - time.monotonic() <= 0 or left <= 0:
             raise DbanonError(
-                f"another session holds the privileges of schema {schema!r} (a transaction "
+                f"another session holds the privileges of schema {quote_ident(schema)} (a "
+                "transaction "
                 f"that ran GRANT or REVOKE on it) for over {USAGE_PATIENCE:.0f} s; nothing "
                 "was changed: end that transaction and try again"
             )

@@ -24,7 +24,7 @@ import psycopg
 
 from dbanon.db import catalog, server
 from dbanon.db.connection import LIBPQ_SERVER_VARIABLES
-from dbanon.errors import DbanonError, first_line
+from dbanon.errors import DbanonError, first_line, quote_name
 from dbanon.lifecycle import diffexposure, hierarchy_pins, runs
 from dbanon.lifecycle.catalogue import load_spec
 from dbanon.lifecycle.publish import Refused, Unchanged
@@ -42,7 +42,7 @@ def _release_id(conn: psycopg.Connection, name: str) -> int:
     catalog.require_catalog(conn)
     row = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [name]).fetchone()
     if row is None:
-        raise DbanonError(f"release {name!r} does not exist (see `dbanon releases`)")
+        raise DbanonError(f"release {quote_name(name)} does not exist (see `dbanon releases`)")
     return row[0]
 
 

@@ -33,7 +33,7 @@ from dbanon import methods
 from dbanon.core.hierarchy import Hierarchy, HierarchyError
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog
-from dbanon.errors import DbanonError, first_line
+from dbanon.errors import DbanonError, first_line, quote_name
 from dbanon.lifecycle import schedule
 from dbanon.lifecycle.catalogue import load_spec
 from dbanon.lifecycle.resolve import resolve, resolve_options
@@ -176,7 +176,7 @@ def export(conn: psycopg.Connection, names: list[str] | None = None) -> str:
     stored = [r[0] for r in conn.execute("SELECT name FROM dbanon.release ORDER BY name")]
     for n in names or []:
         if n not in stored:
-            raise DbanonError(f"release {n!r} does not exist (see `dbanon releases`)")
+            raise DbanonError(f"release {quote_name(n)} does not exist (see `dbanon releases`)")
     when = {s["release"]: s for s in schedule.schedules(conn)}
     out = ["# dbanon releases: `dbanon apply FILE --plan` shows what applying it would change."]
     used: set[str] = set()
@@ -256,18 +256,19 @@ def read(path: str | Path) -> SpecFile:
         for k in body:
             if k not in known and k != "schedule":
                 raise DbanonError(
-                    f"{path}:{_line(text, name, k)}: unknown key {k!r} in release {name!r} "
-                    f"(known: {', '.join(sorted(known | {'schedule'}))})"
+                    f"{path}:{_line(text, name, k)}: unknown key {k!r} in release "
+                    f"{quote_name(name)} (known: {', '.join(sorted(known | {'schedule'}))})"
                 )
         for k in _REQUIRED:
             if k not in body:
-                raise DbanonError(f"{path}:{_line(text, name)}: release {name!r} needs {k!r}")
+                raise DbanonError(f"{path}:{_line(text, name)}: release {quote_name(name)} needs "
+                    f"{k!r}")
         when = body.pop("schedule", None)
         if when is not None and (
             not isinstance(when, dict) or set(when) - _SCHEDULE_KEYS or len(when) != 1
         ):
             raise DbanonError(
-                f"{path}:{_line(text, name, 'schedule')}: schedule of {name!r} must be "
+                f"{path}:{_line(text, name, 'schedule')}: schedule of {quote_name(name)} must be "
                 "{every = \"INTERVAL\"} or {cron = \"EXPRESSION\"}"
             )
         try:
@@ -275,7 +276,8 @@ def read(path: str | Path) -> SpecFile:
             methods.get(spec.method)
             _declared(spec)
         except (TypeError, ValueError, DbanonError) as e:
-            raise DbanonError(f"{path}:{_line(text, name)}: release {name!r}: {e}") from None
+            raise DbanonError(f"{path}:{_line(text, name)}: release {quote_name(name)}: "
+                f"{e}") from None
         out[name] = Desired(spec, when)
     return SpecFile(str(path), text, out, _hierarchies(path, text, data.get("hierarchies", {})))
 
@@ -292,7 +294,8 @@ def _hierarchies(path: Path, text: str, tables: Any) -> dict[str, Hierarchy]:
                 or not all(isinstance(r, list) and all(isinstance(v, str) for v in r)
                            for r in rows)):  # fmt: skip
             raise DbanonError(
-                f"{path}:{line}: hierarchy {name!r} must be rows = [[\"leaf\", ..., \"*\"], ...]"
+                f"{path}:{line}: hierarchy {quote_name(name)} must be rows = "
+                "[[\"leaf\", ..., \"*\"], ...]"
             )
         try:
             out[name] = Hierarchy.from_rows(name, rows)
@@ -425,7 +428,8 @@ def validate(conn: psycopg.Connection, wanted: SpecFile, changes: list[Change]) 
             if version is None:
                 catalog.store_hierarchy(conn, h)  # so the releases that read it resolve
             elif version != h.version:
-                refuse(hname, "hierarchies", f"hierarchy {hname!r} differs from the stored one; "
+                refuse(hname, "hierarchies", f"hierarchy {quote_name(hname)} differs from the "
+                    "stored one; "
                        "apply does not replace a stored hierarchy: `dbanon hierarchy import "
                        f"{hname} FILE --replace` does, deliberately")  # fmt: skip
         for c in changes:
@@ -440,7 +444,8 @@ def validate(conn: psycopg.Connection, wanted: SpecFile, changes: list[Change]) 
                             other = targets.setdefault((r.target_schema, obj), r.spec.name)
                             if other != r.spec.name:
                                 raise DbanonError(f"{r.target_schema}.{obj} is also the target "
-                                                  f"of release {other!r} in this file")  # fmt: skip
+                                                  f"of release {quote_name(other)} in this "
+                                                  "file")  # fmt: skip
                     elif c.action == "grant":
                         for role in c.data["roles"]:
                             catalog.require_role(conn, role)
@@ -454,12 +459,12 @@ def validate(conn: psycopg.Connection, wanted: SpecFile, changes: list[Change]) 
     if errors:
         errors.sort(key=lambda e: int(e[0]))
         first = errors[0][1]
-        what = (f"release {first['release']!r}" if "release" in first
-                else f"hierarchy {first['hierarchy']!r}")  # fmt: skip
+        what = (f"release {quote_name(first['release'])}" if "release" in first
+                else f"hierarchy {quote_name(first['hierarchy'])}")  # fmt: skip
         text = f"{wanted.path}:{first['line']}: {what}: {first['error']}"
         if len(errors) > 1:
             others = [e.get("release") or e.get("hierarchy") for _, e in errors[1:]]
-            text += f" (and {len(others)} more failing: {', '.join(map(repr, others))})"
+            text += f" (and {len(others)} more failing: {', '.join(map(quote_name, others))})"
         raise Invalid(text + "; nothing was changed", [e for _, e in errors])
 
 

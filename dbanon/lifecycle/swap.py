@@ -26,7 +26,7 @@ from psycopg import sql
 from dbanon.db import store
 from dbanon.db.catalog import qualified
 from dbanon.db.store import Released, behind, dependents, find
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.lifecycle import runs
 from dbanon.lifecycle.catalogue import owner_comment
 from dbanon.methods.base import Built, Resolved
@@ -95,8 +95,8 @@ def swap_patiently(conn: psycopg.Connection, r: Resolved, built: list[Built]) ->
         except psycopg.errors.LockNotAvailable:
             if time.monotonic() - started > SWAP_PATIENCE:
                 raise DbanonError(
-                    f"the swap of release {r.spec.name!r} waited {SWAP_PATIENCE:.0f} s for "
-                    "readers of its previous relations; the previous release is unchanged"
+                    f"the swap of release {quote_name(r.spec.name)} waited {SWAP_PATIENCE:.0f} s "
+                    "for readers of its previous relations; the previous release is unchanged"
                 ) from None
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
@@ -109,7 +109,7 @@ def swap(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
     for schema, name in r.previous:  # checked in resolve: each is the release's own, or gone
         old = store.find(conn, schema, name)
         if (schema, name) not in keeps and old is not None:
-            drop(conn, old, f"dropped (release {r.spec.name!r} no longer publishes it)")
+            drop(conn, old, f"dropped (release {quote_name(r.spec.name)} no longer publishes it)")
     promise = ", ".join(m.name for m in r.models) or "no equivalence-class model"
     comment = f"{owner_comment(r.spec.name)} {r.method.name}; {promise}"
     for b in built:

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.lifecycle.catalogue import owned
 from dbanon.lifecycle.releases import drop
 
@@ -32,7 +32,8 @@ def uninstall(conn: psycopg.Connection, dsn: str) -> dict[str, Any]:
             if owned(conn, name, schema, obj) is False:
                 conn.rollback()
                 raise DbanonError(
-                    f"{catalog.qualified(schema, obj)} is not the relation release {name!r} "
+                    f"{catalog.qualified(schema, obj)} is not the relation release "
+                    f"{quote_name(name)} "
                     "published; dbanon will not drop it: rename or drop it yourself, then "
                     "uninstall again"
                 )

@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from dbanon.errors import DbanonError, first_line
+from dbanon.errors import DbanonError, first_line, quote_name
 from dbanon.lifecycle import identifying
 from dbanon.lifecycle.catalogue import load_spec, missing, release_row
 from dbanon.lifecycle.resolve import resolve
@@ -43,7 +43,7 @@ def recheck(conn: psycopg.Connection, name: str) -> list[Any]:
                     build_schema=schema, objects=objects)
         gone = missing(conn, schema, objects)
         if gone:
-            raise DbanonError(f"release {name!r}: released relation {gone[0]} is missing")
+            raise DbanonError(f"release {quote_name(name)}: released relation {gone[0]} is missing")
         built = [Built(o, o) for o in objects]
         r.method.rechecking(conn, r, built)  # what else the checks read (a view's snapshot)
         kept = identifying.recheck(conn, r, built)  # --keep columns, measured as they are now

@@ -37,7 +37,7 @@ from psycopg import sql
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db.catalog import CATEGORICAL, STORE_SCHEMA, Column, Relation
-from dbanon.errors import DbanonError, ModelViolation
+from dbanon.errors import DbanonError, ModelViolation, quote_name
 from dbanon.models import PrivacyModel
 from dbanon.models.base import CheckResult, Target
 from dbanon.models.specs import MODEL_KINDS, kind_of
@@ -317,8 +317,8 @@ def class_sizes(
 
 def failed(release: str, check: Check, result: CheckResult) -> ModelViolation:
     return ModelViolation(
-        f"release {release!r} failed its check of {check.name} ({result.figures}, worst class: "
-        f"{result.worst_class}); the previous release is unchanged"
+        f"release {quote_name(release)} failed its check of {check.name} ({result.figures}, worst "
+        f"class: {result.worst_class}); the previous release is unchanged"
     )
 
 

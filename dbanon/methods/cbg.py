@@ -47,7 +47,7 @@ from psycopg import sql
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
 from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
@@ -131,8 +131,8 @@ class CrossBucket(Method):
                               (r.sensitive[0].name, (BUCKET_ID, COUNT))]:  # fmt: skip
             if col in reserved:
                 raise DbanonError(
-                    f"column {col!r} of {r.source} clashes with the {col!r} column of the "
-                    "cross-bucket tables; publish a view that renames it"
+                    f"column {quote_ident(col)} of {r.source} clashes with the {quote_ident(col)} "
+                    "column of the cross-bucket tables; publish a view that renames it"
                 )
         validate_blocks(r, 2 * diversity_num(k, ell), "2 * k * ceil(l/k)")
         check_eligible(conn, r.source, r.sensitive[0], ell)
@@ -144,7 +144,7 @@ class CrossBucket(Method):
         if distinct < least:
             raise DbanonError(
                 f"cross-bucket needs at least k*ceil(l/k) = {least} distinct values of "
-                f"{sa.name!r} for k={k}, l={ell}; {r.source} has {distinct}"
+                f"{quote_ident(sa.name)} for k={k}, l={ell}; {r.source} has {distinct}"
             )
 
     @staticmethod

@@ -29,7 +29,7 @@ from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
-from dbanon.errors import DbanonError, offenders
+from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.methods.base import BuildContext, Method, Option
 from dbanon.metrics.loss import loss_report
 from dbanon.setlogic import composition
@@ -86,7 +86,8 @@ def encode(r: Resolved, col: Column, values: Coded) -> tuple[np.ndarray, Hierarc
     if (leaf < 0).any():
         missing = sorted((v for v, x in zip(values.values, leaf, strict=True) if x < 0), key=str)
         raise DbanonError(
-            f"values of column {col.name!r} are not in hierarchy {h.name!r}: {offenders(missing)}"
+            f"values of column {quote_ident(col.name)} are not in hierarchy {quote_name(h.name)}: "
+            f"{offenders(missing)}"
         )
     return leaf[values.codes], h
 

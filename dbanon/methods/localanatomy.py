@@ -28,7 +28,7 @@ from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.stream import copy_out
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics import personal  # noqa: F401 - registers the "localanatomy" query answerer
@@ -71,7 +71,7 @@ def _flagged_columns(conn: psycopg.Connection, spec: ReleaseSpec) -> list[str]:
         return []
     rel = catalog.relation(conn, name)
     if COLUMN not in catalog.columns(conn, rel):
-        raise DbanonError(f"flags relation {rel} has no column {COLUMN!r}")
+        raise DbanonError(f"flags relation {rel} has no column {quote_ident(COLUMN)}")
     named = {
         row[0]
         for row in conn.execute(
@@ -106,8 +106,8 @@ def _no_null_sensitive(conn: psycopg.Connection, r: Resolved) -> None:
     for c, n in zip(r.sensitive, nulls, strict=True):
         if n:
             raise DbanonError(
-                f"sensitive column {c.name!r} of {r.source} is NULL in {n:,} of {r.rows:,} rows; "
-                "fill or filter them first"
+                f"sensitive column {quote_ident(c.name)} of {r.source} is NULL in {n:,} of "
+                f"{r.rows:,} rows; fill or filter them first"
             )
 
 
@@ -184,12 +184,13 @@ class LocalAnatomy(Method):
         attrs = {a.column for a in self.attributes(r)}
         stray = sorted(set(principles) - attrs)
         if stray:
-            raise DbanonError(f"--principle names {stray[0]!r}, which has no flagged values")
+            raise DbanonError(f"--principle names {quote_ident(stray[0])}, which has no flagged "
+                "values")
         for name in r.objects:
             if len(name.encode()) > IDENT_LIMIT:
                 raise DbanonError(
-                    f"relation name {name!r} is longer than PostgreSQL's {IDENT_LIMIT} bytes; "
-                    "choose a shorter --target"
+                    f"relation name {quote_ident(name)} is longer than PostgreSQL's {IDENT_LIMIT} "
+                    "bytes; choose a shorter --target"
                 )
 
     def extract(

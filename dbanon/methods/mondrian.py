@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.errors import quote_ident
 from dbanon.methods import register
 from dbanon.methods.grouped import GroupingMethod, codes
 from dbanon.models.specs import kind_of
@@ -52,9 +53,10 @@ class Mondrian(GroupingMethod):
             column = r.sensitive[0].name
             top, top_rows = counts.most_common(1)[0]
             why = (
-                f"it has only {len(counts)} distinct values of {column!r}"
+                f"it has only {len(counts)} distinct values of {quote_ident(column)}"
                 if len(counts) < model.l  # type: ignore[attr-defined]
-                else f"{column} = {top!r} holds {top_rows / len(sensitive):.1%} of the rows"
+                else f"{quote_ident(column)} = {top!r} holds {top_rows / len(sensitive):.1%} of "
+                    "the rows"
             )
             raise ValueError(
                 f"the table is not {model.name} as a whole, so no partition of it can be: {why}"

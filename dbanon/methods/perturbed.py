@@ -47,7 +47,7 @@ from psycopg import sql
 
 from dbanon.algorithms.ina import prf_uniform
 from dbanon.db import catalog
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics.linkage import SAMPLE, Linkage
 from dbanon.metrics.security import Security
@@ -158,11 +158,12 @@ def released_columns(conn: psycopg.Connection, r: Resolved) -> list[str]:
     clash = declared & set(dropped)
     if clash:
         raise DbanonError(
-            f"column {sorted(clash)[0]!r} is both released (--columns, --sensitive or --keep) "
-            "and dropped; --drop is deprecated: a column nobody declared is never released"
+            f"column {quote_ident(sorted(clash)[0])} is both released (--columns, --sensitive or "
+            "--keep) and dropped; --drop is deprecated: a column nobody declared is never released"
         )
     if ROW in declared:
-        raise DbanonError(f"column {ROW!r} of {r.source} has the name of the release's row id")
+        raise DbanonError(f"column {quote_ident(ROW)} of {r.source} has the name of the release's "
+            "row id")
     return [c for c in cols if c in declared and c != r.key.name]
 
 
@@ -220,7 +221,7 @@ class PerturbingMethod(Method):
         for c in r.qi:
             if c.kind != catalog.NUMERIC:
                 raise DbanonError(
-                    f"column {c.name!r} of {r.source} is {c.type}, not numeric: "
+                    f"column {quote_ident(c.name)} of {r.source} is {c.type}, not numeric: "
                     f"--algorithm {self.name} perturbs numeric columns only"
                 )
         if r.rows < 2:
@@ -228,8 +229,8 @@ class PerturbingMethod(Method):
         for c, (low, high, std) in zip(r.qi, stats(conn, r), strict=True):
             if low == high or std == 0:
                 raise DbanonError(
-                    f"column {c.name!r} of {r.source} is constant ({low}): noise relative to "
-                    "its spread would be none; leave it out of --columns"
+                    f"column {quote_ident(c.name)} of {r.source} is constant ({low}): noise "
+                    "relative to its spread would be none; leave it out of --columns"
                 )
         released_columns(conn, r)
 
@@ -322,7 +323,7 @@ class PerturbingMethod(Method):
             ).fetchall()]  # fmt: skip
             holds = found == expected and r.key.name not in found
             return CheckResult("release columns (no key)", holds, {}, None if holds else
-                               f"columns {found}, expected {expected}")  # fmt: skip
+                               f"columns {idents(found)}, expected {idents(expected)}")  # fmt: skip
 
         def paired(conn: psycopg.Connection) -> CheckResult:
             perturbed = {q.name for q in r.qi}

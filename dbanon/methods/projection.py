@@ -48,7 +48,7 @@ from dbanon.algorithms.featuresel import (
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
 from dbanon.db.stream import copy_out
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
 from dbanon.models.base import Target
 from dbanon.setlogic.fulldomain import _fresh
@@ -141,7 +141,7 @@ def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
     if bins > most:
         raise DbanonError(
             f"--bins {bins} is more than the distinct values of any numeric QI of {r.source} "
-            f"(at most {most}, of {col!r})"
+            f"(at most {most}, of {quote_ident(col)})"
         )
 
 
@@ -265,7 +265,7 @@ class ProjectionMethod(Method):
         ).fetchall()
         if len(values) < 2:
             raise DbanonError(
-                f"label column {label.name!r} of {r.source} has one value "
+                f"label column {quote_ident(label.name)} of {r.source} has one value "
                 f"({values[0][0] if values else None!r}): there is nothing to classify"
             )
         k = r.k or 2
@@ -275,8 +275,8 @@ class ProjectionMethod(Method):
             best = int(np.argmax(smallest))
             raise DbanonError(
                 f"no subset of the QIs of {r.source} is {k}-anonymous, not even one column: the "
-                f"least bad, {features[best].name!r}, has a smallest class of {smallest[best]} "
-                "rows"
+                f"least bad, {quote_ident(features[best].name)}, has a smallest class of "
+                f"{smallest[best]} rows"
             )
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:

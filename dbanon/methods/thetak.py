@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.base import CONSTRUCTIONS, LEFTOVERS, QIArrays
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
 from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod
@@ -77,7 +77,7 @@ class ThetaK(GroupingMethod):
         found = cats.validate(conn, Target(r.source.ident, [c.name for c in r.qi], column))
         if found < model.theta:
             raise DbanonError(
-                f"column {column!r} of {r.source} holds values of {found} categories "
+                f"column {quote_ident(column)} of {r.source} holds values of {found} categories "
                 f"({model.categories.describe()}), fewer than --theta {model.theta}"
             )
 

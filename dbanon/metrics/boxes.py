@@ -29,7 +29,7 @@ from psycopg import sql
 
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 
 WHOLE = "*"
 _NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
@@ -119,7 +119,7 @@ def numeric_bounds(text: str, attr: Attribute) -> tuple[float, float]:
             m = _TYPED_RANGE.match(t)
             if not m:
                 raise DbanonError(
-                    f"cannot read {text!r} of column {attr.name!r} as a number or range"
+                    f"cannot read {text!r} of column {quote_ident(attr.name)} as a number or range"
                 )
             lo = float(m.group(2)) if m.group(2) else -math.inf
             hi = float(m.group(3)) if m.group(3) else math.inf
@@ -148,8 +148,8 @@ def category_mask(text: str, attr: Attribute) -> np.ndarray:
                 mask[i] = True
     if not mask.any() and (h is None or text not in h.labels):
         raise DbanonError(
-            f"released value {text!r} of column {attr.name!r} is neither a source value, '*' "
-            "nor a label of its hierarchy"
+            f"released value {text!r} of column {quote_ident(attr.name)} is neither a source "
+            "value, '*' nor a label of its hierarchy"
         )
     return mask
 

@@ -44,7 +44,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.metrics.boxes import Attribute, Bucketed, bucketed, fetch_text
 
 OPS = (">", "<", "=", ">=", "<=", "!=")
@@ -224,10 +224,11 @@ class Answers:
             v = np.asarray([float(x) for x in b.values.tolist()], dtype=np.float64)
         except (TypeError, ValueError):
             raise DbanonError(
-                f"query error sums the sensitive column; {sensitive!r} is not numeric"
+                f"query error sums the sensitive column; {quote_ident(sensitive)} is not numeric"
             ) from None
         if (v < 0).any():
-            raise DbanonError(f"query error needs a non-negative {sensitive!r} (a salary)")
+            raise DbanonError(f"query error needs a non-negative {quote_ident(sensitive)} (a "
+                "salary)")
         owner = np.repeat(np.arange(b.buckets), np.diff(b.offsets))
         v = v[np.lexsort((v, owner))]
         return cls(b, np.concatenate([[0.0], np.cumsum(v)]))

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg import sql
 
-from dbanon.errors import DbanonError
+from dbanon.db import catalog
+from dbanon.errors import DbanonError, quote_ident
 
 if TYPE_CHECKING:
     from dbanon.models.split import Split
@@ -124,7 +125,7 @@ class Target:
 
     def describe(self, conn: psycopg.Connection) -> str:
         """The relation as SQL text, for error messages."""
-        return self.relation.as_string(conn)
+        return catalog.shown(conn, self.relation)
 
     def type_category(self, conn: psycopg.Connection, column: str) -> str:
         """pg_type.typcategory of a column of the relation ('N' numeric, 'S' string, ...)."""
@@ -143,7 +144,7 @@ class Target:
             return
         if self.type_category(conn, self.count) != "N":
             raise DbanonError(
-                f"count column {self.count!r} of {self.describe(conn)} must be numeric"
+                f"count column {quote_ident(self.count)} of {self.describe(conn)} must be numeric"
             )
         w = sql.Identifier(self.count)
         bad = conn.execute(
@@ -154,8 +155,8 @@ class Target:
         ).fetchone()
         if bad[0]:
             raise DbanonError(
-                f"count column {self.count!r} of {self.describe(conn)} must hold positive whole "
-                f"numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
+                f"count column {quote_ident(self.count)} of {self.describe(conn)} must hold "
+                f"positive whole numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
             )
 
 

@@ -26,7 +26,7 @@ from psycopg import sql
 
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
-from dbanon.errors import DbanonError, offenders
+from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.models.base import Target
 
 
@@ -37,8 +37,8 @@ def named_hierarchy(given: Mapping[str, str] | None, sensitive: Sequence[str]) -
     for column in given:
         if column not in sensitive:
             raise DbanonError(
-                f"--sensitive-hierarchy names {column!r}, which is not a sensitive column "
-                "(--sensitive)"
+                f"--sensitive-hierarchy names {quote_ident(column)}, which is not a sensitive "
+                "column (--sensitive)"
             )
     if len(given) > 1:
         raise DbanonError("--sensitive-hierarchy: (θ,k)-anonymity reads one sensitive column")
@@ -75,7 +75,7 @@ class Categories:
         if self.width is not None:
             return f"intervals of width {self.width:g}"
         level = "below the root" if self.level is None else f"level {self.level}"
-        return f"hierarchy {self.hierarchy!r} {level}"
+        return f"hierarchy {quote_name(self.hierarchy)} {level}"
 
     def source(self, target: Target) -> sql.Composable:
         """As BoundCategories.source, without loading the hierarchy: the default level (just
@@ -107,13 +107,13 @@ class Categories:
         level = h.height - 1 if self.level is None else self.level
         if h.height < 2:
             raise DbanonError(
-                f"hierarchy {h.name!r} has no level between its values and its root "
+                f"hierarchy {quote_name(h.name)} has no level between its values and its root "
                 "(height 1): it has no categories"
             )
         if not 1 <= level < h.height:
             raise DbanonError(
-                f"--category-level {level} is not a level of hierarchy {h.name!r} between its "
-                f"values and its root (1..{h.height - 1})"
+                f"--category-level {level} is not a level of hierarchy {quote_name(h.name)} "
+                f"between its values and its root (1..{h.height - 1})"
             )
         return BoundCategories(self, h, level)
 
@@ -166,7 +166,8 @@ class BoundCategories:
         where = target.describe(conn)
         if self.hierarchy is None and target.type_category(conn, column) != "N":
             raise DbanonError(
-                f"--category-width needs a numeric sensitive column; {column!r} of {where} is not"
+                f"--category-width needs a numeric sensitive column; {quote_ident(column)} of "
+                f"{where} is not"
             )
         nulls, missing, categories = conn.execute(
             sql.SQL(
@@ -185,18 +186,18 @@ class BoundCategories:
         ).fetchone()
         if nulls:
             raise DbanonError(
-                f"sensitive column {column!r} of {where} has {nulls} NULL values; "
+                f"sensitive column {quote_ident(column)} of {where} has {nulls} NULL values; "
                 "(θ,k)-anonymity needs a category for every row"
             )
         if missing:
             if self.hierarchy is None:
                 raise DbanonError(
-                    f"sensitive column {column!r} of {where} holds values in no interval: "
-                    f"{offenders(sorted(missing))}"
+                    f"sensitive column {quote_ident(column)} of {where} holds values in no "
+                    f"interval: {offenders(sorted(missing))}"
                 )
             raise DbanonError(
-                f"values of sensitive column {column!r} are not in hierarchy "
-                f"{self.hierarchy.name!r}: {offenders(sorted(missing))}"
+                f"values of sensitive column {quote_ident(column)} are not in hierarchy "
+                f"{quote_name(self.hierarchy.name)}: {offenders(sorted(missing))}"
             )
         return int(categories)
 
@@ -212,5 +213,6 @@ class BoundCategories:
         label = {v: h.labels[h.ancestors(leaf)[self.level]] for v, leaf in h.leaves.items()}
         missing = sorted({str(v) for v in values if v not in label})
         if missing:
-            raise DbanonError(f"values are not in hierarchy {h.name!r}: {offenders(missing)}")
+            raise DbanonError(f"values are not in hierarchy {quote_name(h.name)}: "
+                f"{offenders(missing)}")
         return [label[v] for v in values]  # type: ignore[index]

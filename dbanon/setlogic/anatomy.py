@@ -36,9 +36,10 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from dbanon.db import catalog
 from dbanon.db.catalog import Column, Relation
 from dbanon.db.settings import local_settings
-from dbanon.errors import DbanonError, ModelViolation
+from dbanon.errors import DbanonError, ModelViolation, idents, quote_ident
 
 GROUP_ID = "group_id"
 COUNT = "count"
@@ -94,8 +95,8 @@ def check_eligible(
         raise DbanonError(f"{source} has no rows: there is nothing to publish")
     if nulls:
         raise DbanonError(
-            f"sensitive column {sensitive.name!r} of {source} is NULL in {nulls:,} of {rows:,} "
-            "rows; fill or filter them first"
+            f"sensitive column {quote_ident(sensitive.name)} of {source} is NULL in {nulls:,} of "
+            f"{rows:,} rows; fill or filter them first"
         )
     if distinct < l:
         raise DbanonError(
@@ -137,21 +138,22 @@ def build_anatomy(
         raise DbanonError("at least one quasi-identifier is needed")
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise DbanonError(f"quasi-identifier {twice[0]!r} is named twice")
+        raise DbanonError(f"quasi-identifier {quote_ident(twice[0])} is named twice")
     if sensitive.name in names:
-        raise DbanonError(f"column {sensitive.name!r} is both a quasi-identifier and sensitive")
+        raise DbanonError(f"column {quote_ident(sensitive.name)} is both a quasi-identifier and "
+            "sensitive")
     for col, reserved in [*((n, (GROUP_ID,)) for n in names), (sensitive.name, (GROUP_ID, COUNT))]:
         if col in reserved:
             raise DbanonError(
-                f"column {col!r} of {source} clashes with the {col!r} column of the Anatomy "
-                "tables; publish a view that renames it"
+                f"column {quote_ident(col)} of {source} clashes with the {quote_ident(col)} "
+                "column of the Anatomy tables; publish a view that renames it"
             )
     if qit == st:
         raise DbanonError("the QIT and ST tables need different names")
     for target in (qit, st):
-        shown = target.as_string(conn)
-        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [shown]).fetchone()[0]:
-            raise DbanonError(f"{shown} already exists")
+        regclass = target.as_string(conn)
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [regclass]).fetchone()[0]:
+            raise DbanonError(f"{catalog.shown(conn, target)} already exists")
     same_snapshot = eligible and not conn.autocommit
     if not same_snapshot:
         check_eligible(conn, source, sensitive, l)
@@ -284,9 +286,10 @@ def verify_anatomy(
     values = [c for c in cols if c not in (GROUP_ID, COUNT)]
     if GROUP_ID not in cols or COUNT not in cols or len(values) != 1:
         raise DbanonError(
-            f"{st.as_string(conn)} is not an Anatomy ST table (group_id, <value>, count): {cols}"
+            f"{catalog.shown(conn, st)} is not an Anatomy ST table (group_id, <value>, count): "
+            f"{idents(cols)}"
         )
-    names = f"{qit.as_string(conn)}/{st.as_string(conn)}"
+    names = f"{catalog.shown(conn, qit)}/{catalog.shown(conn, st)}"
     ctes = sql.SQL(
         """WITH per_group AS (
                SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top, sum(bad) AS bad,

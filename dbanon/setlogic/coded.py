@@ -14,7 +14,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.setlogic.hierarchies import (
     AnyHierarchy,
     IntervalHierarchy,
@@ -201,7 +201,8 @@ class _Coded:
                     v, c0 = values[i]
                     pos = np.searchsorted(v, out[i])
                     if got and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
-                        raise DbanonError(f"a value of {qis[i].col.name!r} is missing from its map")
+                        raise DbanonError(f"a value of {quote_ident(qis[i].col.name)} is missing "
+                            "from its map")
                     block[:, i] = c0[pos]
                 else:
                     block[:, i] = out[i]

@@ -23,7 +23,7 @@ from psycopg import sql
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 from dbanon.models import (
     KAnonymity,
     PrivacyModel,
@@ -96,18 +96,18 @@ def release_select(
     for i, col in enumerate(qi):
         kind, h, height = _effective(col, hierarchies)
         if col.name not in levels:
-            raise DbanonError(f"no level given for quasi-identifier {col.name!r}")
+            raise DbanonError(f"no level given for quasi-identifier {quote_ident(col.name)}")
         level = levels[col.name]
         ref = sql.SQL("s.{}").format(col.ident)
         if kind in ("interval", "calendar") and h is None:
             if level > 0:
                 raise DbanonError(
-                    f"level {level} of {col.name!r} needs its {kind} hierarchy: pass "
+                    f"level {level} of {quote_ident(col.name)} needs its {kind} hierarchy: pass "
                     "FullDomainResult.hierarchies to release_select"
                 )
             h = _unmade(kind, col)
         if not 0 <= level <= (h.height if h is not None else height):
-            raise DbanonError(f"level {level} of {col.name!r} is outside its hierarchy")
+            raise DbanonError(f"level {level} of {quote_ident(col.name)} is outside its hierarchy")
         if isinstance(h, IntervalHierarchy):
             gen.append(_interval_value(h, col, ref, level, ranges))
             if level >= h.height:

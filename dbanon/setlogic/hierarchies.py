@@ -43,7 +43,7 @@ from psycopg import sql
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident
 
 INTERVAL_LEVELS = 4  # interval levels of an automatic numeric hierarchy, between value and '*'
 
@@ -209,7 +209,7 @@ def interval_hierarchy(
     """The automatic hierarchy of a numeric or date QI, from its current min and max."""
     base = interval_base(col)
     if base is None:
-        raise DbanonError(f"column {col.name!r} ({col.type}) is not numeric or date")
+        raise DbanonError(f"column {quote_ident(col.name)} ({col.type}) is not numeric or date")
     x = _as_number(base, col.ident)
     low, high = conn.execute(
         sql.SQL("SELECT min({x})::numeric, max({x})::numeric FROM {src}").format(
@@ -367,11 +367,13 @@ def _effective(
         if isinstance(h, cls):
             if h.base != base:
                 raise DbanonError(
-                    f"the {kind} hierarchy of {col.name!r} is for {h.base} values, not {col.type}"
+                    f"the {kind} hierarchy of {quote_ident(col.name)} is for {h.base} values, not "
+                    f"{col.type}"
                 )
             return kind, h, h.height
     if h is not None:
-        raise DbanonError(f"hierarchy of {col.name!r} is a {type(h).__name__}, not a hierarchy")
+        raise DbanonError(f"hierarchy of {quote_ident(col.name)} is a {type(h).__name__}, not a "
+            "hierarchy")
     if calendar_base(col) is not None:
         return "calendar", None, -1  # its range (for NCP) and time zone come from search()
     if interval_base(col) is not None:

@@ -73,7 +73,7 @@ from psycopg import sql
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
 from dbanon.db.settings import local_settings, work_mem_at_least
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_ident, quote_name
 from dbanon.models import (
     AlphaKAnonymity,
     DistinctLDiversity,
@@ -189,11 +189,12 @@ def _check_stored(conn: psycopg.Connection, h: Hierarchy, col: Column) -> None:
     ).fetchone()
     if row is None:
         raise DbanonError(
-            f"hierarchy {h.name!r} of column {col.name!r} is not stored in the catalog "
-            "(import it with `dbanon hierarchy import`)"
+            f"hierarchy {quote_name(h.name)} of column {quote_ident(col.name)} is not stored in "
+            "the catalog (import it with `dbanon hierarchy import`)"
         )
     if (row[0], row[1], row[2]) != (h.height, len(h.leaves), h.version):
-        raise DbanonError(f"hierarchy {h.name!r} in the catalog differs from the one given")
+        raise DbanonError(f"hierarchy {quote_name(h.name)} in the catalog differs from the one "
+            "given")
 
 
 
@@ -438,8 +439,8 @@ class _Lattice:
             nulls, low, high = row[1 + 3 * i : 4 + 3 * i]
             if nulls:
                 raise DbanonError(
-                    f"quasi-identifier {q.col.name!r} of {source} is NULL in {nulls} rows; "
-                    "fill or filter them first"
+                    f"quasi-identifier {quote_ident(q.col.name)} of {source} is NULL in {nulls} "
+                    "rows; fill or filter them first"
                 )
             if q.kind == "interval" and q.h is None:
                 base = interval_base(q.col) or "numeric"
@@ -463,8 +464,8 @@ class _Lattice:
                 ).fetchone()
                 if missing:
                     raise DbanonError(
-                        f"value {missing[0]!r} of column {q.col.name!r} is not in hierarchy "
-                        f"{q.h.name!r}"
+                        f"value {missing[0]!r} of column {quote_ident(q.col.name)} is not in "
+                        f"hierarchy {quote_name(q.h.name)}"
                     )
 
     def _store_map(self, i: int, h: Hierarchy) -> None:
@@ -673,7 +674,7 @@ def search(
     names = [c.name for c in qi]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise DbanonError(f"quasi-identifier {twice[0]!r} is named twice")
+        raise DbanonError(f"quasi-identifier {quote_ident(twice[0])} is named twice")
     if not 0.0 <= max_suppression <= 1.0:
         raise DbanonError(f"max_suppression must be within [0, 1], got {max_suppression}")
     for m in models:
