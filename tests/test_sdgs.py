@@ -18,9 +18,7 @@ from dbanon.errors import DbanonError
 from dbanon.models.dp import delta_of, sdgs
 
 SETTINGS = [
-    (eps, delta)
-    for eps in (0.01, 0.1, 0.5, 1.0, 1.5, 2.0, 3.0)
-    for delta in (1e-3, 1e-5, 1e-7)
+    (eps, delta) for eps in (0.01, 0.1, 0.5, 1.0, 1.5, 2.0, 3.0) for delta in (1e-3, 1e-5, 1e-7)
 ]
 
 
@@ -61,8 +59,10 @@ def test_k_grows_as_the_guarantee_tightens() -> None:
         assert ks == sorted(ks) and ks[0] < ks[-1]
 
 
-@pytest.mark.parametrize(("epsilon", "delta"), [(0, 1e-5), (-1, 1e-5), (3.5, 1e-5), (1, 0),
-                                                 (1, 1), (float("nan"), 1e-5), (1, -1e-5)])
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [(0, 1e-5), (-1, 1e-5), (3.5, 1e-5), (1, 0), (1, 1), (float("nan"), 1e-5), (1, -1e-5)],
+)
 def test_out_of_range_parameters_are_refused(epsilon: float, delta: float) -> None:
     with pytest.raises(DbanonError):
         sdgs(epsilon, delta)
