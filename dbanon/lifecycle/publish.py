@@ -53,6 +53,7 @@ class PublishResult:
     objects: list[str] = field(default_factory=list)
     grants: dict[str, list[str]] = field(default_factory=dict)  # kept, added, revoked
     source_rows: int | None = None  # the source's rows the run read
+    reported: dict[str, Any] = field(default_factory=dict)  # the method's own (Method.reported)
 
     @property
     def suppressed_rows(self) -> int | None:
@@ -74,6 +75,7 @@ class PublishResult:
             "seconds": self.seconds,
             "grants": self.grants,
             "warnings": self.metrics.get("warnings", []),
+            **self.reported,
         }
 
 
@@ -259,6 +261,7 @@ def _publish(
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
         source_rows=r.rows,
+        reported={k: metrics[k] for k in r.method.reported if k in metrics},
     )
 
 

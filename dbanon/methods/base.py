@@ -198,6 +198,9 @@ class Method(ABC):
     # README's table of releases (dbanon.methods.releases_table).
     releases: ClassVar[str] = ""
     attacker: ClassVar[str] = ""
+    # Its own figures (keys of what `build` returns) that the publish's summary shows beside
+    # the common ones, so `--json` reports them (safepub: its "dp" parameters).
+    reported: ClassVar[tuple[str, ...]] = ()
 
     # --- declared -------------------------------------------------------------------------------
 
