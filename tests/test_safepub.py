@@ -143,7 +143,7 @@ def test_every_run_draws_a_fresh_secret_sample(adult: psycopg.Connection, dsn: s
     ("args", "says"),
     [
         (["--levels", "agee=1"], "not a quasi-identifier"),
-        (["--levels", "education_num=1"], "no stored hierarchy"),
+        (["--levels", "education_num=2"], "no stored hierarchy"),
         (["--levels", "age=9"], "outside its hierarchy"),
         (["--levels", "age=x"], "whole number"),
         (["--epsilon", "0"], "--epsilon"),

@@ -41,15 +41,16 @@ SAMPLE = Relation("pg_temp", "dbanon_safepub_sample")  # a view: the source's sa
 BITS = 56  # of the keyed hash compared with β (7 bytes: a non-negative bigint)
 
 
-def parse_levels(text: str, r: Resolved) -> dict[str, int]:
+def parse_levels(text: str, r: Resolved) -> tuple[dict[str, int], dict[str, Any]]:
     """`col=N,...` as a level per QI (0 for a QI not named), each checked against its
-    hierarchy; a level above 0 needs a stored hierarchy, or a categorical QI (its level 1 is
-    '*'): a hierarchy made from the data (interval widths from its range) would make the scheme
-    depend on the data, which the SDGS guarantee rules out."""
-    from dbanon.setlogic.hierarchies import _effective
+    hierarchy, and the hierarchies to release them with. A numeric or date QI without a stored
+    hierarchy goes to level 0 or 1 ('*') only: the interval widths other methods make from the
+    data's range would make the scheme depend on the data, which the SDGS guarantee rules out."""
+    from dbanon.setlogic.hierarchies import _effective, _unmade
 
     by_name = {c.name: c for c in r.qi}
     levels = dict.fromkeys(by_name, 0)
+    hierarchies: dict[str, Any] = dict(r.hierarchies)
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, eq, value = item.rpartition("=")
         if not eq or not name:
@@ -63,17 +64,19 @@ def parse_levels(text: str, r: Resolved) -> dict[str, int]:
                               f"got {value!r}") from None  # fmt: skip
         kind, h, height = _effective(by_name[name], r.hierarchies)
         if h is None and kind in ("interval", "calendar"):
-            if level > 0:
+            hierarchies[name] = _unmade(kind, by_name[name])  # level 1 of it: '*'
+            height = 1
+            if level not in (0, 1):
                 raise DbanonError(
-                    f"--levels: {name!r} has no stored hierarchy; a level above 0 needs one "
-                    "(--hierarchy), since widths made from the data would depend on it"
+                    f"--levels: {name!r} has no stored hierarchy: level 0 (as it is) or 1 ('*') "
+                    "only; a stored one (--hierarchy) gives the levels between, since widths "
+                    "made from the data would depend on it"
                 )
-            height = 0
         if not 0 <= level <= height:
             raise DbanonError(f"--levels: level {level} of {name!r} is outside its hierarchy "
                               f"(0 to {height})")  # fmt: skip
         levels[name] = level
-    return levels
+    return levels, hierarchies
 
 
 class SafePub(Method):
@@ -91,8 +94,9 @@ class SafePub(Method):
         "`--levels` level, then `--sensitive` and `--keep` as they are; classes under k left out"
     )
     attacker = (
-        "any background knowledge, every earlier release kept: (ε,δ)-differential privacy per "
-        "release, ε spent again by every refresh (sequential composition)"
+        "any background knowledge: each release is (ε,δ)-differentially private; who keeps r "
+        "releases of a source (publish and refreshes) holds at most (rε, rδ) (sequential "
+        "composition)"
     )
     options: ClassVar[tuple[Option, ...]] = (
         Option("epsilon", float, 1.0, "The ε of (ε,δ)-differential privacy this release spends.",
@@ -126,7 +130,7 @@ class SafePub(Method):
         from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select
 
         params = self.params(r)
-        levels = parse_levels(r.options["levels"], r)
+        levels, hierarchies = parse_levels(r.options["levels"], r)
         ctx.say(f"sampling with β={params.beta:.4f}, suppressing classes under k={self.k(r)}")
         secret = (
             hashlib.sha256(f"dbanon-safepub:{r.seed}".encode()).digest()
@@ -150,7 +154,7 @@ class SafePub(Method):
             )
         )  # fmt: skip
         select = release_select(
-            SAMPLE, r.qi, r.hierarchies, levels, [c.name for c in [*r.sensitive, *r.keep]],
+            SAMPLE, r.qi, hierarchies, levels, [c.name for c in [*r.sensitive, *r.keep]],
             [KAnonymity(self.k(r))], ranges=r.options["ranges"],
         )  # fmt: skip
         built = ctx.made(r.objects[0])
@@ -170,7 +174,8 @@ class SafePub(Method):
         from dataclasses import replace
 
         target = replace(r.target, relation=self.checked_relation(r, built))
-        return [model_check(KAnonymity(self.k(r)), target), *super().checks(r, built)]
+        own = model_check(KAnonymity(self.k(r)), target)
+        return [own, *(c for c in super().checks(r, built) if c.name != own.name)]
 
 
 register(SafePub())
