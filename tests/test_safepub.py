@@ -169,3 +169,69 @@ def test_k_above_the_table_is_refused(conn: psycopg.Connection, dsn: str) -> Non
                          "--algorithm", "safepub", "--epsilon", "1")  # fmt: skip
     assert code == 2 and "k=61" in out["error"] and "40 rows" in out["error"], out
     assert snapshot(conn) == before
+
+
+def ledger(conn: psycopg.Connection) -> float:
+    """What the source has spent, summed from the catalog's ledger by hand."""
+    conn.rollback()
+    row = conn.execute("SELECT coalesce(sum(epsilon), 0) FROM dbanon.dp_spend WHERE "
+                       "source_schema = 'demo' AND source_name = 'adult'").fetchone()  # fmt: skip
+    return float(row[0])
+
+
+def test_a_budget_refuses_the_refresh_that_would_overspend(
+    adult: psycopg.Connection, dsn: str
+) -> None:
+    """Sequential composition: every run spends its ε; the run that would take the source past
+    its budget exits 4, the release in place and the ledger unchanged, the run logged refused.
+    Two releases of one source share its budget; meeting it exactly is allowed."""
+    levels = "age=4,workclass=2,marital_status=2,race=1,native_country=2"
+    code, out = cli_json(dsn, "budget", "demo.adult", "--epsilon", "2.5")
+    assert code == 0 and out["epsilon"] == 2.5 and out["left_epsilon"] == 2.5, out
+    code, out = publish(dsn, "dp", "--epsilon", "1", "--levels", levels)
+    assert code == 0 and out["budget"]["left_epsilon"] == 1.5, out
+    code, out = cli_json(dsn, "refresh", "dp")
+    assert code == 0, out
+    assert ledger(adult) == 2.0
+    before = snapshot(adult)
+    code, out = cli_json(dsn, "refresh", "dp")
+    assert code == 4 and "budget" in out["error"], out
+    after = snapshot(adult)
+    assert {k: v for k, v in after["relations"].items() if k != "dbanon.run"} == {
+        k: v for k, v in before["relations"].items() if k != "dbanon.run"
+    }
+    assert ledger(adult) == 2.0
+    status = adult.execute("SELECT status FROM dbanon.run ORDER BY id DESC LIMIT 1").fetchone()
+    assert status[0] == "refused"
+    code, out = cli_json(dsn, "report", "dp")
+    assert out["budget"]["spent_epsilon"] == 2.0 and out["budget"]["left_epsilon"] == 0.5, out
+    # another release of the same source: 0.5 meets the budget exactly, then nothing more
+    code, out = publish(dsn, "dp2", "--epsilon", "0.5", "--levels", levels)
+    assert code == 0 and out["budget"]["left_epsilon"] == 0, out
+    code, out = publish(dsn, "dp3", "--epsilon", "0.01", "--levels", levels)
+    assert code == 4, out
+    assert ledger(adult) == 2.5
+    # a source without a budget is charged, never refused; a larger budget lets runs on again
+    code, out = cli_json(dsn, "budget", "demo.adult", "--epsilon", "3")
+    assert code == 0 and out["left_epsilon"] == 0.5 and out["runs"] == 3, out
+    code, out = cli_json(dsn, "refresh", "dp2")
+    assert code == 0 and out["budget"]["left_epsilon"] == 0, out
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["nosuch.table", "--epsilon", "1"], "does not exist"),
+        (["demo.adult", "--epsilon", "-1"], "--epsilon"),
+        (["demo.adult", "--epsilon", "inf"], "--epsilon"),
+        (["demo.adult", "--epsilon", "1", "--delta", "2"], "--delta"),
+        (["demo.adult", "--delta", "1e-5"], "--delta"),
+    ],
+)
+def test_budget_bad_input_is_one_line_exit_2(
+    adult: psycopg.Connection, dsn: str, args: list[str], says: str
+) -> None:
+    before = snapshot(adult)
+    code, out = cli_json(dsn, "budget", *args)
+    assert code == 2 and says in out["error"] and "\n" not in out["error"], out
+    assert snapshot(adult) == before

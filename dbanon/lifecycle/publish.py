@@ -21,7 +21,7 @@ from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line
-from dbanon.lifecycle import hierarchy_pins, identifying, interrupts, runs
+from dbanon.lifecycle import budget, hierarchy_pins, identifying, interrupts, runs
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (
@@ -140,7 +140,8 @@ def publish(
                 # resolves is a failed run: the release cannot be kept up to date.
                 runs.discard(conn, run_id)
             else:
-                runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                refused = isinstance(e, Refused | budget.OverBudget)
+                runs.fail(conn, run_id, "refused" if refused else "failed",
                           interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
@@ -181,6 +182,9 @@ def _publish(
         except (DbanonError, HierarchyError) as e:
             e.invalid_spec = True  # type: ignore[attr-defined]  # see publish()
             raise
+        cost = r.method.privacy_cost(r)
+        if cost is not None:  # refused before anything is built: the release in place stays
+            budget.charge(conn, r.source, cost)
         release_id = r.release_id
         if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
             interrupts.first_publish(spec.name)
@@ -240,6 +244,9 @@ def _publish(
             metrics["allow_composition"] = True  # the override is on the record
         if pinned:
             metrics["hierarchies"] = pinned
+        if cost is not None:
+            budget.spend(conn, r.source, spec.name, run_id, cost)
+            metrics["budget"] = budget.status(conn, r.source)
         say("recording the run")
         record(conn, r, metrics, timings, source_fingerprint, run_id)
         hierarchy_pins.pin(conn, release_id, pinned)  # last: it may delete shared rows

@@ -276,6 +276,11 @@ class Method(ABC):
         otherwise."""
         return None
 
+    def privacy_cost(self, r: Resolved) -> tuple[float, float] | None:
+        """The (ε, δ) a run spends of its source's privacy budget (dbanon.lifecycle.budget);
+        None for a method that is not differentially private."""
+        return None
+
     def recorded(  # noqa: B027
         self, conn: psycopg.Connection, r: Resolved, release_id: int
     ) -> None:

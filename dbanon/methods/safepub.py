@@ -88,7 +88,7 @@ class SafePub(Method):
     )
     promises = ("k-anonymity",)  # at the SDGS k, or a larger --k
     randomised = True
-    reported = ("dp",)
+    reported = ("dp", "budget")
     releases = (
         "`NAME` (table): the rows of a secret sample of the source, each QI generalised to its "
         "`--levels` level, then `--sensitive` and `--keep` as they are; classes under k left out"
@@ -110,6 +110,9 @@ class SafePub(Method):
 
     def params(self, r: Resolved) -> SDGS:
         return sdgs(r.options["epsilon"], r.options["delta"])
+
+    def privacy_cost(self, r: Resolved) -> tuple[float, float]:
+        return (r.options["epsilon"], r.options["delta"])
 
     def k(self, r: Resolved) -> int:
         """The class size released: the SDGS k, or a larger k the DBA asked for."""
