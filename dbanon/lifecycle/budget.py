@@ -3,13 +3,13 @@
 Sequential composition: a consumer who keeps r releases of one source, each (ε_i, δ_i)-DP,
 holds what one (Σε_i, Σδ_i)-DP release would show, whatever the releases are and even if each
 was chosen after seeing the last. So every run of a release whose method spends privacy
-(`Method.privacy_cost`: safepub's (ε, δ)) adds its cost to the source's ledger, `dbanon.dp_spend`,
-and a run that would take the sum past the budget the DBA set (`dbanon budget SOURCE
---epsilon E [--delta D]`) is refused (exit 4) before anything is built; the release in place
-stays. Runs are charged only when they succeed (a refused or failed run released nothing), and
-the ledger outlives a dropped release: its consumers keep what they read. A source without a
-budget is charged but never refused. The budget row is locked (FOR UPDATE) by the check, so two
-runs on one source cannot both take its last ε.
+(`Method.privacy_cost`: a DP method's (ε, δ)) adds its cost to the source's ledger,
+`dbanon.dp_spend`, and a run that would take the sum past the budget the DBA set (`dbanon
+budget SOURCE --epsilon E [--delta D]`) is refused (exit 4) before anything is built; the
+release in place stays. Runs are charged only when they succeed (a refused or failed run
+released nothing), and the ledger outlives a dropped release: its consumers keep what they
+read. A source without a budget is charged but never refused. The check locks the budget row
+(FOR UPDATE) and a charge touches it, so two runs on one source cannot both take its last ε.
 """
 
 from __future__ import annotations
