@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import psycopg
@@ -140,13 +141,15 @@ class SafePub(Method):
             if r.options.get("seed") is not None  # reproducible on request (tests)
             else secrets.token_bytes(32)
         )
-        conn.execute(sql.SQL("CREATE TEMP TABLE {} (s bytea) ON COMMIT DROP").format(SECRET.ident))
+        conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} (secret bytea) ON COMMIT DROP").format(SECRET.ident)
+        )
         conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(SECRET.ident), [secret])
         columns = [c.ident for c in [*r.qi, *r.sensitive, *r.keep]]
         conn.execute(
             sql.SQL(
                 "CREATE TEMP VIEW {view} AS SELECT {cols} FROM {src} s WHERE ('x' || encode("
-                "substring(sha256((SELECT s FROM {secret}) || convert_to(s.{key}::text, "
+                "substring(sha256((SELECT secret FROM {secret}) || convert_to(s.{key}::text, "
                 "'UTF8')) FROM 1 FOR {bytes}), 'hex'))::bit({bits})::bigint < {below}"
             ).format(
                 view=SAMPLE.ident,
@@ -174,8 +177,6 @@ class SafePub(Method):
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """k-anonymity at the released k on the released table, and any model the DBA asked."""
-        from dataclasses import replace
-
         target = replace(r.target, relation=self.checked_relation(r, built))
         own = model_check(KAnonymity(self.k(r)), target)
         return [own, *(c for c in super().checks(r, built) if c.name != own.name)]
