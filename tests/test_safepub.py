@@ -235,3 +235,20 @@ def test_budget_bad_input_is_one_line_exit_2(
     code, out = cli_json(dsn, "budget", *args)
     assert code == 2 and says in out["error"] and "\n" not in out["error"], out
     assert snapshot(adult) == before
+
+
+def test_odd_identifiers(conn: psycopg.Connection, dsn: str) -> None:
+    """Quotes, spaces, capitals and unicode in every name: composed as identifiers throughout."""
+    rows = [(f"k'{i}", ["Nord", "Süd"][i % 2], 20 + i % 7, f"d{i % 3}") for i in range(400)]
+    make_table(conn, 'Odd "S"', "T ab", [("Key 'x'", "text PRIMARY KEY"), ("Rég ion", "text"),
+                                          ("AGE", "int"), ("dx", "text")], rows)  # fmt: skip
+    conn.commit()
+    code, out = cli_json(dsn, "publish", "odd", "--source", '"Odd ""S"""."T ab"', "--key",
+                         "Key 'x'", "--qi", "Rég ion,AGE", "--sensitive", "dx", "--algorithm",
+                         "safepub", "--epsilon", "0.5", "--delta", "1e-3", "--levels", "AGE=1",
+                         "--seed", "5")  # fmt: skip
+    assert code == 0, out
+    cls = verify.verify(conn, out["table"], ["Rég ion", "AGE"],
+                        [{"name": "k-anonymity", "k": out["dp"]["k"]}], "dx")  # fmt: skip
+    assert 0 < sum(cls.sizes) < len(rows)
+    assert {k[1] for k in cls.classes} == {"*"}
