@@ -311,6 +311,20 @@ class Database:
 
         return grant(self.conn, name, roles, wait, grant_live=grant_live)
 
+    def budget(
+        self, source: str, epsilon: float | None = None, delta: float | None = None
+    ) -> dict[str, Any]:
+        """Set (with `epsilon`) or show the privacy budget of `source`: what its differentially
+        private releases may spend together, spent and left (dbanon.lifecycle.budget)."""
+        from dbanon.lifecycle.budget import set_budget
+
+        try:
+            out = set_budget(self.conn, source, epsilon, delta)
+            self.conn.commit()
+            return out
+        finally:
+            self.conn.rollback()
+
     def revoke(self, name: str, roles: Sequence[str], *, wait: float = 0.0) -> dict[str, Any]:
         """Revoke release `name` from `roles`: its spec and its relations at once."""
         from dbanon.lifecycle.grants import revoke

@@ -110,6 +110,7 @@ def test_every_command_works_against_the_embedded_server_under_a_wrong_pgport(
     ok("grant", "r", "reader_env")
     ok("revoke", "r", "reader_env")
     ok("evaluate", "r", "--queries", "20")
+    ok("budget", "s.t", "--epsilon", "2")
     ok("publish", "p", "--source", "s.t", "--key", "id", "--columns", "age,dx",
        "--algorithm", "ina", "--sample", "100")  # fmt: skip
     ok("compare", "s.t", "p", "--columns", "age,dx", "--clusters", "2")

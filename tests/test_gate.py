@@ -159,6 +159,14 @@ CASES: dict[str, Case] = {
         ),
         where={"distinct-l-diversity": (2, ("bucket_id",))},
     ),
+    # (ε,δ)-DP by sampling: k = 27 is the SDGS k for (0.5, 1e-3), so the promise and the
+    # method's own check are one; it releases a sample, which its verifier allows.
+    "safepub": Case(
+        {"k-anonymity": [("--k", "27", "--epsilon", "0.5", "--delta", "1e-3", "--sensitive",
+                          "dx", "--levels", "age=1,region=1,sex=1", "--seed", "3")]},
+        verify=lambda conn, objects, promised, sensitive, source: verify_sample(
+            conn, objects[0], promised, sensitive, source),
+    ),  # fmt: skip
     # Methods that promise no class model: their own checks are gated below (OWN_CHECKS).
     "ina": Case({}),
     "noise": Case({}),
@@ -230,6 +238,18 @@ def verify_release(
             assert cls.overall == Counter(r[column] for r in source)
         else:
             assert sum(cls.sizes) == len(source)
+
+
+def verify_sample(
+    conn: psycopg.Connection, table: str, promised: list[dict], sensitive: str | None,
+    source: list[tuple],
+) -> None:  # fmt: skip
+    """A sampling release: every promised model by the verifier, and its sensitive values a
+    non-empty sub-multiset of the source's."""
+    cls = verify.verify(conn, table, QI, promised, sensitive)
+    column = ["id", "age", "region", "sex", "dx", "severity"].index(sensitive or "dx")
+    assert 0 < sum(cls.sizes) <= len(source)
+    assert not cls.overall - Counter(r[column] for r in source)
 
 
 def located(

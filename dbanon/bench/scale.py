@@ -190,6 +190,13 @@ def _suppressing(conn: psycopg.Connection, name: str, rows: int, k: int, l: int)
             "holds": smallest >= k and 0 < n <= rows}  # fmt: skip
 
 
+def _sampled(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
+    """safepub: a sample (rows <= the table's), every class at least the SDGS k of its (ε, δ)."""
+    from dbanon.models.dp import sdgs
+
+    return _suppressing(conn, name, rows, sdgs(*SAFEPUB_DP).k, l)
+
+
 def _columns(conn: psycopg.Connection, name: str) -> list[str]:
     return [r[0] for r in conn.execute(
         "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
@@ -260,6 +267,10 @@ def _noise(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> di
 
 
 _NUMERIC = ["--columns", "age,zip", "--sensitive", SENSITIVE]
+# safepub at (ε, δ) = (1, 1e-5) (k = 61), every QI but sex at '*': the table has no stored
+# hierarchies, and the scheme must not come from the data.
+SAFEPUB_DP = (1.0, 1e-5)
+_SAFEPUB_LEVELS = "age=1,race=1,marital=1,education=1,workclass=1,zip=1"
 SETUPS: dict[str, Setup] = {
     "mondrian": Setup(lambda k, l_, s: ["--algorithm", "mondrian", "--k", str(k),
                                        "--sensitive", SENSITIVE], _generalised),
@@ -283,6 +294,9 @@ SETUPS: dict[str, Setup] = {
                           _local),
     "lag": Setup(lambda k, l_, s: ["--algorithm", "lag", "--k", str(k), "--l", str(l_),
                                   "--sensitive", SENSITIVE, "--flags", s, "--seed", "1"], _lag),
+    "safepub": Setup(lambda k, l_, s: ["--algorithm", "safepub", "--epsilon", str(SAFEPUB_DP[0]),
+                                      "--delta", str(SAFEPUB_DP[1]), "--levels", _SAFEPUB_LEVELS,
+                                      "--sensitive", SENSITIVE, "--seed", "1"], _sampled),
     "ina": Setup(lambda k, l_, s: ["--algorithm", "ina", *_NUMERIC, "--seed", "1"], _noise),
     "noise": Setup(lambda k, l_, s: ["--algorithm", "noise", *_NUMERIC, "--seed", "1"], _noise),
     # rfka and hamdist publish a live view unless told: the plain names are their tables

@@ -27,6 +27,7 @@ COMMANDS = {
     "compare": ("releases", "compare"), "releases": ("releases", "releases_command"),
     "drop": ("releases", "drop_command"), "grant": ("releases", "grant_command"),
     "revoke": ("releases", "revoke_command"), "show": ("releases", "show_command"),
+    "budget": ("releases", "budget_command"),
     "export": ("releases", "export_command"), "apply": ("releases", "apply_command"),
     "schedule": ("schedules", "schedule_group"),
     "bench": ("runs", "bench"), "experiment": ("runs", "experiment"),

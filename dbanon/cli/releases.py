@@ -564,6 +564,31 @@ def grant_command(
                                              "already granted to", data["grants"])))  # fmt: skip
 
 
+@command("budget")
+@click.argument("source")
+@click.option("--epsilon", type=float, help="The ε every DP release of SOURCE may spend in all.")
+@click.option("--delta", type=float, help="The δ they may spend in all (default: unbounded).")
+@click.pass_obj
+@fails_cleanly
+def budget_command(c: Ctx, source: str, epsilon: float | None, delta: float | None) -> None:
+    """Set (--epsilon) or show the privacy budget of SOURCE: each publish and refresh of a
+    differentially private release of it spends its ε (sequential composition); a run that
+    would overspend is refused (exit 4)."""
+    with c.db() as db:
+        data = db.budget(source, epsilon, delta)
+
+    def human() -> None:
+        if data["epsilon"] is None:
+            click.echo(f"{data['source']}: no budget; spent ε={data['spent_epsilon']:g} over "
+                       f"{data['runs']} run(s)")  # fmt: skip
+            return
+        click.echo(f"{data['source']}: budget ε={data['epsilon']:g}, spent "
+                   f"{data['spent_epsilon']:g} over {data['runs']} run(s), left "
+                   f"{data['left_epsilon']:g}")  # fmt: skip
+
+    c.emit(data, human)
+
+
 def _roles(roles: list[str]) -> str:
     return ", ".join(map(catalog.quote_ident, roles))
 

@@ -105,6 +105,20 @@ def _method_guides() -> str:
     return "\n\n".join(out)
 
 
+@block("sdgs-parameters")
+def _sdgs_parameters() -> str:
+    """β and k of (k,β)-SDGS for a grid of (ε, δ), computed by dbanon.models.dp itself: the
+    table cannot drift from the calculation a publish runs."""
+    from dbanon.models.dp import sdgs
+
+    deltas = (1e-3, 1e-5, 1e-7)
+    rows = []
+    for eps in (0.01, 0.1, 0.5, 1.0, 1.5, 2.0, 3.0):
+        got = [sdgs(eps, d) for d in deltas]
+        rows.append([f"{eps:g}", f"{got[0].beta:.4f}", *(str(g.k) for g in got)])
+    return table(["ε", "β = 1 - e^-ε", *(f"k at δ = {d:g}" for d in deltas)], rows)
+
+
 @block("cli")
 def _cli() -> str:
     """Every command's --help, at a fixed width so the text does not depend on the terminal."""

@@ -21,7 +21,7 @@ from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line, quote_ident, quote_name
-from dbanon.lifecycle import hierarchy_pins, identifying, interrupts, runs
+from dbanon.lifecycle import budget, hierarchy_pins, identifying, interrupts, runs
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (
@@ -53,6 +53,7 @@ class PublishResult:
     objects: list[str] = field(default_factory=list)
     grants: dict[str, list[str]] = field(default_factory=dict)  # kept, added, revoked
     source_rows: int | None = None  # the source's rows the run read
+    reported: dict[str, Any] = field(default_factory=dict)  # the method's own (Method.reported)
 
     @property
     def suppressed_rows(self) -> int | None:
@@ -74,6 +75,7 @@ class PublishResult:
             "seconds": self.seconds,
             "grants": self.grants,
             "warnings": self.metrics.get("warnings", []),
+            **self.reported,
         }
 
 
@@ -138,7 +140,8 @@ def publish(
                 # resolves is a failed run: the release cannot be kept up to date.
                 runs.discard(conn, run_id)
             else:
-                runs.fail(conn, run_id, "refused" if isinstance(e, Refused) else "failed",
+                refused = isinstance(e, Refused | budget.OverBudget)
+                runs.fail(conn, run_id, "refused" if refused else "failed",
                           interrupts.explain(e, first_line(e)))  # fmt: skip
             raise
     finally:
@@ -179,6 +182,9 @@ def _publish(
         except (DbanonError, HierarchyError) as e:
             e.invalid_spec = True  # type: ignore[attr-defined]  # see publish()
             raise
+        cost = r.method.privacy_cost(r)
+        if cost is not None:  # refused before anything is built: the release in place stays
+            budget.charge(conn, r.source, cost)
         release_id = r.release_id
         if release_id is None:  # a first publish: its catalog row, inserted now, is its lock
             interrupts.first_publish(spec.name)
@@ -238,6 +244,9 @@ def _publish(
             metrics["allow_composition"] = True  # the override is on the record
         if pinned:
             metrics["hierarchies"] = pinned
+        if cost is not None:
+            budget.spend(conn, r.source, spec.name, run_id, cost)
+            metrics["budget"] = budget.status(conn, r.source)
         say("recording the run")
         record(conn, r, metrics, timings, source_fingerprint, run_id)
         hierarchy_pins.pin(conn, release_id, pinned)  # last: it may delete shared rows
@@ -259,6 +268,7 @@ def _publish(
         objects=[catalog.qualified(r.target_schema, o) for o in r.objects],
         grants=r.grant_changes,
         source_rows=r.rows,
+        reported={k: metrics[k] for k in r.method.reported if k in metrics},
     )
 
 

@@ -103,9 +103,21 @@ def report(conn: psycopg.Connection, name: str) -> dict[str, Any]:
         **counted(metrics),
         "method_metrics": {k: v for k, v in metrics.items() if k not in SHOWN_APART},
         "last_failure": failure,
+        **_budget(conn, spec.source, metrics),
         "warnings": [f"released relation {m} is missing" for m in gone]
         + list(metrics.get("warnings", [])),
     }
+
+
+def _budget(conn: psycopg.Connection, source: str, metrics: dict[str, Any]) -> dict[str, Any]:
+    """A differentially private release (its run spent from the source's budget): the source's
+    budget now, spent and left, by every release of it (dbanon.lifecycle.budget)."""
+    from dbanon.lifecycle.budget import status
+
+    if "budget" not in metrics:
+        return {}
+    found = catalog.find_relation(conn, source)
+    return {"budget": status(conn, found) if found is not None else None}
 
 
 def releases(conn: psycopg.Connection) -> list[dict[str, Any]]:

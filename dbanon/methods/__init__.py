@@ -18,7 +18,7 @@ _REGISTRY: dict[str, Method] = {}
 # The built-in methods, in the order they are listed (the default first).
 BUILTIN = (
     "kmember", "mondrian", "fulldomain", "anatomy", "thetak", "ina", "noise", "rfka", "hamdist",
-    "cbg", "localanatomy", "lag",
+    "cbg", "localanatomy", "lag", "safepub",
 )
 DEFAULT = "kmember"
 

@@ -198,6 +198,9 @@ class Method(ABC):
     # README's table of releases (dbanon.methods.releases_table).
     releases: ClassVar[str] = ""
     attacker: ClassVar[str] = ""
+    # Its own figures (keys of what `build` returns) that the publish's summary shows beside
+    # the common ones, so `--json` reports them (safepub: its "dp" parameters).
+    reported: ClassVar[tuple[str, ...]] = ()
 
     # --- declared -------------------------------------------------------------------------------
 
@@ -271,6 +274,11 @@ class Method(ABC):
         """A relation of (key text, gid int): each source row's group in the built release, for
         methods whose groups persist across refreshes (dbanon.setlogic.composition); None
         otherwise."""
+        return None
+
+    def privacy_cost(self, r: Resolved) -> tuple[float, float] | None:
+        """The (ε, δ) a run spends of its source's privacy budget (dbanon.lifecycle.budget);
+        None for a method that is not differentially private."""
         return None
 
     def recorded(  # noqa: B027

@@ -1,0 +1,185 @@
+"""Method `safepub`: (ε,δ)-differential privacy by sampling, generalising and suppressing.
+
+(k,β)-SDGS (Li, Qardaji & Su, ASIACCS 2012), as SafePub and ARX use it (Bild, Kuhn & Prasser,
+PoPETs 2018): each source row is kept with probability β = 1 - e^-ε, independently; the sample is
+generalised by a scheme fixed before the data is read (`--levels`, one level of each QI's stored
+hierarchy, the DBA's choice); every class of the generalised sample with fewer than k rows is
+suppressed, k the smallest the SDGS bound allows for (ε, δ) (dbanon.models.dp). The release is
+then (ε,δ)-DP whatever the attacker knows. SafePub's private search of the lattice is not done
+here: the scheme is data-independent, so the search spends none of ε (reported as 0).
+
+The sample is a keyed hash: a row is kept when the first 56 bits of SHA-256(secret || key) fall
+below β·2^56. The secret is 32 fresh random bytes per run (derived from `--seed` only when one is
+given, for tests), held in a temporary table for the build and never stored, so no consumer can
+recompute which rows were drawn and every run draws a fresh sample. The key itself is never
+released. Built with dbanon.setlogic.fulldomain.release_select over the sample, as `fulldomain`
+releases a node; the gate checks k-anonymity at k on the released table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import psycopg
+from psycopg import sql
+
+from dbanon.db.catalog import Relation
+from dbanon.errors import DbanonError
+from dbanon.methods import register
+from dbanon.methods.base import Built, Check, Method, Option, model_check
+from dbanon.methods.grouped import RANGES
+from dbanon.models import KAnonymity
+from dbanon.models.dp import MAX_EPSILON, SDGS, sdgs
+
+if TYPE_CHECKING:
+    from dbanon.methods.base import BuildContext, Resolved
+
+SECRET = Relation("pg_temp", "dbanon_safepub_secret")  # the run's sampling secret, one row
+SAMPLE = Relation("pg_temp", "dbanon_safepub_sample")  # a view: the source's sampled rows
+BITS = 56  # of the keyed hash compared with β (7 bytes: a non-negative bigint)
+
+
+def parse_levels(text: str, r: Resolved) -> tuple[dict[str, int], dict[str, Any]]:
+    """`col=N,...` as a level per QI (0 for a QI not named), each checked against its
+    hierarchy, and the hierarchies to release them with. A numeric or date QI without a stored
+    hierarchy goes to level 0 or 1 ('*') only: the interval widths other methods make from the
+    data's range would make the scheme depend on the data, which the SDGS guarantee rules out."""
+    from dbanon.setlogic.hierarchies import _effective, _unmade
+
+    by_name = {c.name: c for c in r.qi}
+    levels = dict.fromkeys(by_name, 0)
+    hierarchies: dict[str, Any] = dict(r.hierarchies)
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, eq, value = item.rpartition("=")
+        if not eq or not name:
+            raise DbanonError(f"--levels takes COLUMN=LEVEL items, got {item!r}")
+        if name not in by_name:
+            raise DbanonError(f"--levels names {name!r}, which is not a quasi-identifier")
+        try:
+            level = int(value)
+        except ValueError:
+            raise DbanonError(f"--levels: the level of {name!r} must be a whole number, "
+                              f"got {value!r}") from None  # fmt: skip
+        kind, h, height = _effective(by_name[name], r.hierarchies)
+        if h is None and kind in ("interval", "calendar"):
+            hierarchies[name] = _unmade(kind, by_name[name])  # level 1 of it: '*'
+            height = 1
+            if level not in (0, 1):
+                raise DbanonError(
+                    f"--levels: {name!r} has no stored hierarchy: level 0 (as it is) or 1 ('*') "
+                    "only; a stored one (--hierarchy) gives the levels between, since widths "
+                    "made from the data would depend on it"
+                )
+        if not 0 <= level <= height:
+            raise DbanonError(f"--levels: level {level} of {name!r} is outside its hierarchy "
+                              f"(0 to {height})")  # fmt: skip
+        levels[name] = level
+    return levels, hierarchies
+
+
+class SafePub(Method):
+    name = "safepub"
+    summary = (
+        "(ε,δ)-differential privacy by (k,β)-SDGS, as SafePub: a secret Bernoulli sample with "
+        "β = 1 - e^-ε, the QIs generalised to the DBA's --levels, every class of the sample "
+        "below the k the SDGS bound gives for (ε, δ) suppressed"
+    )
+    promises = ("k-anonymity",)  # at the SDGS k, or a larger --k
+    randomised = True
+    reported = ("dp", "budget")
+    releases = (
+        "`NAME` (table): the rows of a secret sample of the source, each QI generalised to its "
+        "`--levels` level, then `--sensitive` and `--keep` as they are; classes under k left out"
+    )
+    attacker = (
+        "any background knowledge: each release is (ε,δ)-differentially private; who keeps r "
+        "releases of a source (publish and refreshes) holds at most (rε, rδ) (sequential "
+        "composition)"
+    )
+    options: ClassVar[tuple[Option, ...]] = (
+        Option("epsilon", float, 1.0, "The ε of (ε,δ)-differential privacy this release spends.",
+               low=0, low_open=True, high=MAX_EPSILON),
+        Option("delta", float, 1e-5, "The δ of (ε,δ)-differential privacy, in (0, 1); well "
+               "below 1/rows.", low=0, high=1, low_open=True, high_open=True),
+        Option("levels", str, "", "The generalisation scheme, fixed before the data is read: "
+               "COLUMN=LEVEL,... of each QI's stored hierarchy (a QI not named: level 0)."),
+        RANGES,
+    )  # fmt: skip
+
+    def params(self, r: Resolved) -> SDGS:
+        return sdgs(r.options["epsilon"], r.options["delta"])
+
+    def privacy_cost(self, r: Resolved) -> tuple[float, float]:
+        return (r.options["epsilon"], r.options["delta"])
+
+    def k(self, r: Resolved) -> int:
+        """The class size released: the SDGS k, or a larger k the DBA asked for."""
+        return max(self.params(r).k, r.k or 0)
+
+    def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        parse_levels(r.options["levels"], r)
+        k = self.k(r)
+        if k > r.rows:
+            raise DbanonError(
+                f"k={k} (the SDGS threshold for ε={r.options['epsilon']:g}, "
+                f"δ={r.options['delta']:g}) is larger than {r.source}'s {r.rows} rows: every "
+                "class would be suppressed"
+            )
+
+    def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        from dbanon.db.settings import local_settings, work_mem_at_least
+        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, release_select
+
+        params = self.params(r)
+        levels, hierarchies = parse_levels(r.options["levels"], r)
+        ctx.say(f"sampling with β={params.beta:.4f}, suppressing classes under k={self.k(r)}")
+        secret = (
+            hashlib.sha256(f"dbanon-safepub:{r.seed}".encode()).digest()
+            if r.options.get("seed") is not None  # reproducible on request (tests)
+            else secrets.token_bytes(32)
+        )
+        conn.execute(
+            sql.SQL("CREATE TEMP TABLE {} (secret bytea) ON COMMIT DROP").format(SECRET.ident)
+        )
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s)").format(SECRET.ident), [secret])
+        columns = [c.ident for c in [*r.qi, *r.sensitive, *r.keep]]
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP VIEW {view} AS SELECT {cols} FROM {src} s WHERE ('x' || encode("
+                "substring(sha256((SELECT secret FROM {secret}) || convert_to(s.{key}::text, "
+                "'UTF8')) FROM 1 FOR {bytes}), 'hex'))::bit({bits})::bigint < {below}"
+            ).format(
+                view=SAMPLE.ident,
+                cols=sql.SQL(", ").join(sql.SQL("s.{}").format(c) for c in columns),
+                src=r.source.ident, secret=SECRET.ident, key=r.key.ident,
+                bytes=sql.Literal(BITS // 8), bits=sql.Literal(BITS),
+                below=sql.Literal(round(params.beta * 2**BITS)),
+            )
+        )  # fmt: skip
+        select = release_select(
+            SAMPLE, r.qi, hierarchies, levels, [c.name for c in [*r.sensitive, *r.keep]],
+            [KAnonymity(self.k(r))], ranges=r.options["ranges"],
+        )  # fmt: skip
+        built = ctx.made(r.objects[0])
+        with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
+            conn.execute(sql.SQL("CREATE TABLE {} AS {}").format(r.stored(built), select))
+            sampled = int(
+                conn.execute(sql.SQL("SELECT count(*) FROM {}").format(SAMPLE.ident)).fetchone()[0]
+            )
+        conn.execute(sql.SQL("DROP VIEW {}").format(SAMPLE.ident))
+        conn.execute(sql.SQL("DROP TABLE {}").format(SECRET.ident))
+        ctx.lap("materialise")
+        dp = {**params.as_json(), "k": self.k(r), "search_epsilon": 0.0}
+        return {"dp": dp, "sample_rows": sampled, "levels": levels}
+
+    def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
+        """k-anonymity at the released k on the released table, and any model the DBA asked."""
+        target = replace(r.target, relation=self.checked_relation(r, built))
+        own = model_check(KAnonymity(self.k(r)), target)
+        return [own, *(c for c in super().checks(r, built) if c.name != own.name)]
+
+
+register(SafePub())
