@@ -136,7 +136,7 @@ def test_random_tables_and_flags(
         (("--k", "1", "--l", "2"), "k must be at least 2"),
         (("--l", "2"), "--algorithm lag needs --k"),
         (("--k", "2", "--l", "1"), "l must be above 1"),
-        (("--k", "2", "--l", "3"), "attribute 'gender' has 2 flagged values, fewer than l = 3"),
+        (("--k", "2", "--l", "3"), "attribute gender has 2 flagged values, fewer than l = 3"),
     ],
 )
 def test_bad_input_is_refused_in_one_line(

@@ -115,7 +115,7 @@ def test_risk_with_models_and_bad_input(hand: None, conn: psycopg.Connection, ds
          "does not contain the sample"),
         (["s.sample", "--qi", "zip,age,sex", "--risk-threshold", "0"], "--risk-threshold"),
         (["s.sample", "--qi", "zip,age,sex", "--risk-threshold", "1.5"], "--risk-threshold"),
-        (["s.sample", "--qi", "zip,nope", "--risk"], "'nope'"),
+        (["s.sample", "--qi", "zip,nope", "--risk"], "column nope does not exist"),
         (["s.sample", "--qi", "zip", "--population", "s.nowhere"], "s.nowhere"),
         (["s.sample", "--qi", "zip", "--population-size", "5"], "smaller than"),
         (["s.sample", "--risk"], "--qi"),
