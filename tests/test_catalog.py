@@ -129,14 +129,31 @@ def test_revisions_0007_and_0010_keep_every_map_row_for_row(dsn: str) -> None:
                                  "--algorithm", "mondrian", "--target", f"mo.{name}")  # fmt: skip
             assert code == 0, out
         ids = [r for (r,) in conn.execute("SELECT id FROM dbanon.release ORDER BY id")]
+        sets = " UNION ALL ".join(  # revision 0015: each row points at its set of values
+            f"SELECT m.release_id, m.key, m.gid, s.vals FROM dbanon.group_map_{i} m "
+            f"LEFT JOIN dbanon.group_map_{i}_sets s USING (vid)" for i in ids
+        )
         tables = " UNION ALL ".join(
             f"SELECT release_id, key, gid, vals FROM dbanon.group_map_{i}" for i in ids
         )
         query = "SELECT release_id, key, gid, vals FROM dbanon.group_map ORDER BY 1, 2"
-        before = conn.execute(f"{tables} ORDER BY 1, 2").fetchall()  # noqa: S608
-        assert len(before) == 120
+        before = conn.execute(f"{sets} ORDER BY 1, 2").fetchall()  # noqa: S608
+        assert len(before) == 120 and all(v for *_, v in before)
         kind = "SELECT relkind FROM pg_class WHERE oid = to_regclass('dbanon.group_map')"
         assert conn.execute(kind).fetchone() is None
+        shown = " UNION ALL ".join(
+            f"SELECT m.key, h.shown FROM dbanon.group_map_{i} m "
+            f"JOIN dbanon.group_map_{i}_shown h USING (sid)" for i in ids
+        )
+        showed = conn.execute(f"{shown} ORDER BY 1").fetchall()  # noqa: S608
+        assert len(showed) == 120
+        command.downgrade(catalog.alembic_config(dsn), "0014")  # each row's values inline again
+        assert conn.execute(f"{tables} ORDER BY 1, 2").fetchall() == before  # noqa: S608
+        inline = " UNION ALL ".join(f"SELECT key, shown FROM dbanon.group_map_{i}" for i in ids)
+        assert conn.execute(f"{inline} ORDER BY 1").fetchall() == showed  # noqa: S608
+        command.upgrade(catalog.alembic_config(dsn), "head")  # and pointed at once each again
+        assert conn.execute(f"{sets} ORDER BY 1, 2").fetchall() == before  # noqa: S608
+        assert conn.execute(f"{shown} ORDER BY 1").fetchall() == showed  # noqa: S608
         command.downgrade(catalog.alembic_config(dsn), "0009")
         assert conn.execute(kind).fetchone()[0] == "p"
         assert conn.execute(query).fetchall() == before
@@ -148,4 +165,4 @@ def test_revisions_0007_and_0010_keep_every_map_row_for_row(dsn: str) -> None:
         assert conn.execute(query).fetchall() == before
         command.upgrade(catalog.alembic_config(dsn), "head")
         assert conn.execute(kind).fetchone() is None
-        assert conn.execute(f"{tables} ORDER BY 1, 2").fetchall() == before  # noqa: S608
+        assert conn.execute(f"{sets} ORDER BY 1, 2").fetchall() == before  # noqa: S608

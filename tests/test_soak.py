@@ -214,3 +214,26 @@ def test_lag_regrouped_from_scratch_is_narrowed(dsn: str) -> None:
             pytest.fail(f"the attacker found nobody narrowed: {check.fewest}")
     assert any(c["rows_below_k"] or c["rows_below_l"] for c in seen), seen
     check.conn.close()
+
+
+@pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+def test_isolated_runs_record_their_cost_and_the_unchanged_refresh(dsn: str) -> None:
+    """`bench soak --processes`: each run in its own process with its seconds and peak RSS,
+    then a refresh of the unchanged source; its digest is judged against rows read here."""
+    db = Database(dsn)
+    db.init()
+    data = bench_soak.soak(db, ("mondrian",), rows=400, refreshes=1, k=K, isolate=True, dsn=dsn)
+    runs = data["methods"]["mondrian"]["runs"]
+    assert [r["step"] for r in runs] == [0, 1, 2] and [r["unchanged"] for r in runs] == [
+        False, False, True]  # fmt: skip
+    assert all(r["peak_rss_mb"] > 20 and r["process_seconds"] > 0 for r in runs)
+    cost = data["methods"]["mondrian"]["cost"]
+    assert cost["refresh_seconds_ratio"] == runs[1]["process_seconds"] / runs[0]["process_seconds"]
+    mine = [r[0] for r in db.conn.execute(  # the release as it is now: the last run's
+        "SELECT x::text FROM released.soak_mondrian x ORDER BY x::text").fetchall()]  # fmt: skip
+    assert len(mine) == runs[2]["rows"]
+    import hashlib
+
+    assert runs[2]["digest"] == hashlib.md5("\n".join(mine).encode()).hexdigest()  # noqa: S324
+    assert cost["unchanged_same_release"] == (runs[2]["digest"] == runs[1]["digest"])
+    db.close()

@@ -251,12 +251,12 @@ def _soak_methods() -> str:
 
 def _soak(
     s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str,
-    inserts: float, deletes: float, updates: float,
+    inserts: float, deletes: float, updates: float, processes: bool,
 ) -> dict:  # fmt: skip
     from dbanon.bench.soak import soak, write
 
     data = soak(s.db, tuple(methods), rows, refreshes, inserts, deletes, updates, k=k,
-                seed=seed, say=s.say)  # fmt: skip
+                seed=seed, say=s.say, isolate=processes, dsn=s.dsn)  # fmt: skip
     write(data, out)
     failed = [m for m, v in data["methods"].items() if any("error" in r for r in v["runs"])]
     return {**data, "out": out, "exit": 4 if failed else 0}
@@ -264,13 +264,24 @@ def _soak(
 
 def _soak_report(d: dict[str, Any]) -> Report:
     t = Table(["method", "refreshes", "NCP first", "NCP last", "seconds", "failure"])
+    costs = Table(["method", "publish s", "publish MB", "refresh / publish s",
+                   "refresh / publish MB", "unchanged source: s, same release"])  # fmt: skip
     for name, m in d["methods"].items():
         done = [r for r in m["runs"] if "error" not in r]
         failed = [r["error"] for r in m["runs"] if "error" in r]
-        t.rows.append([name, f"{len(done) - 1} of {d['refreshes']}", f"{done[0]['ncp']:.3f}",
+        churned = [r for r in done[1:] if not r.get("unchanged")]
+        t.rows.append([name, f"{len(churned)} of {d['refreshes']}", f"{done[0]['ncp']:.3f}",
                        f"{done[-1]['ncp']:.3f}", str(m["seconds"]),
                        failed[0] if failed else "-"])  # fmt: skip
-    return [t, f"wrote {d['out']}/soak.json and {d['out']}/soak.png"]
+        if c := m.get("cost"):
+            costs.rows.append([name, f"{c['publish_seconds']:.1f}",
+                               f"{c['publish_peak_rss_mb']:.0f}",
+                               f"{c['refresh_seconds_ratio']:.2f}x",
+                               f"{c['refresh_rss_ratio']:.2f}x",
+                               f"{c.get('unchanged_refresh_seconds', '-')}, "
+                               f"{c.get('unchanged_same_release', '-')}"])  # fmt: skip
+    return [t, *([costs] if costs.rows else []),
+            f"wrote {d['out']}/soak.json and {d['out']}/soak.png"]
 
 
 bench(Runner(
@@ -288,7 +299,10 @@ bench(Runner(
            low=0, high=1),
      Param("deletes", "float", 0.03, "Rows deleted before each refresh.", low=0, high=1),
      Param("updates", "float", 0.02, "Rows whose QIs are updated before each refresh.", low=0,
-           high=1)),
+           high=1),
+     Param("processes", "flag", False, "Each publish and refresh in a process of its own: its "
+           "seconds and peak RSS beside the publish's, and one more refresh of the unchanged "
+           "source (is its release the same?).")),
     _soak, _soak_report,
 ))  # fmt: skip
 

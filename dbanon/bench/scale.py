@@ -87,12 +87,14 @@ def make_table(conn: psycopg.Connection, rows: int) -> sql.Identifier:
     return t
 
 
-def child(args: list[str], ok: tuple[int, ...] = (0,)) -> tuple[float, float, int, str]:
-    """Run `python -m dbanon ARGS`: (wall seconds, peak RSS in MB, exit code, stdout); an
+def child(
+    args: list[str], ok: tuple[int, ...] = (0,), module: str = "dbanon"
+) -> tuple[float, float, int, str]:
+    """Run `python -m MODULE ARGS`: (wall seconds, peak RSS in MB, exit code, stdout); an
     exit code not in `ok` is an error."""
     started = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dbanon", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
     _, status, usage = os.wait4(proc.pid, 0)

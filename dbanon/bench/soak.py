@@ -161,13 +161,74 @@ def _figures(step: int, result: PublishResult, changes: dict[str, int]) -> dict[
     }  # fmt: skip
 
 
+def digest(conn: psycopg.Connection, table: str) -> str:
+    """md5 of a released relation's rows as a sorted multiset: equal for the same release
+    whatever order its rows are in."""
+    schema, name = table.split(".", 1)
+    return conn.execute(
+        sql.SQL("SELECT md5(coalesce(string_agg(x::text, E'\\n' ORDER BY x::text), '')) "
+                "FROM {} x").format(sql.Identifier(schema, name))
+    ).fetchone()[0]  # fmt: skip
+
+
+def step(dsn: str, method: str, source: str, k: int, refresh: bool) -> dict[str, Any]:
+    """One publish (or refresh) of the soak's release, in this process: its figures and the
+    digest of what it released (or its error)."""
+    from dbanon.api import Database
+
+    db = Database(dsn or None)
+    try:
+        s = spec(method, source, k)
+        result = db.refresh(s.name) if refresh else db.publish(s)
+        return {**_figures(0, result, {}), "digest": digest(db.conn, result.table)}
+    except DbanonError as e:
+        return {"error": str(e)}
+    finally:
+        db.close()
+
+
+def _isolated(dsn: str | None, method: str, source: str, k: int, refresh: bool) -> dict[str, Any]:
+    """`step` in a process of its own, with that process's peak RSS."""
+    from dbanon.bench.scale import child
+
+    args = [dsn or "", method, source, str(k), "refresh" if refresh else "publish"]
+    seconds, rss, _, stdout = child(args, module="dbanon.bench.soak")
+    return {**json.loads(stdout), "process_seconds": round(seconds, 3),
+            "peak_rss_mb": round(rss, 1)}  # fmt: skip
+
+
+def _costs(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each refresh's process seconds and peak RSS over the publish's (the worst of them),
+    and whether the refresh of an unchanged source released the same rows."""
+    done = [r for r in runs if "error" not in r and "peak_rss_mb" in r]
+    if not done or done[0]["step"] != 0:
+        return {}
+    first, churned = done[0], [r for r in done[1:] if not r.get("unchanged")]
+    out: dict[str, Any] = {
+        "publish_seconds": first["process_seconds"], "publish_peak_rss_mb": first["peak_rss_mb"],
+        "refresh_seconds_ratio": max((r["process_seconds"] / first["process_seconds"]
+                                      for r in churned), default=None),
+        "refresh_rss_ratio": max((r["peak_rss_mb"] / first["peak_rss_mb"] for r in churned),
+                                 default=None),
+    }  # fmt: skip
+    same = [r for r in done if r.get("unchanged")]
+    if same:
+        before = next(r for r in reversed(done) if r["step"] < same[0]["step"])
+        out["unchanged_refresh_seconds"] = same[0]["process_seconds"]
+        out["unchanged_same_release"] = same[0]["digest"] == before["digest"]
+    return out
+
+
 def soak(
     db: Database, methods: Sequence[str] = METHODS, rows: int = 20_000, refreshes: int = 20,
     inserts: float = 0.05, deletes: float = 0.03, updates: float = 0.02, k: int = 5,
     seed: int = 0, on_release: OnRelease | None = None, say: Callable[[str], None] | None = None,
+    isolate: bool = False, dsn: str | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Publish and refresh each method's release under churn; the figures of every run. A run
-    that fails is recorded with its error and ends that method's soak."""
+    that fails is recorded with its error and ends that method's soak. `isolate`: each run in
+    a process of its own (on `dsn`), with its peak RSS, and after the last refresh one more
+    of the unchanged source; the refreshes' cost against the publish's is summed up."""
     say = say or (lambda _m: None)
     conn = db.conn
     with tempfile.TemporaryDirectory() as tmp:
@@ -193,21 +254,36 @@ def soak(
         out["methods"][method] = {"runs": runs}
         started = time.perf_counter()
         next_id, changes = rows + 1, {}
-        for step in range(refreshes + 1):
-            try:
-                result = db.publish(s) if step == 0 else db.refresh(s.name)
-            except DbanonError as e:
-                runs.append({"step": step, "error": str(e), **changes})
-                say(f"{method}: step {step} failed: {e}")
-                break
-            runs.append(_figures(step, result, changes))
-            say(f"{method}: step {step}, NCP {result.metrics.get('gcp')}, {result.rows} rows")
-            if on_release is not None:
-                on_release(method, step, result, source)
-            if step < refreshes:
+        for at in range(refreshes + 1 + isolate):
+            unchanged = at > refreshes  # the isolated soak's last run: nothing changed
+            if isolate:
+                conn.commit()  # the child's run must not wait for this session
+                done = _isolated(dsn, method, source, k, refresh=at > 0)
+                if "error" in done:
+                    runs.append({"step": at, "error": done["error"], **changes})
+                    say(f"{method}: step {at} failed: {done['error']}")
+                    break
+                runs.append({**done, "step": at, "unchanged": unchanged, **changes})
+                say(f"{method}: step {at}, {done['process_seconds']} s, "
+                    f"{done['peak_rss_mb']} MB")  # fmt: skip
+            else:
+                try:
+                    result = db.publish(s) if at == 0 else db.refresh(s.name)
+                except DbanonError as e:
+                    runs.append({"step": at, "error": str(e), **changes})
+                    say(f"{method}: step {at} failed: {e}")
+                    break
+                runs.append(_figures(at, result, changes))
+                say(f"{method}: step {at}, NCP {result.metrics.get('gcp')}, {result.rows} rows")
+                if on_release is not None:
+                    on_release(method, at, result, source)
+            changes = {}
+            if at < refreshes:
                 next_id, changes = churn(conn, table, rng, next_id, inserts, deletes, updates)
                 conn.commit()
         out["methods"][method]["seconds"] = round(time.perf_counter() - started, 1)
+        if isolate:
+            out["methods"][method]["cost"] = _costs(runs)
     return out
 
 
@@ -243,3 +319,10 @@ def write(data: dict[str, Any], directory: str | Path) -> tuple[Path, Path]:
     fig.savefig(png, dpi=110)
     plt.close(fig)
     return out, png
+
+
+if __name__ == "__main__":  # a run of `isolate`d soak: DSN METHOD SOURCE K publish|refresh
+    import sys
+
+    dsn_, method_, source_, k_, what = sys.argv[1:6]
+    print(json.dumps(step(dsn_, method_, source_, int(k_), what == "refresh")))

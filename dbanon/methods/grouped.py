@@ -269,12 +269,9 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
     conn.execute(
         sql.SQL(
             """CREATE TEMP TABLE {hist} ON COMMIT DROP AS
-               SELECT t.gid AS pos, {tag} AS t,
-                      CASE WHEN m.vals IS NOT NULL
-                           THEN ARRAY(SELECT DISTINCT v FROM unnest(m.vals) v ORDER BY 1) END
-                          AS vals
+               SELECT t.gid AS pos, {tag} AS t, m.vid
                FROM {rows} t JOIN {src} s ON s.{key}::text = t.key
-               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = t.key"""
+               LEFT JOIN {map} m ON m.key = t.key"""
         ).format(
             hist=HISTORY,
             tag=composition.tag(r.sensitive[0]),
@@ -282,24 +279,23 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
             src=r.source.ident,
             key=r.key.ident,
             map=composition.map_of(conn, r.release_id),
-        ),
-        {"rid": r.release_id},
+        )
     )
     conn.execute(
         sql.SQL(
-            """CREATE TEMP TABLE {tags} ON COMMIT DROP AS
+            """CREATE TEMP TABLE {runs} ON COMMIT DROP AS
+               SELECT vid, vals, (row_number() OVER (ORDER BY vals) - 1)::int4 AS hid
+               FROM {sets} WHERE vid IN (SELECT vid FROM {hist});
+               CREATE TEMP TABLE {tags} ON COMMIT DROP AS
                SELECT t, (row_number() OVER (ORDER BY t) - 1)::int4 AS code FROM (
-                   SELECT t FROM {hist} UNION SELECT unnest(vals) FROM {hist}) d;
-               CREATE TEMP TABLE {runs} ON COMMIT DROP AS
-               SELECT vals, (row_number() OVER (ORDER BY vals) - 1)::int4 AS hid
-               FROM (SELECT DISTINCT vals FROM {hist} WHERE vals IS NOT NULL) d"""
-        ).format(tags=TAGS, hist=HISTORY, runs=RUNS)
+                   SELECT t FROM {hist} UNION SELECT unnest(vals) FROM {runs}) d"""
+        ).format(tags=TAGS, hist=HISTORY, runs=RUNS, sets=composition.sets_of(conn, r.release_id))
     )
     pos, tag, hid = copy_columns(
         conn,
         sql.SQL(
             "SELECT h.pos::float8, g.code::float8, coalesce(u.hid, -1)::float8 FROM {hist} h "
-            "JOIN {tags} g USING (t) LEFT JOIN {runs} u ON u.vals = h.vals"
+            "JOIN {tags} g USING (t) LEFT JOIN {runs} u USING (vid)"
         ).format(hist=HISTORY, tags=TAGS, runs=RUNS),
         ["float8", "float8", "float8"],
     )

@@ -47,14 +47,20 @@ if TYPE_CHECKING:
     from dbanon.models.base import PrivacyModel, Spread
 
 COLUMNS = sql.SQL(
-    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vals text[], "
-    "fp text, shown text[])"
+    "(release_id integer NOT NULL, key text NOT NULL, gid integer NOT NULL, vid integer, "
+    "sid integer, fp text)"
 )
-# What a release without a map reads as its map: no rows, the map's columns.
+# A map row points at its plausible values (vid: one row per distinct set, sorted) and at what
+# its group showed (sid: one row per group), so each set is written once, not once per row.
+SETS = sql.SQL("(vid integer NOT NULL, vals text[] NOT NULL)")
+SHOWN = sql.SQL("(sid integer NOT NULL, shown text[])")
+# What a release without a map reads as its map, its sets and its shown values: no rows.
 NO_MAP = sql.SQL(
     "(SELECT NULL::integer AS release_id, NULL::text AS key, NULL::integer AS gid, "
-    "NULL::text[] AS vals, NULL::text AS fp, NULL::text[] AS shown WHERE false)"
+    "NULL::integer AS vid, NULL::integer AS sid, NULL::text AS fp WHERE false)"
 )
+NO_SETS = sql.SQL("(SELECT NULL::integer AS vid, NULL::text[] AS vals WHERE false)")
+NO_SHOWN = sql.SQL("(SELECT NULL::integer AS sid, NULL::text[] AS shown WHERE false)")
 PRIVATE = (
     "Private: each source row of a grouping release, its group in the latest release and the "
     "sensitive values every release so far left plausible for it (tagged v:<value>, n for "
@@ -181,6 +187,16 @@ def map_of(conn: psycopg.Connection, release_id: int) -> sql.Composable:
     return table(release_id) if has_map(conn, release_id) else NO_MAP
 
 
+def sets_of(conn: psycopg.Connection, release_id: int) -> sql.Composable:
+    """The map's sets of plausible values (vid, vals), or no rows without a map."""
+    return table(release_id, "sets") if has_map(conn, release_id) else NO_SETS
+
+
+def shown_in(conn: psycopg.Connection, release_id: int) -> sql.Composable:
+    """What the map's groups showed (sid, shown), or no rows without a map."""
+    return table(release_id, "shown") if has_map(conn, release_id) else NO_SHOWN
+
+
 def measure(
     conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int,
     spread: Spread | None = None,
@@ -211,20 +227,22 @@ def _measure(
         ).fetchone())  # fmt: skip
     if rows.buckets:
         return _figures(conn.execute(
-            sql.SQL(_MEASURE_BUCKETS).format(rows=rows.ident, map=map_of(conn, release_id)),
-            {"rid": release_id, "k": k, "l": values_needed},
+            sql.SQL(_MEASURE_BUCKETS).format(
+                rows=rows.ident, map=map_of(conn, release_id), sets=sets_of(conn, release_id)
+            ),
+            {"k": k, "l": values_needed},
         ).fetchone())  # fmt: skip
     row = conn.execute(
         sql.SQL(
             """WITH new AS (SELECT key, gid, t FROM {rows} WHERE gid IS NOT NULL),
                cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
                sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
-               kept AS (SELECT n.gid, m.vals AS old FROM new n
-                        JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key),
+               kept AS (SELECT n.gid, m.vid AS old FROM new n JOIN {map} m ON m.key = n.key),
                pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
                matched AS (  -- per pair, the new class's rows and values among the old values
                    SELECT p.gid, p.old, sum(c.n) AS plausible_rows, count(c.n) AS values_left
-                   FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+                   FROM pairs p JOIN {sets} os ON os.vid = p.old
+                   CROSS JOIN LATERAL unnest(os.vals) v
                    LEFT JOIN cells c ON c.gid = p.gid AND c.t = v
                    WHERE p.old IS NOT NULL GROUP BY p.gid, p.old),
                judged AS (
@@ -239,8 +257,8 @@ def _measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=rows.ident, map=map_of(conn, release_id)),
-        {"rid": release_id, "k": k, "l": values_needed},
+        ).format(rows=rows.ident, map=map_of(conn, release_id), sets=sets_of(conn, release_id)),
+        {"k": k, "l": values_needed},
     ).fetchone()
     return _figures(row)
 
@@ -311,11 +329,12 @@ def _categories(
     fewest, below = conn.execute(
         sql.SQL(
             """WITH held AS ({held}),
-               pairs AS (SELECT n.gid, m.vals AS old, count(*) AS members
-                         FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
-                         WHERE n.gid IS NOT NULL AND m.vals IS NOT NULL GROUP BY n.gid, m.vals),
+               pairs AS (SELECT n.gid, m.vid AS old, count(*) AS members
+                         FROM {rows} n JOIN {map} m ON m.key = n.key
+                         WHERE n.gid IS NOT NULL AND m.vid IS NOT NULL GROUP BY n.gid, m.vid),
                cats AS (SELECT p.gid, p.old, sp.cat, count(*) AS n, min(sp.need) AS need
-                        FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+                        FROM pairs p JOIN {sets} os ON os.vid = p.old
+                        CROSS JOIN LATERAL unnest(os.vals) v
                         JOIN held h ON h.gid = p.gid AND h.t = v
                         JOIN {spread} sp ON sp.t = v GROUP BY p.gid, p.old, sp.cat),
                filled AS (SELECT gid, old, count(*) FILTER (WHERE n >= need) AS cats
@@ -324,8 +343,9 @@ def _categories(
                           LEFT JOIN filled f ON f.gid = p.gid AND f.old = p.old)
                SELECT min(cats), coalesce(sum(members) FILTER (WHERE cats < %(least)s), 0)
                FROM judged"""
-        ).format(held=held, rows=rows.ident, map=map_of(conn, release_id), spread=SPREAD),
-        {"rid": release_id, "least": spread.least},
+        ).format(held=held, rows=rows.ident, map=map_of(conn, release_id),
+                 sets=sets_of(conn, release_id), spread=SPREAD),
+        {"least": spread.least},
     ).fetchone()
     conn.execute(sql.SQL("DROP TABLE {}").format(SPREAD))
     return (None if fewest is None else int(fewest)), int(below)
@@ -349,19 +369,17 @@ _MEASURE_BUCKETS = """
     gb AS (SELECT gid, b, count(*) AS n FROM new GROUP BY gid, b),
     cv AS (SELECT DISTINCT gb.gid, bv.t FROM gb JOIN bv USING (b)),
     sizes AS (SELECT gid, sum(n) AS n FROM gb GROUP BY gid),
-    kept AS (SELECT n.gid, m.vals AS old FROM new n
-             JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key),
+    kept AS (SELECT n.gid, m.vid AS old FROM new n JOIN {map} m ON m.key = n.key),
     pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
     vals_left AS (
         SELECT p.gid, p.old, count(cv.t) AS values_left
-        FROM pairs p CROSS JOIN LATERAL unnest(p.old) v
+        FROM pairs p JOIN {sets} os ON os.vid = p.old CROSS JOIN LATERAL unnest(os.vals) v
         LEFT JOIN cv ON cv.gid = p.gid AND cv.t = v
         WHERE p.old IS NOT NULL GROUP BY p.gid, p.old),
     rows_left AS (
         SELECT p.gid, p.old, sum(gb.n) AS plausible_rows
-        FROM pairs p JOIN gb ON gb.gid = p.gid
-        WHERE p.old IS NOT NULL
-          AND EXISTS (SELECT 1 FROM bv WHERE bv.b = gb.b AND bv.t = ANY (p.old))
+        FROM pairs p JOIN {sets} os ON os.vid = p.old JOIN gb ON gb.gid = p.gid
+        WHERE EXISTS (SELECT 1 FROM bv WHERE bv.b = gb.b AND bv.t = ANY (os.vals))
         GROUP BY p.gid, p.old),
     judged AS (
         SELECT p.members,
@@ -377,89 +395,170 @@ _MEASURE_BUCKETS = """
            coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
     FROM judged"""
 
-# What the map keeps of a bucketed run: each released row's unit, its plausible values
-# narrowed by its class's (its buckets') values, and the values its unit showed (with
-# repeats: what a sealed refresh diffs a retired unit by); a row left out keeps its earlier
-# entry, in its waiting block (w) if it has one.
-_STORE_BUCKETS = """
-    INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown)
-    WITH rel AS (SELECT key, gid, b, u, t, fp FROM {rows} WHERE gid IS NOT NULL),
-    bv AS (SELECT DISTINCT b, t FROM rel),
-    gbs AS (SELECT DISTINCT gid, b FROM rel),
-    cls AS (SELECT g.gid, array_agg(DISTINCT bv.t) AS vals FROM gbs g JOIN bv USING (b)
-            GROUP BY g.gid),
-    units AS (SELECT u, array_agg(t ORDER BY t) AS shown FROM rel GROUP BY u)
-    SELECT %(rid)s, n.key, n.u,
-           CASE WHEN n.t IS NULL THEN NULL
-                WHEN m.vals IS NULL THEN c.vals
-                ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
-           END, n.fp, un.shown
-    FROM rel n JOIN cls c USING (gid) JOIN units un USING (u)
-    LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
-    UNION ALL
-    SELECT %(rid)s, n.key, CASE WHEN n.w IS NULL THEN -1 ELSE -2 - n.w END, m.vals, n.fp,
-           m.shown
-    FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
-    WHERE n.gid IS NULL"""
-
-
 def table_name(release_id: int) -> str:
     """The release's map: a table of its own in schema dbanon (revision 0010), so that no lock
     on a map is shared by two releases' runs (a partitioned parent was: runs deadlocked)."""
     return f"group_map_{release_id}"
 
 
-def table(release_id: int) -> sql.Identifier:
-    return sql.Identifier("dbanon", table_name(release_id))
+def part_name(release_id: int, part: str | None = None) -> str:
+    """The map's rows' table, or its `sets` (plausible values) or `shown` (what groups showed)."""
+    name = table_name(release_id)
+    return f"{name}_{part}" if part else name
+
+
+def table(release_id: int, part: str | None = None) -> sql.Identifier:
+    return sql.Identifier("dbanon", part_name(release_id, part))
+
+
+def _fresh(release_id: int) -> dict[str | None, sql.Identifier]:
+    """The tables a new map is written into before it is swapped in."""
+    return {p: sql.Identifier("dbanon", part_name(release_id, p) + "_next") for p in _PARTS}
+
+
+_PARTS = (None, "sets", "shown")
+_CLS = sql.Identifier("dbanon_map_classes")  # (gid, vals): each released class's values
+_UNITS = sql.Identifier("dbanon_map_units")  # (u, shown): what each unit the map keeps showed
+_PAIRS = sql.Identifier("dbanon_map_pairs")  # (gid, old, vals): a class and a set it narrows
+_HELD = sql.Identifier("dbanon_map_held")  # (key, w, vid, sid, fp): rows left out, mapped before
 
 
 def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     """Replace the release's map by this run's groups and running value intersections.
 
-    The new map is written into a fresh table, its key indexed once by a sort, and swapped in
-    for the old table: far cheaper than deleting and inserting rows of an indexed table
-    (about 3 s rather than 15 s per million rows)."""
-    fresh = sql.Identifier("dbanon", table_name(release_id) + "_next")
-    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
+    A map row holds its key, group and fingerprint and points at its plausible values and at
+    what its group showed, each set written once (not once per row, which made the map of a
+    million rows 650 MB and its writing the dearest step of a publish). The new map is written
+    into fresh tables and swapped in for the old ones; the key is not indexed: every reader
+    joins the whole map by hash."""
+    fresh = _fresh(release_id)
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh[None], COLUMNS))
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["sets"], SETS))
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["shown"], SHOWN))
     if rows.measured:
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown) "
-                "SELECT %(rid)s, n.key, coalesce(n.gid, -1), p.vals, n.fp, n.shown "
-                "FROM {rows} n LEFT JOIN {psets} p USING (pset)"
-            ).format(fresh=fresh, rows=rows.ident, psets=PSETS),
-            {"rid": release_id},
-        )
-    elif rows.buckets:
-        conn.execute(
-            sql.SQL(_STORE_BUCKETS).format(
-                fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)
-            ),
-            {"rid": release_id},
-        )
+        _store_measured(conn, release_id, rows, fresh)
     else:
-        conn.execute(
-            sql.SQL(
-                """INSERT INTO {fresh} (release_id, key, gid, vals, fp, shown)
-               WITH new AS (SELECT key, gid, t, fp FROM {rows} WHERE gid IS NOT NULL),
-               cls AS (SELECT gid, array_agg(DISTINCT t) AS vals,
-                              array_agg(t ORDER BY t) AS shown FROM new GROUP BY gid)
-               SELECT %(rid)s, n.key, n.gid,
-                      CASE WHEN n.t IS NULL THEN NULL
-                           WHEN m.vals IS NULL THEN c.vals
-                           ELSE ARRAY(SELECT unnest(m.vals) INTERSECT SELECT unnest(c.vals))
-                      END, n.fp, c.shown
-               FROM new n JOIN cls c USING (gid)
-               LEFT JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
-               UNION ALL  -- a row withheld keeps what earlier releases showed of it
-               SELECT %(rid)s, n.key, CASE WHEN n.w IS NULL THEN -1 ELSE -2 - n.w END,
-                      m.vals, n.fp, m.shown
-               FROM {rows} n JOIN {map} m ON m.release_id = %(rid)s AND m.key = n.key
-               WHERE n.gid IS NULL"""
-            ).format(fresh=fresh, rows=rows.ident, map=map_of(conn, release_id)),
-            {"rid": release_id},
-        )
-    _swap_in(conn, release_id, fresh)  # after the read of the old map above
+        _store_grouped(conn, release_id, rows, fresh)
+    _swap_in(conn, release_id, fresh)  # after every read of the old map above
+
+
+def _store_measured(
+    conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
+) -> None:
+    """A method that judged its rows itself staged their value sets (PSETS) and what the
+    release showed of each row: both deduplicated into the map's sets and shown values."""
+    conn.execute(
+        sql.SQL(
+            "INSERT INTO {sets} SELECT (dense_rank() OVER (ORDER BY vals) - 1)::int4, vals "
+            "FROM (SELECT DISTINCT ARRAY(SELECT DISTINCT v FROM unnest(vals) v ORDER BY 1) "
+            "AS vals FROM {psets} WHERE vals IS NOT NULL) d;"
+            "INSERT INTO {shown} SELECT (dense_rank() OVER (ORDER BY shown) - 1)::int4, shown "
+            "FROM (SELECT DISTINCT shown FROM {rows} WHERE shown IS NOT NULL) d"
+        ).format(sets=fresh["sets"], psets=PSETS, shown=fresh["shown"], rows=rows.ident)
+    )
+    conn.execute(
+        sql.SQL(
+            """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
+               WITH pv AS (SELECT p.pset, s.vid FROM {psets} p JOIN {sets} s
+                           ON s.vals = ARRAY(SELECT DISTINCT v FROM unnest(p.vals) v ORDER BY 1))
+               SELECT %(rid)s, n.key, coalesce(n.gid, -1), pv.vid, sh.sid, n.fp
+               FROM {rows} n LEFT JOIN pv USING (pset) LEFT JOIN {shown} sh USING (shown)"""
+        ).format(fresh=fresh[None], psets=PSETS, sets=fresh["sets"], rows=rows.ident,
+                 shown=fresh["shown"]),  # fmt: skip
+        {"rid": release_id},
+    )
+
+
+def _store_grouped(
+    conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
+) -> None:
+    """Each released class's values (with buckets: its rows' buckets' values) narrow the sets
+    its persisting rows had, once per (class, old set); each unit kept (the group; with
+    buckets the unit `u`) stores the values it showed, with repeats; a row left out keeps
+    its old set and what its group showed, in its waiting block (w) if it has one."""
+    mapped = has_map(conn, release_id)
+    old, old_sets, old_shown = (table(release_id, p) for p in _PARTS) if mapped else (
+        NO_MAP, NO_SETS, NO_SHOWN)  # fmt: skip
+    unit = sql.SQL("coalesce(u, gid)" if rows.buckets else "gid")
+    values = (
+        "SELECT g.gid, array_agg(DISTINCT bv.t ORDER BY bv.t) AS vals FROM "
+        "(SELECT DISTINCT gid, b FROM {rows} WHERE gid IS NOT NULL) g JOIN "
+        "(SELECT DISTINCT b, t FROM {rows} WHERE gid IS NOT NULL) bv USING (b) GROUP BY g.gid"
+        if rows.buckets
+        else "SELECT gid, array_agg(DISTINCT t ORDER BY t) AS vals FROM {rows} "
+        "WHERE gid IS NOT NULL GROUP BY gid"
+    )
+    sensitive = conn.execute(
+        sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE t IS NOT NULL)").format(rows.ident)
+    ).fetchone()[0]
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {units} ON COMMIT DROP AS SELECT {unit} AS u, "
+            "array_agg(t ORDER BY t) AS shown FROM {rows} WHERE gid IS NOT NULL GROUP BY 1"
+        ).format(units=_UNITS, unit=unit, rows=rows.ident)
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {held} ON COMMIT DROP AS SELECT n.key, n.w, m.vid, m.sid, n.fp "
+            "FROM {rows} n JOIN {old} m ON m.key = n.key WHERE n.gid IS NULL"
+        ).format(held=_HELD, rows=rows.ident, old=old)
+    )
+    # (class, old set or -1 for none): the set its rows keep; none without a sensitive column
+    pairs = (
+        "SELECT c.gid, -1 AS old, c.vals FROM {cls} c"
+        if not mapped
+        else "SELECT p.gid, coalesce(p.old, -1) AS old, CASE WHEN p.old IS NULL THEN c.vals "
+        "ELSE ARRAY(SELECT v FROM (SELECT unnest(os.vals) INTERSECT SELECT unnest(c.vals)) "
+        "x(v) ORDER BY 1) END AS vals "
+        "FROM (SELECT DISTINCT n.gid, m.vid AS old FROM {rows} n LEFT JOIN {old} m "
+        "ON m.key = n.key WHERE n.gid IS NOT NULL) p "
+        "JOIN {cls} c USING (gid) LEFT JOIN {old_sets} os ON os.vid = p.old"
+    )
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {cls} ON COMMIT DROP AS " + values + ";"
+            "CREATE TEMP TABLE {pairs} ON COMMIT DROP AS " + pairs + " WHERE {sensitive};"
+            "INSERT INTO {sets} SELECT (dense_rank() OVER (ORDER BY vals) - 1)::int4, vals "
+            "FROM (SELECT vals FROM {pairs} UNION SELECT os.vals FROM {old_sets} os "
+            "WHERE os.vid IN (SELECT vid FROM {held})) d;"
+            "INSERT INTO {shown} SELECT u, shown FROM {units};"
+            "INSERT INTO {shown} SELECT b.n + (dense_rank() OVER (ORDER BY h.sid))::int4 - 1, "
+            "h.shown FROM {old_shown} h CROSS JOIN (SELECT coalesce(max(u), -1) + 1 AS n "
+            "FROM {units}) b WHERE h.sid IN (SELECT sid FROM {held})"
+        ).format(cls=_CLS, rows=rows.ident, pairs=_PAIRS, old=old, old_sets=old_sets,
+                 sensitive=sql.Literal(bool(sensitive)), sets=fresh["sets"], held=_HELD,
+                 shown=fresh["shown"], units=_UNITS, old_shown=old_shown)  # fmt: skip
+    )
+    kept = sql.SQL(
+        "LEFT JOIN {old} m ON m.key = n.key " if mapped else ""
+    ).format(old=old)
+    conn.execute(
+        sql.SQL(
+            """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
+               WITH pv AS (SELECT p.gid, p.old, s.vid FROM {pairs} p
+                           JOIN {sets} s ON s.vals = p.vals),
+               base AS (SELECT coalesce(max(u), -1) + 1 AS n FROM {units}),
+               held_sid AS (SELECT sid, (SELECT n FROM base)
+                                        + (dense_rank() OVER (ORDER BY sid))::int4 - 1 AS new
+                            FROM (SELECT DISTINCT sid FROM {held} WHERE sid IS NOT NULL) d),
+               held_vid AS (SELECT os.vid, s.vid AS new FROM {old_sets} os
+                            JOIN {sets} s ON s.vals = os.vals
+                            WHERE os.vid IN (SELECT vid FROM {held}))
+               SELECT %(rid)s, n.key, {unit}, pv.vid, {unit}, n.fp
+               FROM {rows} n {kept}LEFT JOIN pv ON pv.gid = n.gid AND pv.old = {old_vid}
+               WHERE n.gid IS NOT NULL
+               UNION ALL
+               SELECT %(rid)s, h.key, CASE WHEN h.w IS NULL THEN -1 ELSE -2 - h.w END,
+                      hv.new, hs.new, h.fp
+               FROM {held} h LEFT JOIN held_vid hv ON hv.vid = h.vid
+               LEFT JOIN held_sid hs ON hs.sid = h.sid"""
+        ).format(fresh=fresh[None], pairs=_PAIRS, sets=fresh["sets"], units=_UNITS, held=_HELD,
+                 old_sets=old_sets, unit=sql.SQL("n.") + unit if not rows.buckets
+                 else sql.SQL("coalesce(n.u, n.gid)"), rows=rows.ident, kept=kept,
+                 old_vid=sql.SQL("coalesce(m.vid, -1)" if mapped else "-1")),  # fmt: skip
+        {"rid": release_id},
+    )
+    conn.execute(sql.SQL("DROP TABLE {}, {}, {}, {}").format(_CLS, _UNITS, _PAIRS, _HELD))
 
 
 def _stage_keys(conn: psycopg.Connection, keys: Keys) -> sql.Identifier:
@@ -550,20 +649,23 @@ def previous_cells(
     gid, same = np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=bool)
     vals: list[list[str] | None] = [None] * n
     shown: list[list[str] | None] = [None] * n
-    distinct: dict[tuple[str, ...], list[str]] = {}
+    sets = dict(conn.execute(sql.SQL("SELECT vid, vals FROM {}").format(
+        table(release_id, "sets"))).fetchall())  # fmt: skip
+    groups = dict(conn.execute(sql.SQL("SELECT sid, shown FROM {}").format(
+        table(release_id, "shown"))).fetchall())  # fmt: skip
     with conn.cursor() as cur:
         cur.execute(
             sql.SQL(
-                "SELECT t.gid, m.gid, m.fp IS NOT DISTINCT FROM {fp}, m.vals, m.shown "
-                "FROM {rows} t JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
+                "SELECT t.gid, m.gid, m.fp IS NOT DISTINCT FROM {fp}, m.vid, m.sid "
+                "FROM {rows} t JOIN {map} m ON m.key = t.key "
                 "JOIN {src} s ON s.{key}::text = t.key"
-            ).format(fp=fingerprint(released), rows=rows, map=map_of(conn, release_id),
-                     rid=sql.Literal(release_id), src=source.ident, key=key.ident)  # fmt: skip
+            ).format(fp=fingerprint(released), rows=rows, map=table(release_id),
+                     src=source.ident, key=key.ident)  # fmt: skip
         )
         for at, g, unchanged, v, sh in cur:
-            gid[at], same[at], shown[at] = g, unchanged, sh
-            if v is not None:
-                vals[at] = distinct.setdefault(tuple(v), v)
+            gid[at], same[at] = g, unchanged
+            shown[at] = None if sh is None else groups[sh]
+            vals[at] = None if v is None else sets[v]
     conn.execute(sql.SQL("DROP TABLE {}").format(rows))
     return gid, same, vals, shown
 
@@ -592,8 +694,9 @@ def shown_of(conn: psycopg.Connection, release_id: int, gids: list[int]) -> dict
         int(g): list(shown or [])
         for g, shown in conn.execute(
             sql.SQL(
-                "SELECT DISTINCT ON (gid) gid, shown FROM {} WHERE gid = ANY(%s) ORDER BY gid"
-            ).format(map_of(conn, release_id)),
+                "SELECT DISTINCT ON (m.gid) m.gid, h.shown FROM {} m LEFT JOIN {} h USING (sid) "
+                "WHERE m.gid = ANY(%s) ORDER BY m.gid"
+            ).format(map_of(conn, release_id), shown_in(conn, release_id)),
             [gids],
         )
     }
@@ -612,31 +715,31 @@ def previous_state(
     if not has_map(conn, release_id):
         return None
     rows = _stage_keys(conn, keys)
-    state = sql.Identifier("dbanon_refresh_state")  # (position, map gid, map values)
-    conn.execute(
-        sql.SQL(
-            "CREATE TEMP TABLE {state} ON COMMIT DROP AS "
-            "SELECT t.gid AS at, m.gid, m.vals FROM {rows} t JOIN {map} m "
-            "ON m.release_id = {rid} AND m.key = t.key"
-        ).format(state=state, rows=rows, map=map_of(conn, release_id), rid=sql.Literal(release_id))
-    )
-    sets = [v for (v,) in conn.execute(sql.SQL(
-        "SELECT DISTINCT vals FROM {} WHERE vals IS NOT NULL ORDER BY 1"
-    ).format(state)).fetchall()]  # fmt: skip
-    at, old, idx = copy_columns(  # a set's index: its rank in the order `sets` has
+    at, old, vid = copy_columns(
         conn,
         sql.SQL(
-            "SELECT at::float8, gid::float8, CASE WHEN vals IS NULL THEN -1 "
-            "ELSE dense_rank() OVER (ORDER BY vals) - 1 END::float8 FROM {}"
-        ).format(state),
+            "SELECT t.gid::float8, m.gid::float8, coalesce(m.vid, -1)::float8 "
+            "FROM {rows} t JOIN {map} m ON m.key = t.key"
+        ).format(rows=rows, map=table(release_id)),
         ["float8", "float8", "float8"],
     )
-    conn.execute(sql.SQL("DROP TABLE {}, {}").format(rows, state))
-    at = np.asarray(at, dtype=np.int64)
+    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
+    at, vid = np.asarray(at, dtype=np.int64), np.asarray(vid, dtype=np.int64)
+    used = np.unique(vid[vid >= 0])
+    found = conn.execute(
+        sql.SQL("SELECT vid, vals FROM {} WHERE vid = ANY(%s) ORDER BY vals").format(
+            table(release_id, "sets")
+        ),
+        [used.tolist()],
+    ).fetchall()
+    sets = [v for _, v in found]
+    rank = np.full(int(used.max()) + 2 if len(used) else 1, -1, dtype=np.int64)
+    for i, (v, _) in enumerate(found):
+        rank[v] = i
     groups = np.full(len(keys), -1, dtype=np.int64)
     groups[at] = np.asarray(old, dtype=np.int64)
     vidx = np.full(len(keys), -1, dtype=np.int64)
-    vidx[at] = np.asarray(idx, dtype=np.int64)
+    vidx[at] = rank[vid]  # -1 (no set) reads rank's last entry, -1
     return groups, vidx, sets
 
 
@@ -711,36 +814,41 @@ def rekey(
     before = conn.execute(
         sql.SQL("SELECT count(*) FROM {}").format(table(release_id))
     ).fetchone()[0]
-    fresh = sql.Identifier("dbanon", table_name(release_id) + "_next")
-    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, COLUMNS))
+    fresh = _fresh(release_id)
+    conn.execute(
+        sql.SQL("CREATE TABLE {} AS SELECT * FROM {}; CREATE TABLE {} AS SELECT * FROM {}").format(
+            fresh["sets"], table(release_id, "sets"), fresh["shown"], table(release_id, "shown")
+        )
+    )
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh[None], COLUMNS))
     kept = conn.execute(
         sql.SQL(
-            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vals, m.fp, m.shown "
+            "INSERT INTO {fresh} SELECT m.release_id, p.new, m.gid, m.vid, m.sid, m.fp "
             "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
-        ).format(fresh=fresh, part=table(release_id), pairs=pairs)
+        ).format(fresh=fresh[None], part=table(release_id), pairs=pairs)
     ).rowcount
     _swap_in(conn, release_id, fresh)
     return Rekeyed(by, int(kept), int(before) - int(kept))
 
 
-def _swap_in(conn: psycopg.Connection, release_id: int, fresh: sql.Identifier) -> None:
-    """The fresh table becomes the release's map (the old one dropped)."""
+def _swap_in(
+    conn: psycopg.Connection, release_id: int, fresh: dict[str | None, sql.Identifier]
+) -> None:
+    """The fresh tables become the release's map (the old ones dropped), analysed for the
+    joins of the next run."""
     forget(conn, release_id)
-    name = table_name(release_id)
-    conn.execute(
-        sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} PRIMARY KEY (release_id, key)").format(
-            fresh, sql.Identifier(f"{name}_pkey")
-        )
-    )
-    conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(fresh, sql.Identifier(name)))
-    conn.execute(
-        sql.SQL("COMMENT ON TABLE {} IS {}").format(table(release_id), sql.Literal(PRIVATE))
-    )
+    for part in _PARTS:
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            fresh[part], sql.Identifier(part_name(release_id, part))))  # fmt: skip
+        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            table(release_id, part), sql.Literal(PRIVATE)))  # fmt: skip
+        conn.execute(sql.SQL("ANALYZE {}").format(table(release_id, part)))
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:
     """Drop the release's map, if it has one."""
-    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(table(release_id)))
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {}").format(
+        *(table(release_id, p) for p in _PARTS)))  # fmt: skip
 
 
 def values_needed(models: list) -> int:
