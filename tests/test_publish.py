@@ -182,7 +182,9 @@ def test_failed_check_keeps_the_previous_release(
     # An algorithm that breaks its promise: every row its own group.
     # An algorithm that breaks its promise: every row its own group, regrouped or persisting.
     monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
-    monkeypatch.setattr(grouped, "persist_groups", lambda qi, *_: np.arange(qi.n, dtype=np.int32))
+    monkeypatch.setattr(
+        grouped, "persist_groups", lambda qi, *_, **__: np.arange(qi.n, dtype=np.int32)
+    )
     result = cli(dsn, *PUBLISH, "--replace")
     assert result.exit_code == 2
     assert "failed its check of k-anonymity (k=5)" in result.stderr
@@ -294,7 +296,9 @@ def test_report_reads_for_people(
     assert len(warnings) == 1 and 'sensitive column token' in warnings[0], result.stdout
 
     monkeypatch.setattr(KMember, "cluster", lambda self, r, qi, *_: np.arange(qi.n, dtype=np.int32))
-    monkeypatch.setattr(grouped, "persist_groups", lambda qi, *_: np.arange(qi.n, dtype=np.int32))
+    monkeypatch.setattr(
+        grouped, "persist_groups", lambda qi, *_, **__: np.arange(qi.n, dtype=np.int32)
+    )
     assert cli(dsn, "refresh", "patients_k5").exit_code == 2
     conn.execute("DROP VIEW released.patients_k5")
     result = cli(dsn, "report", "patients_k5")

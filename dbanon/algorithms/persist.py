@@ -188,13 +188,16 @@ def distance(
 def persist_groups(
     qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
     history: History | None = None, replace_moved: bool = True,
+    unchanged: np.ndarray | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
     they cannot be grouped on their own); with `history`, groups also keep the intersection
     promise for every persisting row a merge can help; with `replace_moved` (methods whose
-    groups gather near rows) rows that moved far from their group are placed again. Raises
-    ValueError when no grouping satisfies the models."""
+    groups gather near rows) rows that moved far from their group are placed again, but not
+    rows known `unchanged` since (their fingerprint): a refresh of an unchanged source keeps
+    every group as it was and so releases the same rows. Raises ValueError when no grouping
+    satisfies the models."""
     if history is not None:
         guard = history.fixable()
         models = holds
@@ -208,7 +211,8 @@ def persist_groups(
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
     if replace_moved and old.any():  # the guard (or class size) keeps a moved row's promise
-        gid[moved(qi, gid)] = -1
+        far = moved(qi, gid)
+        gid[far if unchanged is None else far[~unchanged[far]]] = -1
         gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
         old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0

@@ -199,12 +199,54 @@ def stage_labels(
     return losses
 
 
+ROWS = sql.Identifier("dbanon_rows")  # the stage joined once with the source
+MAP_ROWS = sql.Identifier("dbanon_map_rows")  # ROWS as composition reads a run's rows
+# ROWS' own columns, named apart from any source column's.
+_OWN = {c: sql.Identifier(f"dbanon {c}") for c in ("key", "gid", "w", "t", "fp")}
+
+
+def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> None:
+    """Join the stage with the source once, into ROWS: each row's key, group and waiting
+    block, the source columns the release shows (numeric QIs, sensitive, kept) and what the
+    private map keeps of it (its tagged sensitive value, the fingerprint of its released
+    columns). The release and the map are both written from it (MAP_ROWS, a view with
+    composition.Rows' column names), so no second join of a million rows."""
+    nums = [c for c in r.qi if not r.is_categorical(c)]
+    cols = [*nums, *r.sensitive, *r.keep]
+    has_w = "w" in [d.name for d in conn.execute(
+        sql.SQL("SELECT * FROM {} LIMIT 0").format(stage)).description or []]  # fmt: skip
+    conn.execute(
+        sql.SQL(
+            "CREATE TEMP TABLE {rows} ON COMMIT DROP AS SELECT st.key AS {key}, st.gid AS {gid}, "
+            "{w} AS {w_}, {t} AS {t_}, {fp} AS {fp_}{cols} "
+            "FROM {stage} st JOIN {src} s ON s.{k}::text = st.key"
+        ).format(
+            rows=ROWS, key=_OWN["key"], gid=_OWN["gid"],
+            w=sql.SQL("st.w" if has_w else "NULL::int4"), w_=_OWN["w"],
+            t=composition.tag(r.sensitive[0] if r.sensitive else None), t_=_OWN["t"],
+            fp=composition.fingerprint(r.released_columns), fp_=_OWN["fp"],
+            cols=sql.SQL("").join(sql.SQL(", s.{}").format(c.ident) for c in cols),
+            stage=stage, src=r.source.ident, k=r.key.ident,
+        )  # fmt: skip
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(ROWS))
+    conn.execute(
+        sql.SQL("CREATE TEMP VIEW {} AS SELECT {} FROM {}").format(
+            MAP_ROWS,
+            sql.SQL(", ").join(sql.SQL("{} AS {}").format(v, sql.Identifier(c))
+                               for c, v in _OWN.items()),  # fmt: skip
+            ROWS,
+        )
+    )
+
+
 def materialise(
     conn: psycopg.Connection, r: Resolved, stage: sql.Identifier, build: sql.Identifier
 ) -> None:
-    """CREATE the release table from source + staged group ids + staged labels, in one
-    statement: numeric and date QIs generalised by one GROUP BY gid, categorical ones joined
-    from LABELS (`stage_labels`)."""
+    """CREATE the release table from the stage joined with the source (ROWS, `stage_rows`)
+    and the staged labels, in one statement: numeric and date QIs generalised by one GROUP BY
+    gid, categorical ones joined from LABELS (`stage_labels`)."""
+    stage_rows(conn, r, stage)
     cats = [c for c in r.qi if r.is_categorical(c)]
     nums = [c for c in r.qi if not r.is_categorical(c)]
     label = {c.name: sql.Identifier(f"l{j}") for j, c in enumerate(cats)}
@@ -225,8 +267,7 @@ def materialise(
         sql.SQL(
             """CREATE TABLE {build} AS
                WITH rows AS (
-                   SELECT st.gid, {src_cols} FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   WHERE st.gid IS NOT NULL
+                   SELECT {gid} AS gid, {src_cols} FROM {rows} s WHERE {gid} IS NOT NULL
                ){groups}
                SELECT {out} FROM rows {join_groups} JOIN {labels} l USING (gid)
                ORDER BY random()"""
@@ -237,9 +278,8 @@ def materialise(
             )
             if nums or r.sensitive or r.keep
             else sql.SQL("1 AS dbanon_one"),
-            src=r.source.ident,
-            stage=stage,
-            key=r.key.ident,
+            rows=ROWS,
+            gid=_OWN["gid"],
             groups=groups,
             out=sql.SQL(", ").join(out),
             join_groups=sql.SQL("JOIN groups g USING (gid)") if nums else sql.SQL(""),
@@ -494,6 +534,7 @@ class GroupingMethod(Method):
                     qi, previous,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
                     self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
+                    unchanged=None if before is None else before.unchanged,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
@@ -534,7 +575,7 @@ class GroupingMethod(Method):
         return metrics
 
     def group_map(self, r: Resolved) -> sql.Composable:
-        return STAGE
+        return MAP_ROWS
 
     @staticmethod
     def _holds(r: Resolved, sensitive: Any) -> Callable[[np.ndarray], bool]:
