@@ -144,3 +144,26 @@ def test_a_refresh_of_an_unchanged_source_releases_the_same_rows(conn: psycopg.C
         assert code == 0, out
         after = sorted(conn.execute(f"SELECT x::text FROM released.{method} x").fetchall())  # noqa: S608
         assert after == before
+
+
+def test_a_group_kept_whole_and_unchanged_is_not_judged_again() -> None:
+    """With the previous sizes, a group that kept every row unchanged and took none holds as
+    it held when released (the caller passes sizes only for promises that read nothing but
+    the group); one that lost a row is judged, and merged when it fails."""
+    qi = _arrays([10, 11, 12, 13, 14, 40, 41, 42, 43, 44, 80, 81, 82, 83])
+    previous = np.array([0] * 5 + [1] * 5 + [2] * 4)
+    split = lambda rows: np.zeros(len(rows), dtype=np.int32)  # noqa: E731
+    judged: list[int] = []
+
+    def holds(rows: np.ndarray) -> bool:
+        judged.append(len(rows))
+        return len(rows) >= 5
+
+    same = np.ones(14, dtype=bool)
+    gid = persist_groups(qi, previous, split, holds, 5, unchanged=same,
+                         sizes=np.array([5, 5, 5]))  # fmt: skip
+    assert gid[0] != gid[5] and gid[10] in (gid[0], gid[5])  # group 2 lost a row: merged
+    assert 4 in judged and judged.count(5) == 0  # groups 0 and 1 were not judged again
+    judged.clear()
+    persist_groups(qi, previous, split, holds, 5, unchanged=same)
+    assert judged.count(5) >= 2  # without sizes every group is judged

@@ -45,7 +45,12 @@ from dbanon.algorithms.base import QIArrays
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
-_CHUNK = 2048  # rows per block when placing leftover rows (bounded memory: block x groups)
+_CELLS = 1 << 22  # distances per block of rows x groups (32 MB of float64): bounded memory
+
+
+def _blocks(groups: int) -> int:
+    """Rows per block when each row's distance to every group is computed."""
+    return max(16, _CELLS // max(groups, 1))
 _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
 
 
@@ -188,7 +193,7 @@ def distance(
 def persist_groups(
     qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
     history: History | None = None, replace_moved: bool = True,
-    unchanged: np.ndarray | None = None,
+    unchanged: np.ndarray | None = None, sizes: np.ndarray | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
@@ -196,8 +201,11 @@ def persist_groups(
     promise for every persisting row a merge can help; with `replace_moved` (methods whose
     groups gather near rows) rows that moved far from their group are placed again, but not
     rows known `unchanged` since (their fingerprint): a refresh of an unchanged source keeps
-    every group as it was and so releases the same rows. Raises ValueError when no grouping
-    satisfies the models."""
+    every group as it was and so releases the same rows. With `sizes` (each previous group's
+    rows as released), a group that kept all its rows, unchanged, and took none is taken to
+    hold as it held when released, without judging it again: the caller passes sizes only
+    when its promise reads nothing but the group (no t-closeness, no (θ,k) need from the
+    table). Raises ValueError when no grouping satisfies the models."""
     if history is not None:
         guard = history.fixable()
         models = holds
@@ -210,13 +218,14 @@ def persist_groups(
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
     gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
-    if replace_moved and old.any():  # the guard (or class size) keeps a moved row's promise
-        far = moved(qi, gid)
-        gid[far if unchanged is None else far[~unchanged[far]]] = -1
+    suspect = old if unchanged is None else old & ~unchanged  # known unchanged rows stay
+    if replace_moved and suspect.any():  # the guard (or class size) keeps a moved row's promise
+        gid[moved(qi, gid, suspect)] = -1
         gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
         old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
-    _fill_short(qi, gid, groups, holds, guard if history is not None else None, k)
+    intact = _intact(gid, previous, groups, unchanged, sizes)
+    _fill_short(qi, gid, groups, holds, guard if history is not None else None, k, intact)
     new = np.flatnonzero(gid < 0)
     if len(new) >= k:
         try:
@@ -225,19 +234,30 @@ def persist_groups(
             groups += int(sub.max()) + 1
         except ValueError:
             pass  # the new rows cannot form groups of their own: they join existing ones
+    intact = np.r_[intact, np.zeros(groups - len(intact), dtype=bool)]
     left = np.flatnonzero(gid < 0)
     if len(left):
         if groups == 0:
             raise ValueError(f"{n} rows and no group to join")
         cnum, ccat = centres(qi, np.where(gid < 0, 0, gid), groups)
-        for start in range(0, len(left), _CHUNK):
-            rows = left[start : start + _CHUNK]
+        step = _blocks(groups)
+        for start in range(0, len(left), step):
+            rows = left[start : start + step]
             gid[rows] = distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-    gid = merge_failing(qi, gid, groups, holds)
-    return split_large(gid, cluster, holds, k)
+        intact[np.unique(gid[left])] = False  # they took rows: judged again
+    # A group kept whole is released as it was: not split either (an unchanged source gives
+    # the same release). Merging renumbers groups: intact ones are found again by their rows.
+    whole = intact[gid] if len(intact) else np.zeros(len(gid), dtype=bool)
+    merged = merge_failing(qi, gid, groups, holds, intact)
+    keep = np.zeros(int(merged.max(initial=-1)) + 1, dtype=bool)
+    keep[merged[whole]] = True
+    keep[merged[~whole]] = False
+    return split_large(merged, cluster, holds, k, keep)
 
 
-def split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.ndarray:
+def split_large(
+    gid: np.ndarray, cluster: Cluster, holds: Holds, k: int, keep: np.ndarray | None = None
+) -> np.ndarray:
     """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
     when every part keeps the promise (models and guard): merges of earlier refreshes are
     undone where the intersection allows it, so information loss need not only grow."""
@@ -245,7 +265,10 @@ def split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.n
     order = np.argsort(gid, kind="stable")
     bounds = np.r_[0, np.cumsum(sizes)]
     nxt = len(sizes)
-    for g in np.flatnonzero(sizes >= 2 * k).tolist():
+    large = sizes >= 2 * k
+    if keep is not None:
+        large &= ~keep[: len(sizes)]
+    for g in np.flatnonzero(large).tolist():
         rows = order[bounds[g] : bounds[g + 1]]
         try:
             sub = np.unique(np.asarray(cluster(rows)), return_inverse=True)[1].reshape(-1)
@@ -260,9 +283,28 @@ def split_large(gid: np.ndarray, cluster: Cluster, holds: Holds, k: int) -> np.n
     return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
 
 
+def _intact(
+    gid: np.ndarray, previous: np.ndarray, groups: int, unchanged: np.ndarray | None,
+    sizes: np.ndarray | None,
+) -> np.ndarray:  # fmt: skip
+    """Per group: whether it is its previous group whole, every row unchanged (see
+    `persist_groups`); none without `unchanged` and `sizes`."""
+    intact = np.zeros(groups, dtype=bool)
+    if unchanged is None or sizes is None or not groups or not len(sizes):
+        return intact
+    placed = gid >= 0
+    count = np.bincount(gid[placed], minlength=groups)
+    steady = np.bincount(gid[placed], weights=unchanged[placed], minlength=groups)
+    before = np.zeros(groups, dtype=np.int64)
+    before[gid[placed]] = previous[placed]
+    was = np.where(before < len(sizes), sizes[np.minimum(before, len(sizes) - 1)], -1)
+    return (count > 0) & (steady == count) & (count == was)
+
+
 def _fill_short(
-    qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, guard: History | None, k: int
-) -> None:
+    qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, guard: History | None, k: int,
+    intact: np.ndarray,
+) -> None:  # fmt: skip
     """Let each persisting group that fails its promise (it lost rows, mostly) take up to k
     of the nearest loose rows (new or moved) nearer than any other group, those holding a
     value its persisting rows may have first, when that makes it hold: a short group gains a
@@ -275,7 +317,8 @@ def _fill_short(
     order = placed[np.argsort(gid[placed], kind="stable")]
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
-    failing = [g for g in range(groups) if len(members[g]) and not holds(members[g])]
+    failing = [g for g in range(groups)
+               if len(members[g]) and not intact[g] and not holds(members[g])]  # fmt: skip
     if not failing:
         return
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
@@ -296,10 +339,11 @@ def _fill_short(
             if holds(rows):
                 gid[loose[taken]] = g
                 free[taken] = False
+                intact[g] = False
                 break
 
 
-def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
+def moved(qi: QIArrays, gid: np.ndarray, suspect: np.ndarray | None = None) -> np.ndarray:
     """Persisting rows (gid >= 0) whose QIs moved away from their group: a row's distance to
     its group's centre (without it) is over twice its distance to the nearest other centre,
     and over the group's own spread. Keeping such a row (a QI update, mostly) would stretch
@@ -319,25 +363,33 @@ def moved(qi: QIArrays, gid: np.ndarray) -> np.ndarray:
     alone = sizes[g] > 1
     own = np.where(alone, own * sizes[g] / np.maximum(sizes[g] - 1, 1), 0.0)
     spread = np.bincount(g, weights=own, minlength=groups) / np.maximum(sizes, 1)
-    candidates = np.flatnonzero(alone & (own > 2 * spread[g]) & (own > 0))
+    far = alone & (own > 2 * spread[g]) & (own > 0)
+    if suspect is not None:  # only these rows may have moved (the others are unchanged)
+        far &= suspect[rows]
+    candidates = np.flatnonzero(far)
     out = []
-    for start in range(0, len(candidates), _CHUNK):
-        c = candidates[start : start + _CHUNK]
+    step = _blocks(groups)
+    for start in range(0, len(candidates), step):
+        c = candidates[start : start + step]
         d = distance(qi, qi.num[rows[c]], qi.cat[rows[c]], cnum, ccat)
         d[np.arange(len(c)), g[c]] = np.inf
         out.append(c[own[c] > 2 * d.min(axis=1)])
     return rows[np.concatenate(out)] if out else np.zeros(0, dtype=np.int64)
 
 
-def merge_failing(qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds) -> np.ndarray:
+def merge_failing(
+    qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, intact: np.ndarray | None = None
+) -> np.ndarray:
     """Merge groups that fail their promise into a near group, smallest first: of the
-    `_CANDIDATES` nearest, the nearest whose union holds, else the nearest."""
+    `_CANDIDATES` nearest, the nearest whose union holds, else the nearest. `intact` groups
+    hold as released (`persist_groups`) and are not judged again."""
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = {
         g: order[bounds[g] : bounds[g + 1]] for g in range(groups) if bounds[g + 1] > bounds[g]
     }
-    failing = {g for g, rows in members.items() if not holds(rows)}
+    failing = {g for g, rows in members.items()
+               if not (intact is not None and intact[g]) and not holds(rows)}  # fmt: skip
     cnum, ccat = centres(qi, gid, groups)
     while failing:
         if len(members) == 1:

@@ -535,6 +535,8 @@ class GroupingMethod(Method):
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
                     self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
                     unchanged=None if before is None else before.unchanged,
+                    sizes=None if before is None or any(m.needs_overall for m in r.models)
+                    else before.sizes,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
