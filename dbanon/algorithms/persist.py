@@ -36,6 +36,7 @@ normalised by the domain width, categorical LCA heights) between group centres.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -46,6 +47,16 @@ from dbanon.algorithms.base import QIArrays
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
 _CELLS = 1 << 22  # distances per block of rows x groups (32 MB of float64): bounded memory
+
+
+def _nearest(d: np.ndarray, m: int) -> np.ndarray:
+    """The positions of the m smallest distances, nearest first, ties by position: what
+    np.argsort(d, kind="stable")[:m] gives, in linear time for a long `d`."""
+    if len(d) <= m:
+        return np.lexsort((np.arange(len(d)), d))
+    kth = np.partition(d, m - 1)[m - 1]
+    cand = np.flatnonzero(d <= kth)
+    return cand[np.lexsort((cand, d[cand]))][:m]
 
 
 def _blocks(groups: int) -> int:
@@ -328,7 +339,7 @@ def _fill_short(
         others = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
         others[g] = np.inf
         d[~free | (d >= others.min())] = np.inf  # a merge with the nearest group is cheaper
-        near = np.argsort(d, kind="stable")[: 4 * k]
+        near = _nearest(d, 4 * k)
         near = near[np.isfinite(d[near])]
         if guard is not None and len(near):
             near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
@@ -391,13 +402,20 @@ def merge_failing(
     failing = {g for g, rows in members.items()
                if not (intact is not None and intact[g]) and not holds(rows)}  # fmt: skip
     cnum, ccat = centres(qi, gid, groups)
+    alive = np.zeros(groups, dtype=bool)
+    alive[list(members)] = True
+    queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
+    heapq.heapify(queue)
     while failing:
         if len(members) == 1:
             raise ValueError("the whole table does not satisfy the promised models")
-        g = min(failing, key=lambda x: (len(members[x]), x))
-        alive = np.array(sorted(h for h in members if h != g))
-        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum[alive], ccat[alive])[0]
-        near = alive[np.argsort(d, kind="stable")[:_CANDIDATES]].tolist()
+        size, g = heapq.heappop(queue)
+        if g not in failing or len(members[g]) != size:
+            continue  # merged away, or grown since (queued again with its new size)
+        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
+        d[~alive] = np.inf
+        d[g] = np.inf
+        near = _nearest(d, min(_CANDIDATES, len(members) - 1)).tolist()
         into, ok = near[0], False
         for h in near:
             if holds(np.concatenate([members[h], members[g]])):
@@ -405,6 +423,7 @@ def merge_failing(
                 break
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
+        alive[g] = False
         failing.discard(g)
         gid[rows] = into
         cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
@@ -415,4 +434,5 @@ def merge_failing(
             failing.discard(into)
         else:
             failing.add(into)
+            heapq.heappush(queue, (len(rows), into))
     return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)

@@ -673,6 +673,32 @@ def _soak_detail() -> str:
                   "stale flag rows ignored (first → last)"], body)  # fmt: skip
 
 
+@block("refresh-cost")
+def _refresh_cost() -> str:
+    """Each refresh against its publish, every run in a process of its own (`bench soak
+    --processes`): seconds and peak RSS, and the refresh of the unchanged source."""
+    d = _json("refresh-cost/soak.json")
+    body = []
+    for name, m in d["methods"].items():
+        c = m.get("cost") or {}
+        failed = next((r["error"] for r in m["runs"] if "error" in r), None)
+        if not c or failed:
+            body.append([name, *["-"] * 6, failed or "no isolated runs"])
+            continue
+        body.append([name, f"{c['publish_seconds']:.1f}", f"{c['publish_peak_rss_mb']:.0f}",
+                     f"{c['refresh_seconds_ratio']:.2f}x", f"{c['refresh_rss_ratio']:.2f}x",
+                     f"{c['unchanged_refresh_seconds']:.1f}",
+                     "yes" if c["unchanged_same_release"] else "no", "-"])  # fmt: skip
+    churn = d["churn"]
+    return table(["method", "publish s", "publish peak RSS MB", "refresh / publish seconds",
+                  "refresh / publish peak RSS", "refresh of the unchanged source s",
+                  "same release", "failure"], body) + (
+        f"\n\n{d['rows']:,} rows, k={d['k']}; before the refresh {churn['updates']:.0%} of the "
+        f"rows updated, {churn['deletes']:.0%} deleted, {churn['inserts']:.0%} inserted; "
+        "seconds and peak RSS of each run's own process (`dbanon bench soak --processes`)."
+    )  # fmt: skip
+
+
 # --- the sealed refresh policy under churn (docs/sealed-soak/) -------------------------------
 
 
