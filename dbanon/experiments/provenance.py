@@ -42,7 +42,7 @@ EXPERIMENTS: dict[str, Experiment] = {
         "experiments/thetak.py", "experiments/stats.py", "algorithms/thetak.py",
         "algorithms/kmember.py", "models/thetak.py", "metrics/vulnerability.py",
         "data/hospital.py", *_LOSS)),
-    "ina": Experiment(("results.csv", "baseline.csv"), _pkg(
+    "ina": Experiment(("results.csv", "baseline.csv", "copies.csv"), _pkg(
         "experiments/ina.py", "experiments/stats.py", "algorithms/ina.py",
         "metrics/clustering.py", "metrics/chameleon.py", "metrics/security.py")),
     "rfka": Experiment(("results.csv", "seeds.csv"), _pkg(
