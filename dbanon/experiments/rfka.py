@@ -26,8 +26,10 @@ Setting, as the paper states it:
   of rows share a handful of points, ranks erratically (its AUC can fall below 0.5), and the
   cross-check tells a weak feature set from a weak classifier.
 - Run time of each method: its ranking plus its search (`seconds_rank + seconds_search`), and
-  the whole publish beside it. The paper's figures show k on the x axis without printing the
-  values; we use k = 2, 5, 10, 15, 20, 25, 30, 40, 50.
+  the whole publish beside it. RFKA's forest does not depend on k: a run fits it once and its
+  later publishes reuse it (dbanon.methods.rfka), each counting the one fit's seconds as its
+  ranking time (`publish_seconds` is the publish as it ran). The paper's figures show k on the
+  x axis without printing the values; we use k = 2, 5, 10, 15, 20, 25, 30, 40, 50.
 Each release is a real `publish` of the source loaded into schema dbanon_exp (views in
 dbanon_exp_out); the forest has the paper's 1000 trees.
 """
@@ -250,8 +252,11 @@ def _one_order(db: Database, name: str, d: dict[str, Any], ks: Sequence[int], tr
                 features = result.metrics["chosen_features"]
                 rel = sql.Identifier(OUT, f"{method}_{name}")
                 m = result.metrics
-                timed = {"seconds": round(m["seconds_rank"] + m["seconds_search"], 4),
-                         "seconds_rank": m["seconds_rank"], "seconds_search": m["seconds_search"],
+                # the ranking's own time: a forest reused from this run's earlier k counts the
+                # seconds its one fit took (it does not depend on k)
+                rank = m.get("seconds_forest", m["seconds_rank"])
+                timed = {"seconds": round(rank + m["seconds_search"], 4), "seconds_rank": rank,
+                         "seconds_search": m["seconds_search"],
                          "publish_seconds": result.seconds}  # fmt: skip
             x, y = _matrix(conn, rel, features, d["label"], POSITIVE[name])
             conn.rollback()
