@@ -238,8 +238,13 @@ def run(
         writer = csv.DictWriter(f, fieldnames=list(per_seed[0]))
         writer.writeheader()
         writer.writerows(per_seed)
+    fewer = [f"k = {', '.join(map(str, ks))} (default {', '.join(map(str, KS))})"
+             if tuple(ks) != KS else "", f"{seeds} seeds (default {SEEDS})" if seeds < SEEDS
+             else ""]  # fmt: skip
+    note = "; ".join(x for x in fewer if x)
     provenance.write(out, "thetak", {"ks": list(ks), "rows": {d: v[0].n for d, v in
-                                     datasets.items()}, "seed": seed, "seeds": seeds})  # fmt: skip
+                                     datasets.items()}, "seed": seed, "seeds": seeds},
+                     note=f"smaller than the default setting: {note}" if note else "")  # fmt: skip
     plots = []
     for field, (label, filename) in PLOTS.items():
         _plot(results, field, label, out / filename)
