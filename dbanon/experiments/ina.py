@@ -202,8 +202,14 @@ def run(
         writer.writeheader()
         writer.writerows(per_copy)
     _plot(results, ks, samples, out / "tables.png")
+    fewer = [f"{copies} copies (default {COPIES})" if copies < COPIES else "",
+             f"{points:,} points (default {POINTS:,})" if points < POINTS else "",
+             "k or samples other than the paper's" if (tuple(ks), tuple(samples)) != (KS, SAMPLES)
+             else ""]  # fmt: skip
+    note = "; ".join(x for x in fewer if x)
     provenance.write(out, "ina", {"ks": list(ks), "samples": list(samples), "points": points,
-                                  "copies": copies, "bound": bound, "seed": seed})  # fmt: skip
+                                  "copies": copies, "bound": bound, "seed": seed},
+                     note=f"smaller than the default setting: {note}" if note else "")  # fmt: skip
     return {
         "csv": str(out / "results.csv"),
         "files": [str(out / "baseline.csv"), str(out / "copies.csv"), str(out / provenance.FILE)],
