@@ -9,15 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dbanon.experiments.claims import (
-    FAILS,
-    HOLDS,
-    PARTLY,
-    UNTESTED,
-    at_most,
-    every_claim,
-    render,
-)
+from dbanon.experiments.claim import FAILS, HOLDS, PARTLY, UNTESTED, at_most
+from dbanon.experiments.claims import CLAIMS, render
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -53,7 +46,7 @@ def test_a_claim_is_judged_from_its_rows(tmp_path: Path) -> None:
     assert _verdict(text, claim) == FAILS and "0 of 2" in text
 
 
-@pytest.mark.parametrize("source", sorted({c.source for c in every_claim()}))
+@pytest.mark.parametrize("source", sorted({c.source for c in CLAIMS}))
 def test_the_committed_csvs_are_read(source: str, request: pytest.FixtureRequest) -> None:
     """Every CSV the claims name that is committed gives a verdict other than 'not testable'
     for at least one of its claims (a renamed or missing column would otherwise go

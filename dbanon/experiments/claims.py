@@ -3,55 +3,39 @@
 Each claim names the paper's statement, the CSV it is judged on (under docs/), and a judge that
 reads the rows and returns our figure (with its spread where the experiment repeats a setting)
 and a verdict: holds, fails, partly, undecided (a paired difference whose interval straddles 0)
-or not testable (its CSV is not committed). A claim that
-does not hold carries its cause where one is measured: a cause is computed from the rows it
-describes (a callable of the rows), so it cannot name another data set or an older run; none is
-better than a fixed sentence. The rules every judge keeps:
-- figures are compared at their own precision (`at_most`): a figure written with six decimals
-  is compared with the bound rounded to six decimals, so a class at exactly 1/6 written as
-  0.166667 meets p <= 1/6; an exact fraction ("1/6") is compared exactly;
-- a bound on each person is judged on the largest figure any person gets (the CSV's `_max`
-  column), never on the mean;
-- runs that share their seeds are judged on the paired differences per seed with their 95 %
-  interval (dbanon.experiments.stats), not on whether two intervals overlap;
-- every CSV is made by the code as it is (dbanon.experiments.provenance, tests/test_provenance.py).
-`dbanon experiment claims` writes the file; a test regenerates it and compares, so the table
-cannot drift from the measurements. Other modules of claims (`CLAIM_MODULES`, each with a
-`CLAIMS` tuple) add theirs to the same file.
+or not testable (its CSV is not committed). A claim that does not hold carries its cause where
+one is measured, computed from the rows it describes.
+The rules every judge keeps are dbanon.experiments.claim's; every CSV is made by the code as it
+is (dbanon.experiments.provenance, tests/test_provenance.py). `dbanon experiment claims` writes
+the file; a test regenerates it and compares, so the table cannot drift from the measurements.
+Other modules of claims (each a tuple of dbanon.experiments.claim.Claim) join CLAIMS here.
 """
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
-from importlib import import_module
 from pathlib import Path
 
 import numpy as np
 
 from dbanon.experiments import provenance
+from dbanon.experiments.claim import (
+    FAILS,
+    HOLDS,
+    PARTLY,
+    UNDECIDED,
+    UNTESTED,
+    Claim,
+    Judged,
+    Rows,
+    at_most,
+)
 from dbanon.experiments.stats import at_least, spread
 
-Rows = list[dict[str, str]]
-Judged = tuple[str, str]  # (our figure, verdict)
-Cause = str | Callable[[Rows], str]
-HOLDS, FAILS, PARTLY, UNTESTED = "holds", "fails", "partly", "not testable"
-UNDECIDED = "undecided"  # a paired difference whose interval straddles 0
-# Modules of dbanon.experiments holding more claims (a `CLAIMS` tuple each), in the file's order
-# after this module's.
-CLAIM_MODULES: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Claim:
-    paper: str
-    statement: str
-    source: str  # a CSV under docs/
-    judge: Callable[[Rows], Judged]
-    cause: Cause = ""  # why it does not hold, where it does not: computed from the rows
+__all__ = ["CLAIMS", "FAILS", "HOLDS", "PARTLY", "UNDECIDED", "UNTESTED", "Claim", "at_most",
+           "render", "write"]  # fmt: skip
 
 
 def _f(row: dict[str, str], col: str) -> float:
@@ -76,32 +60,6 @@ def _ci(row: dict[str, str], col: str, scale: float = 1.0, digits: int = 3) -> s
     half = row.get(f"{col}_ci95")
     value = f"{_f(row, col) * scale:.{digits}f}"
     return value if not half else f"{value} ± {float(half) * scale:.{digits}f}"
-
-
-def _exact(text: str) -> Fraction | tuple[Decimal, int]:
-    """A figure as written: an exact fraction ("1/6"), or a decimal and its number of decimals."""
-    text = text.strip()
-    if "/" in text:
-        return Fraction(text)
-    try:
-        d = Decimal(text)
-    except InvalidOperation as e:
-        raise ValueError(f"not a figure: {text!r}") from e
-    return d, max(0, -int(d.as_tuple().exponent))
-
-
-def at_most(figure: str, bound: Fraction | int | float) -> bool:
-    """Whether a figure, as its CSV writes it, meets `figure <= bound`: an exact fraction is
-    compared exactly; a decimal with d decimals stands for any value that rounds to it, so it is
-    compared with the bound rounded to d decimals (0.166667 meets 1/6, 0.166668 does not). A
-    CSV keeps a bounded figure's trailing zeros, or writes it as a fraction, so d is its own."""
-    value = _exact(figure)
-    b = Fraction(bound)
-    if isinstance(value, Fraction):
-        return value <= b
-    d, places = value
-    rounded = Decimal(b.numerator) / Decimal(b.denominator)
-    return d <= rounded.quantize(Decimal(1).scaleb(-places))
 
 
 def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float, str]:
@@ -795,12 +753,6 @@ def _rows(docs: Path, source: str) -> Rows | None:
         return list(csv.DictReader(f))
 
 
-def every_claim() -> tuple[Claim, ...]:
-    """This module's claims, then those of each module in CLAIM_MODULES."""
-    more = [c for m in CLAIM_MODULES for c in import_module(f"dbanon.experiments.{m}").CLAIMS]
-    return (*CLAIMS, *more)
-
-
 def _judged(c: Claim, rows: Rows | None) -> tuple[str, str, str]:
     """(figure, verdict, cause) of one claim; a cause only where the claim does not hold."""
     if rows is None:
@@ -833,7 +785,7 @@ def _evidence(docs: Path, claims: Sequence[Claim]) -> list[str]:
 def render(docs: str | Path) -> str:
     """The claims table as markdown, judged from the CSVs under `docs`."""
     docs = Path(docs)
-    claims = every_claim()
+    claims = CLAIMS
     body: list[str] = []
     verdicts: list[str] = []
     paper = None
