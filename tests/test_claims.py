@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dbanon.experiments.claim import FAILS, HOLDS, PARTLY, UNTESTED, at_most
+from dbanon.experiments.claim import FAILS, HOLDS, PARTLY, UNDECIDED, UNTESTED, at_most
 from dbanon.experiments.claims import CLAIMS, render
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -97,7 +97,7 @@ def test_a_mondrian_class_at_exactly_one_sixth_meets_its_bound(tmp_path: Path) -
     _write(tmp_path / "a" / "cbg" / "results.csv", _cbg_rows({4: "0.25", 6: "0.166667"}))
     assert _verdict(render(tmp_path / "a"), claim) == HOLDS
     _write(tmp_path / "b" / "cbg" / "results.csv", _cbg_rows({4: "0.25", 6: "0.166668"}))
-    assert _verdict(render(tmp_path / "b"), claim) == PARTLY
+    assert _verdict(render(tmp_path / "b"), claim) == UNDECIDED
 
 
 def test_exposure_is_judged_on_the_largest_not_the_mean(tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_rfka_is_judged_on_the_paired_runs(tmp_path: Path) -> None:
     # the same means, unpaired: the runs disagree, so the difference is undecided
     _write(tmp_path / "b" / "rfka" / "seeds.csv",
            _rfka_seeds([0.70, 0.75, 0.80, 0.72], [0.76, 0.71, 0.73, 0.81]))  # fmt: skip
-    assert _verdict(render(tmp_path / "b"), claim) == PARTLY
+    assert _verdict(render(tmp_path / "b"), claim) == UNDECIDED
 
 
 def _thetak_seeds(dataset: str, kmember_share: float) -> list[dict[str, object]]:

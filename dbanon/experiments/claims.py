@@ -491,8 +491,8 @@ def _rfka_auc(dataset: str) -> Callable[[Rows], Judged]:
         runs = len(_rfka_runs(rows, "rfka", ks[0], "auc"))
         below = [k for k in ks if state[k] == FAILS]
         unsure = [k for k in ks if state[k] == "undecided"]
-        verdict = (HOLDS if not below and not unsure
-                   else FAILS if len(below) == len(ks) else PARTLY)  # fmt: skip
+        verdict = (HOLDS if not below and not unsure else FAILS if len(below) == len(ks)
+                   else UNDECIDED if len(unsure) == len(ks) else PARTLY)  # fmt: skip
         return (f"k where RFKA is below (paired difference over {runs} runs, interval below 0): "
                 f"{', '.join(below) or 'none'}; undecided: {', '.join(unsure) or 'none'}; "
                 f"RFKA minus Greedy_Hamdist: {'; '.join(detail)}", verdict)  # fmt: skip
@@ -505,10 +505,12 @@ def _rfka_auc_cause(dataset: str) -> Callable[[Rows], str]:
 
     def cause(rows: Rows) -> str:
         rows = [r for r in rows if r["dataset"] == dataset and r["k"] != "0"]
-        out = []
+        out, unsure = [], []
         for k in _ks(rows):
-            diff, _, hi, _ = _paired(_rfka_runs(rows, "rfka", k, "auc"),
-                                     _rfka_runs(rows, "hamdist", k, "auc"))  # fmt: skip
+            diff, lo, hi, _ = _paired(_rfka_runs(rows, "rfka", k, "auc"),
+                                      _rfka_runs(rows, "hamdist", k, "auc"))  # fmt: skip
+            if lo < 0 <= hi:
+                unsure.append(k)
             if hi >= 0:
                 continue
             sets = [r["chosen"] for r in rows if r["method"] == "rfka" and r["k"] == k]
@@ -518,6 +520,12 @@ def _rfka_auc_cause(dataset: str) -> Callable[[Rows], str]:
                        f"{np.mean(_rfka_runs(rows, 'rfka', k, 'features')):.1f} features "
                        f"({common}) where the Hamming order keeps "
                        f"{np.mean(_rfka_runs(rows, 'hamdist', k, 'features')):.1f} ({ham})")
+        if unsure:
+            runs = len(_rfka_runs(rows, "rfka", unsure[0], "auc"))
+            sets = len({r["chosen"] for r in rows if r["method"] == "rfka" and r["k"] == unsure[0]})
+            out.append(f"the runs' spread: at k={', '.join(unsure)} the paired interval over "
+                       f"{runs} runs straddles 0; the forest's order kept {sets} different "
+                       f"feature sets over the runs at k={unsure[0]}")  # fmt: skip
         return "; ".join(out)
 
     return cause
