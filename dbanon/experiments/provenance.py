@@ -81,6 +81,11 @@ def _git(root: Path, *args: str) -> str:
         return ""
 
 
+# The commit when the experiment started (this module is imported as it starts), not when it
+# finished: a run takes long, and commits may land meanwhile.
+_STARTED = _git(ROOT, "rev-parse", "HEAD")
+
+
 def write(out_dir: str | Path, name: str, settings: Mapping[str, Any], *,
           note: str = "", root: Path = ROOT) -> Path:  # fmt: skip
     """Record, beside the CSVs just written to `out_dir`, the code and settings that made them.
@@ -91,7 +96,7 @@ def write(out_dir: str | Path, name: str, settings: Mapping[str, Any], *,
     dirty = _git(root, "status", "--porcelain", "--", *sources)
     record = {
         "experiment": name,
-        "commit": _git(root, "rev-parse", "HEAD") or "unknown",
+        "commit": (_STARTED if root == ROOT else _git(root, "rev-parse", "HEAD")) or "unknown",
         "uncommitted": sorted(line[3:] for line in dirty.splitlines()),
         "settings": dict(settings),
         "note": note,
