@@ -83,3 +83,10 @@ def test_experiment_reports_spread_and_reference_points(tmp_path: Path) -> None:
     assert row["msec_ci95"] >= 0 and row["refs"] >= 1
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     assert "refs" in header and "chameleon_ci95" in header
+    base = (out / "baseline.csv").read_text().splitlines()[0].split(",")
+    assert {"kmeans", "kmeans_ci95", "chameleon", "chameleon_ci95", "copies"} <= set(base)
+    assert json.loads((out / "provenance.json").read_text())["settings"]["copies"] == 2
+    copies = (out / "copies.csv").read_text().splitlines()
+    assert len(copies) == 1 + 2 * len(data["results"])  # INA and its uniform twin, per copy
+    assert {"msec", "kmeans", "uniform_kmeans", "chameleon", "uniform_chameleon"} <= set(
+        copies[0].split(","))

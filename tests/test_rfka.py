@@ -324,3 +324,24 @@ def test_bad_input_is_one_line_and_writes_nothing(
     if "least bad" in message:
         assert "has a smallest class of 1 rows" in result.stderr, result.stderr
 
+
+
+def test_a_forest_of_the_same_rows_and_seed_is_fitted_once() -> None:
+    """The experiment publishes the same rows at every k: the second ranking reuses the first
+    forest's importances (equal to a fresh fit's, as the forest is seeded) and its fit time."""
+    from dbanon.algorithms.featuresel import oob_permutation_importance
+    from dbanon.methods.rfka import _importance
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 3, size=(120, 4)).astype(np.float64)
+    y = (x[:, 0] + rng.integers(0, 2, 120) > 1).astype(np.int64)
+    first, seconds, reused = _importance(x, y, 15, 7)
+    again, seconds_again, reused_again = _importance(x, y, 15, 7)
+    assert not reused and reused_again and seconds_again == seconds
+    assert np.array_equal(first, again)
+    assert np.array_equal(first, oob_permutation_importance(x, y, 15, 7))
+    other, _, reused_other = _importance(x, y, 15, 8)  # another seed: another forest
+    assert not reused_other
+    y2 = y.copy()
+    y2[0] = 1 - y2[0]
+    assert not _importance(x, y2, 15, 7)[2]  # other rows: fitted afresh

@@ -4,6 +4,7 @@ README, not in tests)."""
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from helpers import cli, cli_json
@@ -12,7 +13,7 @@ from helpers import cli, cli_json
 def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> None:
     code, data = cli_json(
         dsn, "experiment", "rfka", "--out", str(tmp_path), "--ks", "0,5", "--trees", "20",
-        "--rows", "300", "--fold-seeds", "3",
+        "--rows", "300", "--fold-seeds", "3", "--run-seeds", "2",
     )  # fmt: skip
     assert code == 0, data
     rows = list(csv.DictReader((tmp_path / "results.csv").read_text().splitlines()))
@@ -21,10 +22,18 @@ def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> No
     by = {(r["dataset"], r["method"], r["k"]): r for r in rows}
     assert by["breast_cancer_all", "rfka", "0"]["rows"] == "699"  # '?' kept as a value
     assert by["breast_cancer", "rfka", "0"]["rows"] == "683"  # the paper's: complete rows
-    assert int(by["breast_cancer", "rfka", "0"]["features"]) < int(
+    assert float(by["breast_cancer", "rfka", "0"]["features"]) < float(
         by["breast_cancer_all", "rfka", "0"]["features"])  # 8 attributes, no '?' value
-    for r in rows:  # a mean over 3 fold seeds with its interval
-        assert r["fold_seeds"] == "3" and float(r["auc_ci95"]) >= 0 and float(r["auc_sd"]) >= 0
+    for r in rows:  # a mean over 2 runs (each of 3 fold shuffles) with its interval
+        assert r["fold_seeds"] == "3" and r["run_seeds"] == "2"
+        assert float(r["auc_ci95"]) >= 0 and float(r["auc_sd"]) >= 0
+    runs = list(csv.DictReader((tmp_path / "seeds.csv").read_text().splitlines()))
+    assert len(runs) == 2 * len(rows) and {r["seed"] for r in runs} == {"0", "1"}
+    for r in rows:  # the summary is the mean of its runs
+        mine = [float(x["auc"]) for x in runs
+                if (x["dataset"], x["method"], x["k"]) == (r["dataset"], r["method"], r["k"])]
+        assert abs(sum(mine) / 2 - float(r["auc"])) < 1e-4, r
+    assert json.loads((tmp_path / "provenance.json").read_text())["settings"]["run_seeds"] == 2
     assert by["adult", "hamdist", "5"]["rows"] == "300"
     for r in rows:
         assert 0.0 <= float(r["auc"]) <= 1.0, r
@@ -32,7 +41,7 @@ def test_the_experiment_writes_its_csv_and_plots(dsn: str, tmp_path: Path) -> No
         assert (r["seconds"] == "") == (r["k"] == "0"), r
     # k=0 is every feature; a k-anonymous subset has at most as many
     for name in ("adult", "breast_cancer"):
-        assert int(by[name, "rfka", "5"]["features"]) <= int(by[name, "rfka", "0"]["features"])
+        assert float(by[name, "rfka", "5"]["features"]) <= float(by[name, "rfka", "0"]["features"])
     for png in ("auc.png", "time.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert set(data["findings"]) == {"adult", "breast_cancer", "breast_cancer_all"}

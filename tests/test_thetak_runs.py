@@ -104,6 +104,17 @@ def test_experiment_writes_both_rules_and_both_measures(tmp_path: Path) -> None:
         assert 0 < float(r["ncp_leaf"]) < 100
     for png in ("background.png", "similarity.png", "majority.png", "time.png", "loss.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every run's figures, the claims' paired evidence: two seeds a setting, averaging to the
+    # summary's mean
+    with open(out / "seeds.csv") as f:
+        runs = list(csv.DictReader(f))
+    assert len(runs) == 2 * len(rows)
+    for r in rows:
+        mine = [float(x["gcp"]) for x in runs
+                if (x["dataset"], x["algorithm"], x["k"]) == (r["dataset"], r["algorithm"], r["k"])]
+        assert sorted({x["seed"] for x in runs}) == ["0", "1"]
+        assert abs(sum(mine) / 2 - float(r["gcp"])) < 1e-5, r
+    assert json.loads((out / "provenance.json").read_text())["settings"]["seeds"] == 2
     # Every claim for both leftover rules and both readings of the similarity attack; a k
     # where (θ,k) is judged least vulnerable has a positive gap to both baselines.
     for dataset in ("hospital", "adult"):

@@ -44,7 +44,10 @@ def _pct(x: str | float, digits: int = 2) -> str:
 
 
 def _source(rel: str, command: str) -> str:
-    return f"\n\nFrom `docs/{rel}`, written by `{command}`."
+    """Where a figure comes from, and what its run left out (its provenance's note)."""
+    record = DOCS / rel.split("/")[0] / "provenance.json"
+    note = json.loads(record.read_text()).get("note", "") if record.is_file() else ""
+    return f"\n\nFrom `docs/{rel}`, written by `{command}`" + (f"; {note}." if note else ".")
 
 
 def _pick(data: Iterable[dict[str, str]], **match: object) -> dict[str, str]:
@@ -205,8 +208,9 @@ def _ina_tables() -> str:
     parts.append(
         "Uniform noise at 2 % security, misclassification % (k = "
         + ", ".join(b["k"] for b in base) + "): k-means "
-        + ", ".join(_f(b["kmeans"], 2) for b in base) + "; Chameleon "
-        + ", ".join(_f(b["chameleon"], 2) for b in base) + " (`docs/ina/baseline.csv`)."
+        + ", ".join(_pm(b, "kmeans", 2) for b in base) + "; Chameleon "
+        + ", ".join(_pm(b, "chameleon", 2) for b in base) + " (`docs/ina/baseline.csv`; the "
+        "paper: above 4 %)."
     )
     return "\n\n".join(parts) + _source("ina/results.csv", "dbanon experiment ina")
 
@@ -216,7 +220,17 @@ def _ina_tables() -> str:
 
 @block("rfka-results")
 def _rfka_results() -> str:
+    from dbanon.experiments.stats import at_least
+
     rows = _csv("rfka/results.csv")
+    runs = _csv("rfka/seeds.csv")
+
+    def aucs(dataset: str, method: str, k: int) -> list[float]:
+        key = (dataset, method, str(k))
+        got = sorted((int(r["seed"]), float(r["auc"])) for r in runs
+                     if (r["dataset"], r["method"], r["k"]) == key)  # fmt: skip
+        return [v for _, v in got]
+
     parts = []
     for dataset in dict.fromkeys(r["dataset"] for r in rows):
         mine = [r for r in rows if r["dataset"] == dataset]
@@ -226,10 +240,16 @@ def _rfka_results() -> str:
             svm = _bold_better(float(a["auc"]), float(b["auc"]), 3)
             lr = _bold_better(float(a["auc_logreg"]), float(b["auc_logreg"]), 3)
             secs = (f"{_f(a['seconds'], 2)} / {_f(b['seconds'], 2)}" if a["seconds"] else "-")
-            body.append([str(k), f"{a['features']} / {b['features']}", " / ".join(svm),
-                         " / ".join(lr), secs])  # fmt: skip
-        parts.append(f"{dataset}, {_f(mine[0]['rows'], 0)} rows (rfka / hamdist; the better in "
-                     "bold):\n\n" + table(["k", "features", "SVM AUC", "logistic AUC",
+            j = at_least(aucs(dataset, "rfka", k), aucs(dataset, "hamdist", k))
+            paired = (f"{j['difference']:+.3f} [{j['ci95_low']:+.3f}, {j['ci95_high']:+.3f}]"
+                      if k else "-")  # fmt: skip
+            body.append([str(k), f"{float(a['features']):g} / {float(b['features']):g}",
+                         " / ".join(svm), f"± {_f(a['auc_ci95'], 3)} / {_f(b['auc_ci95'], 3)}",
+                         paired, " / ".join(lr), secs])  # fmt: skip
+        parts.append(f"{dataset}, {_f(mine[0]['rows'], 0)} rows, {mine[0]['run_seeds']} runs "
+                     "(rfka / hamdist; the better mean in bold; features: the mean over the "
+                     "runs):\n\n" + table(["k", "features", "SVM AUC", "95 % interval",
+                                           "paired RFKA − Greedy_Hamdist", "logistic AUC",
                                            "seconds"], body))  # fmt: skip
     return "\n\n".join(parts) + _source("rfka/results.csv", "dbanon experiment rfka")
 

@@ -219,17 +219,17 @@ experiment(Runner(
 
 
 def _rfka(s: Session, out_dir: str, ks: list[int] | None, trees: int, rows: int, seed: int,
-          datasets_dir: str | None, fold_seeds: int) -> dict[str, Any]:  # fmt: skip
+          datasets_dir: str | None, fold_seeds: int, run_seeds: int) -> dict[str, Any]:  # fmt: skip
     from dbanon.experiments.rfka import KS, run
 
     return run(s.db, out_dir, ks or KS, trees, rows, seed, s.say,
-               Path(datasets_dir) if datasets_dir else None, fold_seeds)  # fmt: skip
+               Path(datasets_dir) if datasets_dir else None, fold_seeds, run_seeds)  # fmt: skip
 
 
 def _rfka_report(data: dict[str, Any]) -> Report:
     t = Table(["dataset", "method", "k", "features", "SVM AUC", "logistic AUC", "seconds",
                "publish s"])  # fmt: skip
-    t.rows = [[r["dataset"], r["method"], str(r["k"]), str(r["features"]),
+    t.rows = [[r["dataset"], r["method"], str(r["k"]), f"{r['features']:g}",
                f"{r['auc']:.4f}±{r['auc_ci95']:.4f}", f"{r['auc_logreg']:.4f}",
                "-" if r["seconds"] is None else f"{r['seconds']:.3f}",
                "-" if r["publish_seconds"] is None else f"{r['publish_seconds']:.2f}"]
@@ -247,8 +247,10 @@ experiment(Runner(
      Param("seed", "int", 0),
      Param("datasets_dir", "path", None, "The shared data sets folder, holding breast_cancer/ "
            "(default: the project's).", flag="--datasets"),
-     Param("fold_seeds", "int", 10, "Shufflings of the 5 folds: each AUC is a mean with its "
-           "95 % interval.", low=1, high=100)),
+     Param("fold_seeds", "int", 5, "Shufflings of the 5 folds averaged in each run.", low=1,
+           high=100),
+     Param("run_seeds", "int", 5, "Runs, each with its own row order, forest seed and fold "
+           "shuffles: each AUC is a mean over them with its 95 % interval.", low=1, high=100)),
     _rfka, _rfka_report,
 ))  # fmt: skip
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.bench.methods import adult_arrays
+from dbanon.experiments import provenance
 from dbanon.metrics.loss import loss_report
 
 KS = (2, 5, 10, 20, 50, 100)
@@ -68,6 +69,7 @@ def run(
         writer.writerows(results)
     _plot(results, "total_il_height", "Total-IL (heights)", out / "loss.png")
     _plot(results, "seconds", "run time (s)", out / "time.png")
+    provenance.write(out, "kmember", {"ks": list(ks), "rows": qi.n})
     by = {(r["algorithm"], r["k"]): r for r in results}
     loss_lower = [
         by["kmember", k]["total_il_height"] < by["mondrian", k]["total_il_height"] for k in ks

@@ -14,16 +14,22 @@ Setting, as the paper states it:
   hours-per-week) in 5 equal-width bins, every attribute one-hot encoded, for both methods
   (`--features onehot --bins 5`).
 - For each k the selected features' utility: AUC of an SVM (scikit-learn SVC, RBF kernel,
-  defaults) under 5-fold stratified cross-validation, repeated over FOLD_SEEDS shufflings of the
-  folds (rows read from the release in a fixed order): the mean with its 95 % interval, and
-  RFKA against Greedy_Hamdist judged on the paired differences (dbanon.experiments.stats).
+  defaults) under 5-fold stratified cross-validation (rows read from the release in a fixed
+  order). Every seed that moves the result is drawn per run: RUN_SEEDS runs, each loading the
+  source in a row order of its own (the forest reads the rows in that order), seeding the forest
+  with its own seed, and averaging FOLD_SEEDS shufflings of the folds of its own. The run is the
+  unit: each AUC is the mean over the runs with its 95 % interval, and RFKA against
+  Greedy_Hamdist is judged on the paired differences per run (dbanon.experiments.stats), every
+  run's figures in seeds.csv.
   k = 0 is no protection: every feature. Beside it, the AUC of a logistic regression
   (defaults) on the same folds: an RBF SVM with C=1 on a few binary features, where thousands
   of rows share a handful of points, ranks erratically (its AUC can fall below 0.5), and the
   cross-check tells a weak feature set from a weak classifier.
 - Run time of each method: its ranking plus its search (`seconds_rank + seconds_search`), and
-  the whole publish beside it. The paper's figures show k on the x axis without printing the
-  values; we use k = 2, 5, 10, 15, 20, 25, 30, 40, 50.
+  the whole publish beside it. RFKA's forest does not depend on k: a run fits it once and its
+  later publishes reuse it (dbanon.methods.rfka), each counting the one fit's seconds as its
+  ranking time (`publish_seconds` is the publish as it ran). The paper's figures show k on the
+  x axis without printing the values; we use k = 2, 5, 10, 15, 20, 25, 30, 40, 50.
 Each release is a real `publish` of the source loaded into schema dbanon_exp (views in
 dbanon_exp_out); the forest has the paper's 1000 trees.
 """
@@ -31,6 +37,7 @@ dbanon_exp_out); the forest has the paper's 1000 trees.
 from __future__ import annotations
 
 import csv
+from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +48,7 @@ from psycopg import sql
 
 from dbanon.data import ADULT_COLUMNS, ADULT_NUMERIC, ADULT_TRAIN_ROWS, adult_rows
 from dbanon.errors import DbanonError
+from dbanon.experiments import provenance
 from dbanon.experiments.stats import FAILS, HOLDS, at_least, spread
 from dbanon.lifecycle.declare import release_spec
 
@@ -48,7 +56,8 @@ if TYPE_CHECKING:
     from dbanon.api import Database
 
 KS = (0, 2, 5, 10, 15, 20, 25, 30, 40, 50)
-FOLD_SEEDS = 10
+RUN_SEEDS = 5  # row orders of the source, each with its own forest seed and fold shuffles
+FOLD_SEEDS = 5
 METHODS = ("rfka", "hamdist")
 BINS = 5
 TREES = 1000
@@ -58,6 +67,7 @@ DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
 WISCONSIN = ("a", "b", "c", "d", "e", "f", "g", "h", "i")
 WISCONSIN_PAPER = WISCONSIN[:8]  # Mitoses (i) left out: see the module's docstring
 SCHEMA, OUT = "dbanon_exp", "dbanon_exp_out"
+POSITIVE = {"adult": ">50K", "breast_cancer": "2", "breast_cancer_all": "2"}
 Progress = Callable[[str], None]
 
 
@@ -151,8 +161,56 @@ def run(
     progress: Progress | None = None,
     datasets_dir: Path | None = None,
     fold_seeds: int = FOLD_SEEDS,
+    run_seeds: int = RUN_SEEDS,
 ) -> dict[str, Any]:
-    """Both methods on every data set for every k; results.csv, auc.png and time.png."""
+    """Both methods on every data set for every k and run seed; results.csv (means with their
+    spread over the run seeds), seeds.csv (every run: the paired figures), auc.png, time.png."""
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    for name, d in datasets(adult_rows_, seed, datasets_dir).items():
+        for r in range(seed, seed + run_seeds):
+            runs += _one_order(db, name, d, ks, trees, r, fold_seeds, say)
+    results = _summary(runs)
+    with open(out / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(results[0]))
+        writer.writeheader()
+        writer.writerows(results)
+    with open(out / "seeds.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(runs[0]))
+        writer.writeheader()
+        writer.writerows(runs)
+    settings = {"ks": list(ks), "trees": trees, "adult_rows": adult_rows_, "seed": seed,
+                "run_seeds": run_seeds, "fold_seeds": fold_seeds}  # fmt: skip
+    provenance.write(out, "rfka", settings, note=_note(ks, run_seeds))
+    _plot(results, "auc", "AUC (SVM, 5-fold CV)", out / "auc.png")
+    _plot([r for r in results if r["k"]], "seconds", "run time (s)", out / "time.png")
+    per_seed: dict[tuple[str, str, int], list[float]] = {}
+    for row in runs:
+        per_seed.setdefault((row["dataset"], row["method"], row["k"]), []).append(row["auc"])
+    return {
+        "csv": str(out / "results.csv"),
+        "files": [str(out / "seeds.csv"), str(out / provenance.FILE)],
+        "plots": [str(out / "auc.png"), str(out / "time.png")],
+        "findings": findings(results, per_seed),
+        "results": results,
+    }
+
+
+def _note(ks: Sequence[int], run_seeds: int) -> str:
+    """What a smaller run than the default leaves out (empty for the default)."""
+    fewer = [f"k = {', '.join(map(str, ks))} (default {', '.join(map(str, KS))})"
+             if tuple(ks) != KS else "",
+             f"{run_seeds} run seeds (default {RUN_SEEDS})" if run_seeds < RUN_SEEDS else ""]
+    fewer = [x for x in fewer if x]
+    return f"smaller than the default setting: {'; '.join(fewer)}" if fewer else ""
+
+
+def _one_order(db: Database, name: str, d: dict[str, Any], ks: Sequence[int], trees: int,
+               r: int, fold_seeds: int, say: Progress) -> list[dict[str, Any]]:  # fmt: skip
+    """Every k and method on the data set loaded in the row order of run seed `r`, the forest
+    seeded with `r`, the folds shuffled by `fold_seeds` seeds of their own: one paired run."""
     from dbanon.demo import load_table
     from dbanon.lifecycle.publish import publish
     from dbanon.lifecycle.releases import drop
@@ -160,75 +218,86 @@ def run(
     from dbanon.methods.projection import onehot_features
 
     conn = db.conn
-    say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    positive = {"adult": ">50K", "breast_cancer": "2", "breast_cancer_all": "2"}
-    seeds = [seed + i for i in range(fold_seeds)]
-    results: list[dict[str, Any]] = []
-    per_seed: dict[tuple[str, str, int], list[float]] = {}
-    for name, d in datasets(adult_rows_, seed, datasets_dir).items():
-        say(f"loading {name}")
-        load_table(db, SCHEMA, name, d["columns"], d["numeric"], d["rows"])
-        source = f"{SCHEMA}.{name}"
-        for k in ks:
-            for method in METHODS:
-                options: dict[str, Any] = {"bins": BINS}
-                if method == "rfka":
-                    options |= {"features": "onehot", "trees": trees, "seed": seed}
-                spec = release_spec(
-                    f"exp_{method}_{name}", source, "id", d["qi"], sensitive=[d["label"]],
-                    method=method, k=max(k, 2), options=options, target=f"{OUT}.{method}_{name}",
-                )  # fmt: skip
-                if k == 0:  # no protection: every feature, nothing published, nothing timed
-                    r = resolve(conn, spec, replace=True)
-                    every = onehot_features(conn, r.source.ident, r, BINS)
-                    features = [f.name for f in every]
-                    rel = sql.SQL("(SELECT {}, {} FROM {}) dbanon_all").format(
-                        sql.SQL(", ").join(
-                            sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name))
-                            for f in every
-                        ),
-                        sql.Identifier(d["label"]),
-                        r.source.ident,
-                    )
-                    seconds = method_seconds = None
-                else:
-                    say(f"{name}: {method}, k={k}")
-                    result = publish(conn, spec, replace=True)
-                    features = result.metrics["chosen_features"]
-                    rel = sql.Identifier(OUT, f"{method}_{name}")
-                    seconds = result.seconds
-                    method_seconds = round(
-                        result.metrics["seconds_rank"] + result.metrics["seconds_search"], 4
-                    )
-                x, y = _matrix(conn, rel, features, d["label"], positive[name])
-                conn.rollback()
-                per_seed[name, method, k] = svm = aucs(x, y, seeds)
-                mean, sd, half = spread(svm)
-                results.append({
-                    "dataset": name, "method": method, "k": k, "rows": len(y),
-                    "features": len(features), "auc": round(mean, 4), "auc_sd": round(sd, 4),
-                    "auc_ci95": round(half, 4), "fold_seeds": len(seeds),
-                    "auc_logreg": round(float(np.mean(aucs(x, y, seeds, "logreg"))), 4),
-                    "seconds": method_seconds, "publish_seconds": seconds,
-                    "chosen": " | ".join(features) if k else "(all)",
-                })  # fmt: skip
+    say(f"loading {name}, row order {r}")
+    order = np.random.default_rng([r, 1]).permutation(len(d["rows"]))
+    load_table(db, SCHEMA, name, d["columns"], d["numeric"], [d["rows"][i] for i in order])
+    source = f"{SCHEMA}.{name}"
+    folds = [r * 1000 + j for j in range(fold_seeds)]
+    out: list[dict[str, Any]] = []
+    for k in ks:
         for method in METHODS:
-            if any(r["method"] == method and r["dataset"] == name and r["k"] for r in results):
-                drop(conn, f"exp_{method}_{name}")
-    with open(out / "results.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(results[0]))
-        writer.writeheader()
-        writer.writerows(results)
-    _plot(results, "auc", "AUC (SVM, 5-fold CV)", out / "auc.png")
-    _plot([r for r in results if r["k"]], "seconds", "run time (s)", out / "time.png")
-    return {
-        "csv": str(out / "results.csv"),
-        "plots": [str(out / "auc.png"), str(out / "time.png")],
-        "findings": findings(results, per_seed),
-        "results": results,
-    }
+            options: dict[str, Any] = {"bins": BINS}
+            if method == "rfka":
+                options |= {"features": "onehot", "trees": trees, "seed": r}
+            spec = release_spec(
+                f"exp_{method}_{name}", source, "id", d["qi"], sensitive=[d["label"]],
+                method=method, k=max(k, 2), options=options, target=f"{OUT}.{method}_{name}",
+            )  # fmt: skip
+            timed: dict[str, Any] = {"seconds": None, "seconds_rank": None,
+                                     "seconds_search": None, "publish_seconds": None}
+            if k == 0:  # no protection: every feature, nothing published, nothing timed
+                rel_ = resolve(conn, spec, replace=True)
+                every = onehot_features(conn, rel_.source.ident, rel_, BINS)
+                features = [f.name for f in every]
+                rel = sql.SQL("(SELECT {}, {} FROM {}) dbanon_all").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in every
+                    ),
+                    sql.Identifier(d["label"]),
+                    rel_.source.ident,
+                )
+            else:
+                say(f"{name}: {method}, k={k}, run seed {r}")
+                result = publish(conn, spec, replace=True)
+                features = result.metrics["chosen_features"]
+                rel = sql.Identifier(OUT, f"{method}_{name}")
+                m = result.metrics
+                # the ranking's own time: a forest reused from this run's earlier k counts the
+                # seconds its one fit took (it does not depend on k)
+                rank = m.get("seconds_forest", m["seconds_rank"])
+                timed = {"seconds": round(rank + m["seconds_search"], 4), "seconds_rank": rank,
+                         "seconds_search": m["seconds_search"],
+                         "publish_seconds": result.seconds}  # fmt: skip
+            x, y = _matrix(conn, rel, features, d["label"], POSITIVE[name])
+            conn.rollback()
+            out.append({
+                "dataset": name, "method": method, "k": k, "seed": r, "rows": len(y),
+                "features": len(features), "fold_seeds": fold_seeds,
+                "auc": round(float(np.mean(aucs(x, y, folds))), 6),
+                "auc_logreg": round(float(np.mean(aucs(x, y, folds, "logreg"))), 6),
+                **timed, "chosen": " | ".join(features) if k else "(all)",
+            })  # fmt: skip
+    for method in METHODS:
+        if any(k for k in ks):
+            drop(conn, f"exp_{method}_{name}")
+    return out
+
+
+def _summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per data set, method and k: each figure's mean over the run seeds, the AUC's
+    spread over them, and the feature set most runs chose (with how many sets they chose)."""
+    groups: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
+    for row in runs:
+        groups.setdefault((row["dataset"], row["method"], row["k"]), []).append(row)
+    results = []
+    for (name, method, k), rs in groups.items():
+        mean, sd, half = spread([row["auc"] for row in rs])
+        chosen = Counter(row["chosen"] for row in rs)
+
+        def avg(col: str, rs: list[dict[str, Any]] = rs) -> float | None:
+            vals = [row[col] for row in rs if row[col] is not None]
+            return round(float(np.mean(vals)), 4) if vals else None
+
+        results.append({
+            "dataset": name, "method": method, "k": k, "rows": rs[0]["rows"],
+            "features": avg("features"), "auc": round(mean, 4), "auc_sd": round(sd, 4),
+            "auc_ci95": round(half, 4), "run_seeds": len(rs), "fold_seeds": rs[0]["fold_seeds"],
+            "auc_logreg": avg("auc_logreg"), "seconds": avg("seconds"),
+            "seconds_rank": avg("seconds_rank"), "seconds_search": avg("seconds_search"),
+            "publish_seconds": avg("publish_seconds"), "feature_sets": len(chosen),
+            "chosen": chosen.most_common(1)[0][0],
+        })  # fmt: skip
+    return results
 
 
 def findings(

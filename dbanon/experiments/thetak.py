@@ -20,11 +20,12 @@ construction and leftover rule as written (`--construction paper --leftovers nea
 counts the classes that fail the paper's condition (min(⌊k/θ⌋, V_c) values of θ categories) and
 the most classes any grouping meeting it can have (`class_bound`), the measured reason why most
 of Adult is left over at large k. Every setting runs over SEEDS seeds; each figure is the mean
-with its 95 % interval, and each claim is judged on the paired differences per seed (holds /
-fails / undecided, dbanon.experiments.stats). Vulnerabilities are dbanon.metrics.vulnerability's
-(equal to its SQL form), both readings of the similarity attack: `similarity_vulnerability` (the
-mean share of a row's class in its category) and `majority_category_vulnerability` (the share of
-rows in classes whose commonest category holds at least half). Information loss is NCP (GCP)
+with its 95 % interval (results.csv), and each claim is judged on the paired differences per
+seed (holds / fails / undecided, dbanon.experiments.stats) from every run's figures (seeds.csv).
+Vulnerabilities are dbanon.metrics.vulnerability's (equal to its SQL form), both readings of the
+similarity attack: `similarity_vulnerability` (the mean share of a row's class in its category)
+and `majority_category_vulnerability` (the share of rows in classes whose commonest category
+holds at least half). Information loss is NCP (GCP)
 by height cost (`gcp`, the paper's) and by leaf counts (`ncp_leaf`).
 """
 
@@ -44,6 +45,7 @@ from dbanon.bench.methods import adult_arrays, hospital_arrays
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import ADULT_COLUMNS, ADULT_TRAIN_ROWS, adult_rows, hierarchy_file
 from dbanon.data.hospital import HOSPITAL_ROWS
+from dbanon.experiments import provenance
 from dbanon.experiments.stats import HOLDS, at_least, spread
 from dbanon.metrics.loss import loss_report
 from dbanon.metrics.vulnerability import vulnerability_in_memory
@@ -171,6 +173,7 @@ def run(
                              small[0].height, small[0].hierarchies),
                     small[1][:60], small[2][:60]), 6, seed)  # fmt: skip
     results = []
+    per_seed: list[dict[str, Any]] = []  # the paired runs: claims are judged on them
     runs: dict[tuple[str, str, int], dict[str, list[float]]] = {}
     bounds = {(d, k): class_bound(data, k) for d, data in datasets.items() for k in ks}
     for dataset, data in datasets.items():
@@ -201,6 +204,15 @@ def run(
                         else theta_k_holds(data, gid, k, promised)
                     )  # fmt: skip
                 runs[dataset, name, k] = got
+                per_seed += [{"dataset": dataset, "algorithm": name, "k": k, "seed": s,
+                              **{m: round(got[m][i], 6) for m in MEASURES},
+                              "classes": extra["classes"][i],
+                              "leftover_rows": "" if extra["left"][i] is None
+                              else extra["left"][i],
+                              "paper_failing_classes": extra["paper_failing"][i],
+                              "class_bound": bounds[dataset, k][0],
+                              "bound_by": bounds[dataset, k][1]}
+                             for i, s in enumerate(range(seed, seed + seeds))]  # fmt: skip
                 row: dict[str, Any] = {"dataset": dataset, "algorithm": name, "k": k,
                                        "rows": data[0].n, "seeds": seeds}  # fmt: skip
                 for m in MEASURES:
@@ -222,12 +234,24 @@ def run(
         writer = csv.DictWriter(f, fieldnames=list(results[0]))
         writer.writeheader()
         writer.writerows(results)
+    with open(out / "seeds.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(per_seed[0]))
+        writer.writeheader()
+        writer.writerows(per_seed)
+    fewer = [f"k = {', '.join(map(str, ks))} (default {', '.join(map(str, KS))})"
+             if tuple(ks) != KS else "", f"{seeds} seeds (default {SEEDS})" if seeds < SEEDS
+             else ""]  # fmt: skip
+    note = "; ".join(x for x in fewer if x)
+    provenance.write(out, "thetak", {"ks": list(ks), "rows": {d: v[0].n for d, v in
+                                     datasets.items()}, "seed": seed, "seeds": seeds},
+                     note=f"smaller than the default setting: {note}" if note else "")  # fmt: skip
     plots = []
     for field, (label, filename) in PLOTS.items():
         _plot(results, field, label, out / filename)
         plots.append(str(out / filename))
     return {
         "csv": str(out / "results.csv"),
+        "files": [str(out / "seeds.csv"), str(out / provenance.FILE)],
         "plots": plots,
         "claims": {d: verdict(results, runs, d, ks) for d in datasets},
         "results": results,
