@@ -12,21 +12,10 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-Rows = list[dict[str, str]]
-Judged = tuple[str, str]  # (our figure, verdict)
-HOLDS, FAILS, PARTLY, UNTESTED = "holds", "fails", "partly", "not testable"
-
-
-@dataclass(frozen=True)
-class Claim:
-    paper: str
-    statement: str
-    source: str  # a CSV under docs/
-    judge: Callable[[Rows], Judged]
-    cause: str = ""  # why it does not hold, where it does not
+from dbanon.experiments.claim import FAILS, HOLDS, PARTLY, UNTESTED, Claim, Judged, Rows
+from dbanon.experiments.claims_dp import CLAIMS_DP
 
 
 def _f(row: dict[str, str], col: str) -> float:
@@ -397,6 +386,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Thesis ch. 5 (LAG)", "LAG_2's NCP is below LAG_1's", "lag/results.csv", _lag_ncp,
           "our implementation, in runs before LAG_2 became Xu et al.'s Top-down with "
           "re-balancing (Algorithm 5.3 read literally: nearest seed, no re-balancing)"),
+    *CLAIMS_DP,
 )
 
 
