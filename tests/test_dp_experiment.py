@@ -133,13 +133,14 @@ def _verdict(text: str, start: str) -> str:
 
 
 def test_safepubs_claims_change_verdict_with_the_rows(tmp_path: Path) -> None:
-    comparable = "fixed levels: utility comparable to k-anonymity"
+    ncp = "fixed levels: utility comparable to k-anonymity at moderate ε — at every ε >= 1, NCP"
+    auc = "private search: utility comparable to k-anonymity at moderate ε — at every ε >= 1, SVM"
     grows = "private search: utility grows with ε"
     good = render(_csv(tmp_path / "good", _rows([0.9, 0.45, 0.42], 0.78)))
-    assert _verdict(good, comparable) == HOLDS and _verdict(good, grows) == HOLDS
+    assert [_verdict(good, c) for c in (ncp, auc, grows)] == [HOLDS] * 3
     far = render(_csv(tmp_path / "far", _rows([0.9, 0.8, 0.7], 0.78)))  # NCP 0.4 above
-    assert _verdict(far, comparable) == FAILS
+    assert _verdict(far, ncp) == FAILS and _verdict(far, auc) == HOLDS
     blind = render(_csv(tmp_path / "blind", _rows([0.9, 0.45, 0.42], 0.6)))  # AUC 0.2 below
-    assert _verdict(blind, comparable) == FAILS
+    assert _verdict(blind, auc) == FAILS and _verdict(blind, ncp) == HOLDS
     flat = render(_csv(tmp_path / "flat", _rows([0.5, 0.6, 0.7], 0.78)))  # utility falls
     assert _verdict(flat, grows) == FAILS

@@ -2,10 +2,11 @@
 
 "Comparable to k-anonymity at moderate ε" made precise before the data was read: at every ε of
 at least MODERATE, SafePub's NCP (leaf counts, rows not released costing 1) is at most NCP_GAP
-above k-anonymity's at the k that ε implies (full-domain with suppression), and its
-SVM AUC at most AUC_GAP below it, each judged on the end of SafePub's 95 % interval nearer to
-k-anonymity's figure (k-anonymity is deterministic but for the AUC's draws). Each of SafePub's
-two schemes (fixed levels, private search) is a claim of its own.
+above k-anonymity's at the k that ε implies (full-domain with suppression), and its SVM AUC at
+most AUC_GAP below it. An ε is comparable when SafePub's whole 95 % interval is within the gap,
+undecided when the interval straddles it (k-anonymity is deterministic but for the AUC's
+draws); the claim holds when every ε is comparable, fails when none is or could be. NCP and AUC, and
+each of SafePub's two schemes (fixed levels, private search), are claims of their own.
 """
 
 from __future__ import annotations
@@ -30,27 +31,39 @@ def _rows(rows: Rows, method: str) -> dict[float, dict[str, str]]:
     return {float(r["epsilon"]): r for r in rows if r["method"] == method and r["epsilon"]}
 
 
-def _comparable(method: str) -> Callable[[Rows], Judged]:
+def _comparable(method: str, field: str) -> Callable[[Rows], Judged]:
+    """`field` (ncp_leaf: at most NCP_GAP above; auc: at most AUC_GAP below) within its gap of
+    k-anonymity's at the k each ε >= MODERATE implies, by the nearer end of SafePub's interval."""
+
     def judge(rows: Rows) -> Judged:
         mine, kanon = _rows(rows, method), _rows(rows, "kanon_fulldomain")
         epsilons = sorted(e for e in mine if e >= MODERATE and e in kanon)
         if not epsilons:
             raise LookupError(f"no {method} row at ε >= {MODERATE:g}")
-        good, parts = [], []
+        good, unsure, parts = [], [], []
         for e in epsilons:
-            r = mine[e]
-            k_row = kanon[e]  # at the k this ε implies (the search's ε_anon implies less)
-            ncp_gap = _f(r, "ncp_leaf") - _f(r, "ncp_leaf_ci95") - _f(k_row, "ncp_leaf")
-            auc_gap = _f(k_row, "auc") - (_f(r, "auc") + _f(r, "auc_ci95"))
-            if ncp_gap <= NCP_GAP and auc_gap <= AUC_GAP:
+            r, k_row = mine[e], kanon[e]  # k-anonymity at the k this ε implies
+            half = _f(r, f"{field}_ci95")
+            if field == "ncp_leaf":  # how far above k-anonymity's NCP, at each end
+                near = _f(r, field) - half - _f(k_row, field)
+                far = _f(r, field) + half - _f(k_row, field)
+                limit = NCP_GAP
+            else:  # how far below k-anonymity's AUC
+                near = _f(k_row, field) - (_f(r, field) + half)
+                far = _f(k_row, field) - (_f(r, field) - half)
+                limit = AUC_GAP
+            if far <= limit:
                 good.append(f"{e:g}")
-            parts.append(f"ε={e:g} (k={r['k']}): NCP {_f(r, 'ncp_leaf'):.3f} ± "
-                         f"{_f(r, 'ncp_leaf_ci95'):.3f} vs {_f(k_row, 'ncp_leaf'):.3f}, AUC "
-                         f"{_f(r, 'auc'):.3f} ± {_f(r, 'auc_ci95'):.3f} vs "
-                         f"{_f(k_row, 'auc'):.3f}")  # fmt: skip
-        verdict = HOLDS if len(good) == len(epsilons) else FAILS if not good else PARTLY
-        return (f"ε where comparable: {len(good)} of {len(epsilons)} "
-                f"({', '.join(good) or 'none'}); " + "; ".join(parts), verdict)  # fmt: skip
+            elif near <= limit:
+                unsure.append(f"{e:g}")
+            parts.append(f"ε={e:g} (k={k_row['k']}): {_f(r, field):.3f} ± {half:.3f} vs "
+                         f"{_f(k_row, field):.3f}")  # fmt: skip
+        verdict = (HOLDS if len(good) == len(epsilons)
+                   else FAILS if not good and not unsure else PARTLY)  # fmt: skip
+        return (f"ε where comparable, whole interval within the gap: {len(good)} of "
+                f"{len(epsilons)} ({', '.join(good) or 'none'}); undecided (the interval "
+                f"straddles it): {', '.join(unsure) or 'none'}; " + "; ".join(parts),
+                verdict)  # fmt: skip
 
     return judge
 
@@ -83,11 +96,21 @@ CLAIMS_DP: tuple[Claim, ...] = (
     *(
         Claim(PAPER, f"{label}: utility comparable to k-anonymity at moderate ε — at every ε >= "
               f"{MODERATE:g}, NCP (leaf counts, rows not released cost 1) at most "
-              f"{NCP_GAP:.2f} above and SVM AUC at most {AUC_GAP:.2f} below k-anonymity "
-              "(full-domain, suppression) at the k that ε implies", SOURCE, _comparable(method),
-              "the data: the sample leaves out e^-ε of the rows (37 % at ε = 1, 14 % at ε = 2), "
-              "each costing 1, and classes below the SDGS k (61-113) are suppressed on the "
-              "sample, which holds β of each class; k-anonymity releases nearly every row")
+              f"{NCP_GAP:.2f} above k-anonymity's (full-domain, suppression) at the k that ε "
+              "implies", SOURCE, _comparable(method, "ncp_leaf"),
+              "the data: the sample leaves out e^-ε_anon of the rows (37 % at ε = 1, 14 % at "
+              "ε = 2), each costing 1, and the classes below the SDGS k (58-113) are suppressed "
+              "on a sample that holds only β of each class; k-anonymity at the same k releases "
+              "83-87 % of the rows")
+        for method, label in VARIANTS.items()
+    ),
+    *(
+        Claim(PAPER, f"{label}: utility comparable to k-anonymity at moderate ε — at every ε >= "
+              f"{MODERATE:g}, SVM AUC at most {AUC_GAP:.2f} below k-anonymity's (full-domain, "
+              "suppression) at the k that ε implies", SOURCE, _comparable(method, "auc"),
+              "the data: the private search spends 0.1 ε in 31 draws (ε_draw = 0.003 at ε = 1) "
+              "against a score of sensitivity k - 1, so its walk is close to random and often "
+              "ends at a node that generalises age or sex to '*'")
         for method, label in VARIANTS.items()
     ),
     *(

@@ -172,7 +172,8 @@ class SafePub(Method):
     name = "safepub"
     summary = (
         "(ε,δ)-differential privacy by (k,β)-SDGS, as SafePub: a secret Bernoulli sample with "
-        "β = 1 - e^-ε, the QIs generalised to the DBA's --levels, every class of the sample "
+        "β = 1 - e^-ε, the QIs generalised to the DBA's --levels (or to the node SafePub's "
+        "private search of the lattice draws, spending part of ε), every class of the sample "
         "below the k the SDGS bound gives for (ε, δ) suppressed"
     )
     promises = ("k-anonymity",)  # at the SDGS k, or a larger --k
@@ -180,7 +181,8 @@ class SafePub(Method):
     reported = ("dp", "budget")
     releases = (
         "`NAME` (table): the rows of a secret sample of the source, each QI generalised to its "
-        "`--levels` level, then `--sensitive` and `--keep` as they are; classes under k left out"
+        "`--levels` level (or the private search's), then `--sensitive` and `--keep` as they "
+        "are; classes under k left out"
     )
     attacker = (
         "any background knowledge: each release is (ε,δ)-differentially private; who keeps r "
