@@ -144,3 +144,13 @@ def test_safepubs_claims_change_verdict_with_the_rows(tmp_path: Path) -> None:
     assert _verdict(blind, auc) == FAILS and _verdict(blind, ncp) == HOLDS
     flat = render(_csv(tmp_path / "flat", _rows([0.5, 0.6, 0.7], 0.78)))  # utility falls
     assert _verdict(flat, grows) == FAILS
+
+
+@pytest.mark.parametrize("epsilons", ["0.5,4", "0"])
+def test_an_epsilon_out_of_range_is_one_line_and_writes_nothing(
+    dsn: str, tmp_path: Path, epsilons: str
+) -> None:
+    code, out = cli_json(dsn, "experiment", "dp", "--out", str(tmp_path / "out"), "--epsilons",
+                         epsilons, "--seeds", "1", "--rows", "300")  # fmt: skip
+    assert code == 2 and "--epsilons" in out["error"] and "\n" not in out["error"], out
+    assert not (tmp_path / "out" / "results.csv").exists()

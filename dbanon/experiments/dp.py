@@ -232,9 +232,13 @@ def run(
 ) -> dict[str, Any]:
     """Every setting; results.csv (means and intervals), runs.csv (each release's figures) and
     utility.png in `out_dir`. `keep` leaves the last release of each kind in place."""
+    from dbanon.errors import DbanonError
     from dbanon.lifecycle.releases import drop
-    from dbanon.models.dp import sdgs
+    from dbanon.models.dp import MAX_EPSILON, sdgs
 
+    for e in epsilons:  # before anything is loaded
+        if not 0 < e <= MAX_EPSILON:
+            raise DbanonError(f"--epsilons must be above 0 and at most {MAX_EPSILON:g}, got {e:g}")
     say = progress or (lambda _msg: None)
     conn = db.conn
     out = Path(out_dir)
