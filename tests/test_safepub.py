@@ -166,7 +166,7 @@ def test_k_above_the_table_is_refused(conn: psycopg.Connection, dsn: str) -> Non
     conn.commit()
     before = snapshot(conn)
     code, out = cli_json(dsn, "publish", "t", "--source", "s.t", "--key", "id", "--qi", "a",
-                         "--algorithm", "safepub", "--epsilon", "1")  # fmt: skip
+                         "--algorithm", "safepub", "--epsilon", "1", "--levels", "a=0")  # fmt: skip
     assert code == 2 and "k=61" in out["error"] and "40 rows" in out["error"], out
     assert snapshot(conn) == before
 
@@ -252,3 +252,53 @@ def test_odd_identifiers(conn: psycopg.Connection, dsn: str) -> None:
                         [{"name": "k-anonymity", "k": out["dp"]["k"]}], "dx")  # fmt: skip
     assert 0 < sum(cls.sizes) < len(rows)
     assert {k[1] for k in cls.classes} == {"*"}
+
+
+def test_private_search_release_meets_k_and_reports_its_share(
+    adult: psycopg.Connection, dsn: str
+) -> None:
+    """Without --levels SafePub's search chooses the scheme: the SDGS parameters come from
+    ε_anon = ε - ε_search (its default 0.1 ε, or --search-epsilon), every class of the written
+    table has k rows, each QI sits at one level of its hierarchy, and the budget is charged the
+    whole ε."""
+    code, out = publish(dsn, "dps", "--epsilon", "1", "--seed", str(SEED))
+    assert code == 0, out
+    dp = out["dp"]
+    assert dp["epsilon"] == 1 and dp["search_epsilon"] == pytest.approx(0.1)
+    beta, k_min = reference_k(0.9, 1e-5)
+    assert dp["beta"] == pytest.approx(beta, rel=1e-12) and dp["k"] == k_min
+    classes = verify.verify(adult, out["table"], QI, [{"name": "k-anonymity", "k": k_min}],
+                            "occupation")  # fmt: skip
+    assert min(classes.sizes) >= k_min
+    # full-domain: each QI's released values all at one level of its hierarchy file
+    for j, col in enumerate(QI):
+        if col not in FILES:
+            continue
+        with (HIERARCHIES / f"{FILES[col]}.csv").open(newline="") as f:
+            rows = list(csv.reader(f, delimiter=";"))
+        seen = {c[j] for c in classes.classes}
+        assert any(seen <= {r[lv] for r in rows} for lv in range(len(rows[0]))), (col, seen)
+    assert ledger(adult) == pytest.approx(1.0)
+
+    code, out = publish(dsn, "dps2", "--epsilon", "1", "--search-epsilon", "0.3", "--seed", "2")
+    assert code == 0 and out["dp"]["search_epsilon"] == pytest.approx(0.3), out
+    assert out["dp"]["k"] == reference_k(0.7, 1e-5)[1]
+    assert ledger(adult) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--epsilon", "1", "--search-epsilon", "1"], "below --epsilon"),
+        (["--levels", "age=1", "--search-epsilon", "0.1"], "--levels"),
+        (["--search-epsilon", "0"], "--search-epsilon"),
+        (["--search-steps", "0"], "--search-steps"),
+    ],
+)
+def test_search_bad_input_is_one_line_exit_2(
+    adult: psycopg.Connection, dsn: str, args: list[str], says: str
+) -> None:
+    before = snapshot(adult)
+    code, out = publish(dsn, "bad", *args)
+    assert code == 2 and says in out["error"] and "\n" not in out["error"], out
+    assert snapshot(adult) == before

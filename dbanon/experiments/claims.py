@@ -32,6 +32,7 @@ from dbanon.experiments.claim import (
     Rows,
     at_most,
 )
+from dbanon.experiments.claims_dp import CLAIMS_DP
 from dbanon.experiments.stats import at_least, spread
 
 __all__ = ["CLAIMS", "FAILS", "HOLDS", "PARTLY", "UNDECIDED", "UNTESTED", "Claim", "at_most",
@@ -800,6 +801,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("Thesis ch. 5 (LAG)", "LAG_2's NCP is below LAG_1's", "lag/results.csv", _lag_ncp,
           "our implementation, in runs before LAG_2 became Xu et al.'s Top-down with "
           "re-balancing (Algorithm 5.3 read literally: nearest seed, no re-balancing)"),
+    *CLAIMS_DP,
 )
 
 
