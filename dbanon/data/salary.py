@@ -55,8 +55,11 @@ STEP = 500
 BASE = {"<=50K": 24000.0, ">50K": 62000.0}
 
 
-def salary_columns(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> dict[str, np.ndarray]:
-    """The table's columns (without the id), each an array of `rows` values."""
+def salary_columns(
+    rows: int = SALARY_ROWS, seed: int = SALARY_SEED, extra: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """The table's columns (without the id), each an array of `rows` values; `extra` adds other
+    Adult columns of the same sample as strings (the sample and the noise do not change)."""
     every = adult_rows()
     if not 1 <= rows <= len(every):
         raise ValueError(f"rows must be between 1 and {len(every)}, got {rows}")
@@ -79,6 +82,8 @@ def salary_columns(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> dict[str
         values = column(name)
         out[name] = np.array(values, dtype=np.int64 if name in SALARY_NUMERIC else object)
     out["salary"] = salary.astype(np.int64)
+    for name in extra:
+        out[name] = np.array(column(name), dtype=object)
     return out
 
 

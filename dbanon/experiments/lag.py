@@ -3,7 +3,7 @@ LAG_1 (partition) and LAG_2 (ncp).
 
 Setting (Table 5.5, on the salary stand-in as in dbanon.experiments.localanatomy): 31,055 rows;
 QI relationship, marital status, race, education, hours per week; semi-sensitive sex (under
-t-closeness, t = 0.2), age and occupation (occupation x education, see there), salary sensitive;
+t-closeness, t = 0.2), age and occupation (dbanon.experiments.standins), salary sensitive;
 k in {5, 8, 10}, l in {5, 8, 10, 12, 15, 18, 20}, density in {10, 20, 30, 40} %. The
 generalisation does not depend on l and the bucketisation not on k or the variant, so each is
 computed once per setting it depends on; every (variant, k, l, density) release is then read by
