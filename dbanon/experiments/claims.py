@@ -12,39 +12,25 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-Rows = list[dict[str, str]]
-Judged = tuple[str, str]  # (our figure, verdict)
-HOLDS, FAILS, PARTLY, UNTESTED = "holds", "fails", "partly", "not testable"
-
-
-@dataclass(frozen=True)
-class Claim:
-    paper: str
-    statement: str
-    source: str  # a CSV under docs/
-    judge: Callable[[Rows], Judged]
-    cause: str = ""  # why it does not hold, where it does not
-
-
-def _f(row: dict[str, str], col: str) -> float:
-    return float(row[col])
-
-
-def _by(rows: Rows, *cols: str) -> dict[tuple[str, ...], dict[str, str]]:
-    return {tuple(r[c] for c in cols): r for r in rows}
+from dbanon.experiments.claimbase import (  # noqa: F401 (HOLDS, FAILS, UNTESTED: the API)
+    FAILS,
+    HOLDS,
+    PARTLY,
+    UNTESTED,
+    Claim,
+    Judged,
+    Rows,
+    _by,
+    _f,
+    _share,
+)
+from dbanon.experiments.claims_personalised import CLAIMS_PERSONALISED
 
 
 def _ks(rows: Rows) -> list[str]:
     return sorted({r["k"] for r in rows}, key=float)
-
-
-def _share(good: list[str], every: list[str], what: str) -> Judged:
-    """'k in ...' figure and verdict from the settings where a comparison held."""
-    verdict = HOLDS if len(good) == len(every) else FAILS if not good else PARTLY
-    return f"{what}: {len(good)} of {len(every)} ({', '.join(good) or 'none'})", verdict
 
 
 def _ci(row: dict[str, str], col: str, scale: float = 1.0, digits: int = 3) -> str:
@@ -206,97 +192,6 @@ def _rfka_time(dataset: str) -> Callable[[Rows], Judged]:
     return judge
 
 
-# --- the thesis: chapter 3 (CBG) ------------------------------------------------------------
-
-
-def _cbg_l(rows: Rows, method: str) -> dict[str, dict[str, str]]:
-    return {r["l"]: r for r in rows if r["part"] == "l" and r["method"] == method}
-
-
-def _cbg_lowest_exposure(rows: Rows) -> Judged:
-    cbg, mon, ana = (_cbg_l(rows, m) for m in ("cbg", "mondrian", "anatomy"))
-    ls = sorted(cbg, key=int)
-    good = [ell for ell in ls
-            if _f(cbg[ell], "exposure") < min(_f(mon[ell], "exposure"), _f(ana[ell], "exposure"))]
-    return _share(good, ls, "l where CBG's exposure is lowest")
-
-
-def _cbg_error_vs_mondrian(column: str) -> Callable[[Rows], Judged]:
-    def judge(rows: Rows) -> Judged:
-        if column not in rows[0]:
-            return f"{column} not in the committed CSV", UNTESTED
-        cbg, mon = _cbg_l(rows, "cbg"), _cbg_l(rows, "mondrian")
-        ls = sorted(cbg, key=int)
-        good = [ell for ell in ls if _f(cbg[ell], column) < _f(mon[ell], column)]
-        fig, verdict = _share(good, ls, "l where CBG's error is below Mondrian's")
-        return (f"{fig}; l={ls[0]}: {_f(cbg[ls[0]], column):.1f} vs {_f(mon[ls[0]], column):.1f}, "
-                f"l={ls[-1]}: {_f(cbg[ls[-1]], column):.1f} vs {_f(mon[ls[-1]], column):.1f}",
-                verdict)  # fmt: skip
-
-    return judge
-
-
-def _cbg_dm_constant(rows: Rows) -> Judged:
-    dms = [_f(r, "dm") for r in _cbg_l(rows, "cbg").values()]
-    ratio = max(dms) / min(dms)
-    return f"max/min DM over l: {ratio:.3f}", HOLDS if ratio <= 1.05 else FAILS
-
-
-def _mondrian_meets_bound(rows: Rows) -> Judged:
-    mon = _cbg_l(rows, "mondrian")
-    ls = sorted(mon, key=int)
-    good = [ell for ell in ls if _f(mon[ell], "exposure_max") <= 1 / int(ell) + 1e-9]
-    return _share(good, ls, "l where Mondrian's largest exposure is at most 1/l")
-
-
-# --- the thesis: chapter 4 (local anatomy) -----------------------------------------------------
-
-
-def _la_exposure(rows: Rows) -> Judged:
-    """Every attribute's exposure within 1/l of the l asked for (not of an l capped to what the
-    column could reach)."""
-    rows = [r for r in rows if r["series"].startswith("LocalAnatomy")]
-    settings = [f"{r['series'][-1]} {r['density']}/{r['l']}" for r in rows]
-    good, capped, infeasible = [], 0, 0
-    for r, name in zip(rows, settings, strict=True):
-        ell = int(r["l"])
-        # An attribute reported infeasible at l (feasible_<a> False: not released) is a gap,
-        # counted apart; CSVs from before issue 20 have no such column and may have capped l.
-        live = [a for a in ("age", "occupation") if r.get(f"feasible_{a}", "True") != "False"]
-        infeasible += len(live) < 2
-        capped += any(r[f"l_{a}"] and int(r[f"l_{a}"]) < ell for a in live)
-        if all(_f(r, f"exposure_{a}") <= 1 / ell + 1e-9 for a in live):
-            good.append(name)
-    verdict = HOLDS if len(good) == len(rows) else FAILS if not good else PARTLY
-    return (f"settings within 1/l: {len(good)} of {len(rows)}; settings whose l was capped for a "
-            f"column: {capped}; settings with an attribute infeasible at l (not released): "
-            f"{infeasible}", verdict)  # fmt: skip
-
-
-def _la_error_vs_mondrian(rows: Rows) -> Judged:
-    by = _by(rows, "series", "density", "l")
-    keys = sorted({(r["density"], r["l"]) for r in rows if r["series"] == "Mondrian"})
-    good = [f"{d}/{ell}" for d, ell in keys if _f(by["HeuristicLocalAnatomy", d, ell],
-            "query_error") < _f(by["Mondrian", d, ell], "query_error") / 5]  # fmt: skip
-    verdict = HOLDS if len(good) == len(keys) else FAILS if not good else PARTLY
-    return f"settings with LA's error under 1/5 of Mondrian's: {len(good)} of {len(keys)}", verdict
-
-
-# --- the thesis: chapter 5 (LAG) --------------------------------------------------------------
-
-
-def _lag_ncp(rows: Rows) -> Judged:
-    by = _by(rows, "variant", "density", "k", "l")
-    keys = sorted({(r["density"], r["k"], r["l"]) for r in rows})
-    good = [f"{d}/{k}/{ell}" for d, k, ell in keys
-            if _f(by["LAG_2", d, k, ell], "ncp") < _f(by["LAG_1", d, k, ell], "ncp")]  # fmt: skip
-    mean = {v: sum(_f(r, "ncp") for r in rows if r["variant"] == v) / len(keys)
-            for v in ("LAG_1", "LAG_2")}  # fmt: skip
-    verdict = HOLDS if len(good) == len(keys) else FAILS if not good else PARTLY
-    return (f"settings where LAG_2 is lower: {len(good)} of {len(keys)}; mean NCP LAG_1 "
-            f"{mean['LAG_1']:.3f}, LAG_2 {mean['LAG_2']:.3f}", verdict)  # fmt: skip
-
-
 def _thetak_loss_cause(dataset: str, rule: str) -> str:
     """Why (θ,k) costs more than the baselines, by data set and class condition."""
     if rule == "thetak_relaxed":
@@ -375,28 +270,7 @@ CLAIMS: tuple[Claim, ...] = (
               "milliseconds; the paper's timings cannot be reproduced with its own setting")
         for dataset in ("adult", "breast_cancer")
     ),
-    Claim("Thesis ch. 3 (CBG)", "CBG has the lowest exposure of CBG, Mondrian and Anatomy",
-          "cbg/results.csv", _cbg_lowest_exposure),
-    Claim("Thesis ch. 3 (CBG)", "CBG's DM is constant in l", "cbg/results.csv", _cbg_dm_constant),
-    Claim("Thesis ch. 3 (CBG)", "CBG's query error is far below Mondrian's (sure/maybe bounds)",
-          "cbg/results.csv", _cbg_error_vs_mondrian("query_error"),
-          "the data: each T_gen batch must span the most frequent salaries, so its boxes are "
-          "wide"),
-    Claim("Thesis ch. 3 (CBG)", "CBG's query error is far below Mondrian's (the thesis's "
-          "bounds 4.15-4.19)", "cbg/results.csv", _cbg_error_vs_mondrian("query_error_thesis"),
-          "the data: as with the sure/maybe bounds"),
-    Claim("Thesis ch. 3 (CBG)", "the Mondrian baseline meets the bound it is compared on "
-          "(p <= 1/l)", "cbg/results.csv", _mondrian_meets_bound,
-          "our implementation (until issue 20 item 5): the baseline was distinct l-diversity"),
-    Claim("Thesis ch. 4 (local anatomy)", "local anatomy keeps every attribute's exposure within "
-          "1/l", "localanatomy/exposure.csv", _la_exposure,
-          "our experiment (until issue 20 item 4): an l a column cannot reach was capped "
-          "silently, and exposure judged against the capped l"),
-    Claim("Thesis ch. 4 (local anatomy)", "local anatomy's query error is far below Mondrian's",
-          "localanatomy/query_error.csv", _la_error_vs_mondrian),
-    Claim("Thesis ch. 5 (LAG)", "LAG_2's NCP is below LAG_1's", "lag/results.csv", _lag_ncp,
-          "our implementation, in runs before LAG_2 became Xu et al.'s Top-down with "
-          "re-balancing (Algorithm 5.3 read literally: nearest seed, no re-balancing)"),
+    *CLAIMS_PERSONALISED,
 )
 
 
