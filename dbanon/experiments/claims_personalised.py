@@ -288,6 +288,12 @@ def _lag_grows(field: str, axis: str, falls: bool = False, variant: str | None =
                     for x in xs}  # fmt: skip
             by_v[v] = " → ".join(_num(sum(m) / len(m)) for m in mean.values())
         detail = "; ".join(f"{v} {t}" for v, t in by_v.items())
+        if field == "dm" and rows and "suppressed_rows" in rows[0]:
+            xs = sorted({float(r[axis]) for r in rows})
+            sup = [max(_f(r, "suppressed_rows") for r in rows if float(r[axis]) == x)
+                   for x in xs]  # fmt: skip
+            detail += ("; most rows suppressed (each charged the table's size) over "
+                       f"{axis}: " + " → ".join(f"{x:.0f}" for x in sup))
         word = "falls" if falls else "grows"
         return (f"settings where it {word} with {axis}: {good} of {len(lines)}; mean {field} "
                 f"over {axis}: {detail}", _verdict(good, len(lines)))  # fmt: skip
@@ -339,8 +345,10 @@ def _lag_claims() -> tuple[Claim, ...]:
         Claim(THESIS_5, "DM grows with k", "lag/results.csv", _lag_grows("dm", "k"),
               "the data: see the settings in the figure"),
         Claim(THESIS_5, "DM grows with density", "lag/results.csv", _lag_grows("dm", "density"),
-              "the data: more flagged cells split the table into more QI-partition subsets, "
-              "whose groups are smaller or suppressed; see the means in the figure"),
+              "the data: DM charges a suppressed row the table's size, and rows are "
+              "suppressed (QI-partition subsets under k) at some densities and not others "
+              "(figure); LAG_2 as written also varies with where its first lopsided split "
+              "falls"),
         Claim(THESIS_5, "LAG_1's NCP falls as density rises (fewer QI values generalised)",
               "lag/results.csv", _lag_grows("ncp", "density", falls=True, variant="LAG_1"),
               "the data: smaller QI-partition subsets are cut less finely, so what is still "
