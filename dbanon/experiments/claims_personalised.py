@@ -406,7 +406,7 @@ CLAIMS_PERSONALISED: tuple[Claim, ...] = (
           "localanatomy/query_error.csv", _la_error_vs_mondrian),
     Claim(THESIS_4, "plain local anatomy's query error is above Anatomy's at every l",
           "localanatomy/query_error.csv", _series_vs_anatomy("LocalAnatomy", True),
-          "the data: see the errors per l in the figure"),
+          "the data: the errors per l are in the figure"),
     Claim(THESIS_4, "heuristic local anatomy's query error is below Anatomy's for l < 18",
           "localanatomy/query_error.csv",
           _series_vs_anatomy("HeuristicLocalAnatomy", False, below_l=18),
@@ -418,6 +418,7 @@ CLAIMS_PERSONALISED: tuple[Claim, ...] = (
           "(localanatomy/exposure.csv) and the heuristic's error grows smoothly"),
     Claim(THESIS_4, "the higher the density, the more the heuristic's error depends on l",
           "localanatomy/query_error.csv", _density_error,
-          "the data: see the spreads by density in the figure"),
+          "not isolated: the spreads by density in the figure barely differ and do not rise "
+          "in order"),
     *_lag_claims(),
 )
