@@ -100,3 +100,49 @@ def test_lag_2_loses_less_than_lag_1(k: int) -> None:
     losses = {v: ncp(qi, fnum, fcat, generalise(qi, fnum, fcat, k, v, 0)[0])
               for v in ("partition", "ncp")}  # fmt: skip
     assert losses["ncp"] < losses["partition"]
+
+
+def _line(values: list[float]) -> tuple[QIArrays, np.ndarray, np.ndarray]:
+    n = len(values)
+    qi = QIArrays.build([np.asarray(values, dtype=np.float64)], [])
+    return qi, np.zeros((n, 1), dtype=bool), np.zeros((n, 0), dtype=bool)
+
+
+def _sizes(gid: np.ndarray) -> list[int]:
+    return sorted(np.bincount(np.unique(gid, return_inverse=True)[1].reshape(-1)).tolist())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_thesis_lag_2_keeps_a_lopsided_set_whole_where_top_down_rebalances(seed: int) -> None:
+    # Seven rows at 0 and one at 10, k = 3: the seeds are 0 and 10, and the nearer seed leaves
+    # 10 alone. Algorithm 5.3 as written keeps the 8 rows as one group; Top-down gives the
+    # lone row k-1 rows of the cluster and cuts.
+    qi, fnum, fcat = _line([0, 0, 0, 0, 0, 0, 0, 10])
+    thesis, _ = generalise(qi, fnum, fcat, 3, "ncp-thesis", seed)
+    top_down, _ = generalise(qi, fnum, fcat, 3, "ncp", seed)
+    assert _sizes(thesis) == [8]
+    assert _sizes(top_down) == [3, 5]
+    # Where the nearer seed leaves both sides k rows, the thesis's variant cuts too.
+    qi, fnum, fcat = _line([0, 1, 2, 3, 50, 51, 52, 53])
+    thesis, _ = generalise(qi, fnum, fcat, 3, "ncp-thesis", seed)
+    assert _sizes(thesis) == [4, 4]
+    assert set(thesis[:4].tolist()).isdisjoint(thesis[4:].tolist())
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [2, 5])
+def test_thesis_lag_2_groups_hold_k_rows_and_never_borrow(seed: int, k: int) -> None:
+    """Every class holds >= k rows of one flag pattern, only subsets below k are suppressed, and
+    with nothing moved across a lopsided split some classes keep 2k rows or more."""
+    qi, fnum, fcat = _table(300, seed)
+    gid, _ = generalise(qi, fnum, fcat, k, "ncp-thesis", seed)
+    subset = qi_partition(np.hstack([fnum, fcat]))
+    sizes = np.bincount(subset)
+    assert ((gid < 0) == (sizes[subset] < k)).all()
+    big = 0
+    for g in np.unique(gid[gid >= 0]):
+        rows = np.flatnonzero(gid == g)
+        assert len(set(subset[rows].tolist())) == 1 and len(rows) >= k
+        big += len(rows) >= 2 * k
+    # No re-balancing: some classes stay at 2k rows or more (Top-down leaves none, above).
+    assert big > 0

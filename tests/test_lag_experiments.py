@@ -35,7 +35,7 @@ def test_lag_experiment_writes_csv_and_plots(tmp_path: Path) -> None:
     data = lag.run(tmp_path, ks=(3,), ls=(3,), densities=(0.2,), rows=600, n_queries=20)
     for f in [*data["files"], *data["plots"]]:
         assert Path(f).stat().st_size > 0, f
-    assert {r["variant"] for r in data["results"]} == {"LAG_1", "LAG_2"}
+    assert {r["variant"] for r in data["results"]} == {"LAG_1", "LAG_2", "LAG_2_thesis"}
     assert all(r["dm"] >= 600 * 3 and 0 <= r["ncp"] <= 1 for r in data["results"])
 
 

@@ -10,12 +10,15 @@ attribute's IDT), so groups may never mix patterns. Each subset is then split:
   first attribute where both sides t <= median and t > median keep >= k rows (Def. 5.9).
   Categorical values are cut along their hierarchy's leaf order (siblings adjacent, so a cut
   keeps subtrees together); a set no attribute can cut becomes a group.
-- `ncp` (LAG_2): Xu et al.'s Top-down (KDD'06), which Algorithm 5.3 abridges. A set of >= 2k
-  rows gets two seeds farthest apart in NCP distance (three rounds of "farthest from the
-  other"); every other row, in a seeded order, joins the group whose certainty penalty
-  (|G| x NCP of G's box) grows least by it; then the group left below k takes from the other
-  the rows that add least to its penalty until it holds k (Xu et al.'s re-balancing, which the
-  thesis's literal reading leaves out, so its splits often failed and groups stayed large).
+- `ncp` (LAG_2, the default LAG_2): Xu et al.'s Top-down (KDD'06), which Algorithm 5.3
+  abridges. A set of >= 2k rows gets two seeds farthest apart in NCP distance (three rounds of
+  "farthest from the other"); every other row, in a seeded order, joins the group whose
+  certainty penalty (|G| x NCP of G's box) grows least by it; then the group left below k
+  takes from the other the rows that add least to its penalty until it holds k (Xu et al.'s
+  re-balancing).
+- `ncp-thesis` (LAG_2, Algorithm 5.3 as written): the same seeds; every row goes to the seed
+  nearer in NCP distance (ties by the seed); if either side holds fewer than k rows the whole
+  set becomes one group. No re-balancing, so a lopsided split ends the recursion there.
   NCP of a box: sum over the subset's attributes of its range / domain width (numeric) and the
   normalised height of its LCA (categorical), all weights 1.
 
@@ -27,11 +30,11 @@ of the release altogether (main relation and buckets).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-
-VARIANTS = ("partition", "ncp")
 
 
 def qi_partition(flagged: np.ndarray) -> np.ndarray:
@@ -125,8 +128,36 @@ def _rebalance(qi: QIArrays, side: np.ndarray, k: int, seeds: tuple[int, int]) -
     return side
 
 
-def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3) -> np.ndarray:
-    """LAG_2 on one subset (Xu et al.'s Top-down with re-balancing): group ids 0..g-1."""
+def _top_down(part: QIArrays, u: int, v: int, k: int, rng: np.random.Generator
+              ) -> np.ndarray | None:  # fmt: skip
+    """Xu et al.'s split with re-balancing: both sides always keep >= k."""
+    from dbanon.algorithms.topdown import top_down_split  # numba: when built
+
+    side = top_down_split(
+        np.ascontiguousarray(part.num), np.ascontiguousarray(part.cat), part.lca, part.height,
+        rng.permutation(part.n), u, v, k,
+    )  # fmt: skip
+    return _rebalance(part, side, k, (u, v))
+
+
+def _as_written(part: QIArrays, u: int, v: int, k: int, rng: np.random.Generator
+                ) -> np.ndarray | None:  # fmt: skip
+    """Algorithm 5.3 lines 14-20: each row to the nearer seed in NCP distance (a tie to a
+    seeded coin); None (the set stays one group) when either side is below k."""
+    du, dv = _distance(part, u), _distance(part, v)
+    side = (du < dv) | ((du == dv) & (rng.random(part.n) < 0.5))
+    side[u], side[v] = True, False
+    return side if k <= int(side.sum()) <= part.n - k else None
+
+
+Split = Callable[[QIArrays, int, int, int, np.random.Generator], "np.ndarray | None"]
+
+
+def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3,
+              split: Split = _top_down) -> np.ndarray:  # fmt: skip
+    """LAG_2 on one subset: group ids 0..g-1. Sets of >= 2k rows get two far seeds and are cut
+    by `split` (Top-down with re-balancing, or Algorithm 5.3 as written); a set `split` gives
+    up on (None) stays one group."""
     n = qi.n
     gid = np.zeros(n, dtype=np.int64)
     if qi.width == 0:
@@ -143,22 +174,26 @@ def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3) -
             for _ in range(rounds):
                 v = int(_distance(part, u).argmax())
                 u, v = v, u
-            if u == v:  # every row alike: nothing to split on
+            side = None if u == v else split(part, u, v, k, rng)  # u == v: all alike
+            if side is None:
                 done = True
             else:
-                from dbanon.algorithms.topdown import top_down_split  # numba: when built
-
-                side = top_down_split(
-                    np.ascontiguousarray(part.num), np.ascontiguousarray(part.cat), qi.lca,
-                    qi.height, rng.permutation(len(idx)), u, v, k,
-                )  # fmt: skip
-                side = _rebalance(part, side, k, (u, v))
                 stack.append(idx[~side])
                 stack.append(idx[side])
         if done:
             gid[idx] = next_id
             next_id += 1
     return gid
+
+
+# The generalisations by name (LAG_1, LAG_2 as Top-down, LAG_2 as Algorithm 5.3 is written):
+# one subset's QIs, k and the run's generator in, group ids 0..g-1 out.
+SPLITS: dict[str, Callable[[QIArrays, int, np.random.Generator], np.ndarray]] = {
+    "partition": lambda qi, k, rng: median_cuts(qi, k),
+    "ncp": lambda qi, k, rng: ncp_split(qi, k, rng),
+    "ncp-thesis": lambda qi, k, rng: ncp_split(qi, k, rng, split=_as_written),
+}
+VARIANTS = tuple(SPLITS)
 
 
 def generalise(
@@ -186,10 +221,8 @@ def generalise(
         part = columns(qi, rows, keep_num, keep_cat)
         if part.width == 0:
             local = np.zeros(len(rows), dtype=np.int64)
-        elif variant == "partition":
-            local = median_cuts(part, k)
         else:
-            local = ncp_split(part, k, rng)
+            local = SPLITS[variant](part, k, rng)
         gid[rows] = local + next_id
         next_id += int(local.max()) + 1
     # Group ids: a permutation drawn from the seed, not the order of the subsets and cuts (which

@@ -18,6 +18,10 @@ so the table is l-eligible for every l up to 62). The sample is `rows` rows of A
 45,222 complete rows drawn without replacement by the same generator (first the sample, then
 the noise), kept in Adult's order; `id` numbers the sampled rows 1..rows. The same seed and row
 count give the same table on every machine.
+
+That is the `flat` profile. Census wages are heaped: people report round figures, so a few
+values hold many rows. The `heaped` profile rounds the same salaries to the nearest 2,000
+(issue 35: CBG against Mondrian on query error turns on this profile, so both are run).
 """
 
 from __future__ import annotations
@@ -52,11 +56,17 @@ SALARY_HIERARCHIES = {
     "occupation": "occupation",
 }
 STEP = 500
+# Salary profiles: the step the salary is rounded to (the flat one's, or census-like heaping).
+PROFILES = {"flat": STEP, "heaped": 2000}
 BASE = {"<=50K": 24000.0, ">50K": 62000.0}
 
 
-def salary_columns(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> dict[str, np.ndarray]:
-    """The table's columns (without the id), each an array of `rows` values."""
+def salary_columns(
+    rows: int = SALARY_ROWS, seed: int = SALARY_SEED, extra: tuple[str, ...] = (),
+    profile: str = "flat",
+) -> dict[str, np.ndarray]:
+    """The table's columns (without the id), each an array of `rows` values; `extra` adds other
+    Adult columns of the same sample as strings (the sample and the noise do not change)."""
     every = adult_rows()
     if not 1 <= rows <= len(every):
         raise ValueError(f"rows must be between 1 and {len(every)}, got {rows}")
@@ -73,18 +83,22 @@ def salary_columns(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> dict[str
     hours_raw = np.array(column("hours_per_week"), dtype=np.int64)
     hours = np.clip(hours_raw / 40.0, 0.25, 1.75) ** 0.8
     noise = rng.lognormal(0.0, 0.30, rows)
-    salary = np.clip(np.round(income * edu * hours * noise / STEP) * STEP, 1000, 250000)
+    step = PROFILES[profile]
+    salary = np.clip(np.round(income * edu * hours * noise / step) * step, 1000, 250000)
     out: dict[str, np.ndarray] = {}
     for name in SALARY_QI:
         values = column(name)
         out[name] = np.array(values, dtype=np.int64 if name in SALARY_NUMERIC else object)
     out["salary"] = salary.astype(np.int64)
+    for name in extra:
+        out[name] = np.array(column(name), dtype=object)
     return out
 
 
-def salary_rows(rows: int = SALARY_ROWS, seed: int = SALARY_SEED) -> list[tuple]:
+def salary_rows(rows: int = SALARY_ROWS, seed: int = SALARY_SEED,
+                profile: str = "flat") -> list[tuple]:  # fmt: skip
     """The table's rows (without the id), as Python values in SALARY_COLUMNS order."""
-    cols = salary_columns(rows, seed)
+    cols = salary_columns(rows, seed, profile=profile)
     return list(zip(*(cols[c].tolist() for c in SALARY_COLUMNS), strict=True))
 
 
@@ -94,6 +108,7 @@ def load_salary(
     table: str = "salary",
     rows: int = SALARY_ROWS,
     seed: int = SALARY_SEED,
+    profile: str = "flat",
 ) -> int:
     """(Re)create SCHEMA.TABLE: `id` (key, 1..rows), the eight QIs and `salary`; commits.
 
@@ -102,7 +117,7 @@ def load_salary(
 
     db = conn if hasattr(conn, "conn") else _Wrapped(conn)
     return load_table(db, schema, table, SALARY_COLUMNS, SALARY_NUMERIC,  # type: ignore[arg-type]
-                      salary_rows(rows, seed))  # fmt: skip
+                      salary_rows(rows, seed, profile))  # fmt: skip
 
 
 class _Wrapped:

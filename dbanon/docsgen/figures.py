@@ -354,36 +354,43 @@ def _la_error() -> str:
 @block("lag-results")
 def _lag_results() -> str:
     rows = _csv("lag/results.csv")
-    at20 = [r for r in rows if r["density"] == "0.2"]
-    ks = sorted({int(r["k"]) for r in at20})
-    ls = sorted({int(r["l"]) for r in at20})
-    show = [ls[0], ls[len(ls) // 2], ls[-1]]
+    variants = [v for v in ("LAG_1", "LAG_2", "LAG_2_thesis") if any(r["variant"] == v
+                                                                     for r in rows)]  # fmt: skip
+    names = " / ".join(variants)
+    dens = sorted({r["density"] for r in rows}, key=float)
+    shown = "0.2" if "0.2" in dens else dens[0]
+    at = [r for r in rows if r["density"] == shown]
+    ks = sorted({int(r["k"]) for r in at})
+    ls = sorted({int(r["l"]) for r in at})
+    show = sorted({ls[0], ls[len(ls) // 2], ls[-1]})
     body = []
     for k in ks:
-        one = {v: _pick(at20, variant=v, k=k, l=ls[0]) for v in ("LAG_1", "LAG_2")}
+        one = {v: _pick(at, variant=v, k=k, l=ls[0]) for v in variants}
         cells = [str(k)]
         for col, digits in (("dm", 0), ("ncp", 3), ("groups", 0)):
             cells.append(" / ".join(_f(one[v][col], digits) for v in one))
         for ell in show:
-            cells.append(" / ".join(_f(_pick(at20, variant=v, k=k, l=ell)["query_error"], 0)
+            cells.append(" / ".join(_f(_pick(at, variant=v, k=k, l=ell)["query_error"], 0)
                                     for v in one))  # fmt: skip
         body.append(cells)
-    text = ("LAG_1 / LAG_2 at density 20 % (DM, ncp and groups do not depend on l; ncp is "
-            "the thesis's NCP (5.12-5.13), categorical cells by LCA height, flagged cells 0):\n\n"
+    text = (f"{names} at density {100 * float(shown):.0f} % (DM, ncp and groups do not depend "
+            "on l; ncp is the thesis's NCP (5.12-5.13), categorical cells by LCA height, flagged "
+            "cells 0):\n\n"
             + table(["k", "DM", "ncp", "groups", *(f"query error l={ell}" for ell in show)],
                     body))  # fmt: skip
     means = []
-    for d in sorted({r["density"] for r in rows}):
+    for d in dens:
         per = {v: [float(r["ncp"]) for r in rows if r["density"] == d and r["variant"] == v]
-               for v in ("LAG_1", "LAG_2")}  # fmt: skip
-        means.append(f"{100 * float(d):.0f} % {sum(per['LAG_1']) / len(per['LAG_1']):.3f} / "
-                     f"{sum(per['LAG_2']) / len(per['LAG_2']):.3f}")  # fmt: skip
-    text += "\n\nncp by density, LAG_1 / LAG_2 (mean over k and l): " + "; ".join(means) + "."
-    exp = _csv("lag/exposure.csv")
-    cols = [c for c in exp[0] if c != "release"]
-    text += ("\n\nExposure under attacker (a) (`docs/lag/exposure.csv`):\n\n"
-             + table(["release", *cols], [[r["release"], *(_f(r[c], 4) for c in cols)]
-                                           for r in exp]))  # fmt: skip
+               for v in variants}  # fmt: skip
+        means.append(f"{100 * float(d):.0f} % "
+                     + " / ".join(f"{sum(x) / len(x):.3f}" for x in per.values()))
+    text += f"\n\nncp by density, {names} (mean over k and l): " + "; ".join(means) + "."
+    exp = _csv("lag/exposure.csv") if (DOCS / "lag/exposure.csv").is_file() else []
+    if exp:
+        cols = [c for c in exp[0] if c != "release"]
+        text += ("\n\nExposure under attacker (a) (`docs/lag/exposure.csv`):\n\n"
+                 + table(["release", *cols], [[r["release"], *(_f(r[c], 4) for c in cols)]
+                                               for r in exp]))  # fmt: skip
     return text + _source("lag/results.csv", "dbanon experiment lag")
 
 

@@ -57,12 +57,13 @@ FIELDS = {  # field -> (axis label, log scale)
 Progress = Callable[[str], None]
 
 
-def prepare(conn: psycopg.Connection, rows: int, seed: int) -> str:
-    """The salary table (SCHEMA.salary_ROWS) and the hierarchies; returns the table's name."""
+def prepare(conn: psycopg.Connection, rows: int, seed: int, profile: str = "flat") -> str:
+    """The salary table (SCHEMA.salary_ROWS, _heaped for that profile) and the hierarchies;
+    returns the table's name."""
     catalog.require_catalog(conn)
-    table = f"salary_{rows}"
+    table = f"salary_{rows}" + ("" if profile == "flat" else f"_{profile}")
     if catalog.find_relation(conn, f"{SCHEMA}.{table}") is None:
-        load_salary(conn, SCHEMA, table, rows, seed)
+        load_salary(conn, SCHEMA, table, rows, seed, profile)
     for name in sorted(set(SALARY_HIERARCHIES.values())):
         catalog.store_hierarchy(conn, Hierarchy.from_csv(name, hierarchy_file(name)), replace=True)
     conn.commit()
@@ -124,33 +125,40 @@ def run(
     queries: int = QUERIES,
     seed: int = SALARY_SEED,
     progress: Progress | None = None,
+    salaries: Sequence[str] = ("flat",),
 ) -> dict[str, Any]:
-    """Both parts of the experiment; results.csv, six plots and the verdicts."""
+    """Both parts of the experiment for each salary profile (dbanon.data.salary.PROFILES, the
+    `salary` column); results.csv, six plots (of the first profile) and the verdicts."""
     say = progress or (lambda _msg: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    say(f"loading {rows} rows of Adult with a salary")
-    source = prepare(conn, rows, seed)
     results = []
-    for ell in ls:
-        for method in METHODS:
-            say(f"l sweep: {method}, l={ell}")
-            row = measure(conn, source, method, None if method == "anatomy" else K, ell,
-                          queries, seed)  # fmt: skip
-            results.append({"part": "l", **row})
-    for ell in fixed:
-        for k in ks:
-            say(f"k sweep: cbg, l={ell}, k={k}")
-            results.append({"part": "k", **measure(conn, source, "cbg", k, ell, queries, seed)})
+    for profile in salaries:
+        say(f"loading {rows} rows of Adult with a {profile} salary")
+        source = prepare(conn, rows, seed, profile)
+        for ell in ls:
+            for method in METHODS:
+                say(f"l sweep ({profile}): {method}, l={ell}")
+                row = measure(conn, source, method, None if method == "anatomy" else K, ell,
+                              queries, seed)  # fmt: skip
+                results.append({"part": "l", "salary": profile, **row})
+        for ell in fixed:
+            for k in ks:
+                say(f"k sweep ({profile}): cbg, l={ell}, k={k}")
+                results.append({"part": "k", "salary": profile,
+                                **measure(conn, source, "cbg", k, ell, queries, seed)})
     with open(out / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(results[0]))
         writer.writeheader()
         writer.writerows(results)
-    plots = _plots(results, out)
+    first = [r for r in results if r["salary"] == salaries[0]]
+    plots = _plots(first, out)
     return {
         "csv": str(out / "results.csv"),
         "plots": plots,
-        "findings": verdict(results, ls, fixed, ks),
+        "findings": (verdict(first, ls, fixed, ks) if len(salaries) == 1 else
+                     {p: verdict([r for r in results if r["salary"] == p], ls, fixed, ks)
+                      for p in salaries}),  # fmt: skip
         "results": results,
     }
 

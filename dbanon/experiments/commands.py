@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import click
+
 from dbanon.bench.runners import Param, Report, Runner, Session, Table, experiment, wrote
 
 
@@ -152,16 +154,24 @@ experiment(Runner(
 
 
 def _cbg(s: Session, out_dir: str, rows: int, ls: list[int] | None, fixed: list[int] | None,
-         ks: list[int] | None, queries: int, seed: int) -> dict[str, Any]:  # fmt: skip
+         ks: list[int] | None, queries: int, seed: int,
+         salaries: str) -> dict[str, Any]:  # fmt: skip
+    from dbanon.data.salary import PROFILES
     from dbanon.experiments.cbg import KS, L_FIXED, LS, run
 
+    profiles = [p.strip() for p in salaries.split(",") if p.strip()]
+    bad = [p for p in profiles if p not in PROFILES]
+    if bad or not profiles:
+        raise click.BadParameter(f"unknown salary profile {bad[0] if bad else salaries!r}; "
+                                 f"expected some of {', '.join(PROFILES)}")  # fmt: skip
     return run(s.db.conn, out_dir, rows, ls or LS, fixed or L_FIXED, ks or KS, queries, seed,
-               s.say)  # fmt: skip
+               s.say, profiles)  # fmt: skip
 
 
 def _cbg_report(data: dict[str, Any]) -> Report:
-    t = Table(["part", "method", "k", "l", "exposure", "DM", "query error", "seconds"])
-    t.rows = [[r["part"], r["method"], str(r["k"]), str(r["l"]), f"{r['exposure']:.4f}",
+    t = Table(["salary", "part", "method", "k", "l", "exposure", "DM", "query error", "seconds"])
+    t.rows = [[r["salary"], r["part"], r["method"], str(r["k"]), str(r["l"]),
+               f"{r['exposure']:.4f}",
                f"{r['dm']:,}", f"{r['query_error']:.3f}", f"{r['publish_seconds']:.1f}"]
               for r in data["results"]]  # fmt: skip
     return [t, *_findings(data, "findings")]
@@ -174,7 +184,9 @@ experiment(Runner(
      Param("ls", "ints", None, "l of Figs 3.6-3.8 (default 2,4,...,20).", low=2),
      Param("fixed", "ints", None, "l of Figs 3.9-3.11 (default 5,10,15,20).", low=2),
      Param("ks", "ints", None, "k of Figs 3.9-3.11 (default 2,3,4,5,6,8,10).", low=2),
-     Param("queries", "int", 1000, low=1), Param("seed", "int", 2018)),
+     Param("queries", "int", 1000, low=1), Param("seed", "int", 2018),
+     Param("salaries", "str", "flat", "Salary profiles, comma-separated: flat (steps of 500) "
+           "and/or heaped (rounded to 2,000s, as census wages are).")),
     _cbg, _cbg_report,
 ))  # fmt: skip
 

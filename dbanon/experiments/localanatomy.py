@@ -46,6 +46,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.localanatomy import Principle, deal, local_anatomy
 from dbanon.core.flags import draw
 from dbanon.core.hierarchy import Hierarchy
+from dbanon.experiments import standins
 from dbanon.lifecycle.declare import release_spec
 from dbanon.metrics import queries
 from dbanon.metrics.boxes import Attribute, Bucketed
@@ -79,16 +80,13 @@ class Data:
         return [a.name for a in self.attrs].index(name)
 
 
-def load(rows: int, columns: Sequence[str], seed: int) -> Data:
+def load(rows: int, columns: Sequence[str], seed: int, occupation: str = standins.DEFAULT) -> Data:
+    """The sample; occupation is the stand-in named (dbanon.experiments.standins: by default
+    one that embeds no published QI)."""
     from dbanon.data.salary import SALARY_SEED, salary_columns
 
-    raw = salary_columns(rows, SALARY_SEED + seed)
-    # Adult's occupation has 14 values (the thesis's IPUMS one 187): a fifth of them flagged is
-    # l-eligible only up to l = 7. Occupation x education (205 values, the most frequent 6.4 %)
-    # stands in for it, so that the thesis's l range can be run at all.
-    raw["occupation"] = np.asarray(
-        [f"{o}/{e}" for o, e in zip(raw["occupation"], raw["education"], strict=True)], dtype=object
-    )
+    raw = salary_columns(rows, SALARY_SEED + seed, standins.EXTRA)
+    raw["occupation"] = standins.OCCUPATION[occupation](raw)
     attrs, codes = [], []
     for name in columns:
         values = raw[name]

@@ -2,8 +2,9 @@
 values inside each QI-partition subset (rows sharing the same unflagged attributes).
 
 `--variant partition` is LAG_1 (Algorithm 5.2, binary median cuts, widest dimension first),
-`--variant ncp` LAG_2 (Xu et al.'s Top-down with re-balancing, which Algorithm 5.3 abridges);
-dbanon.algorithms.lag has both and the
+`--variant ncp` LAG_2 (Xu et al.'s Top-down with re-balancing, which Algorithm 5.3 abridges),
+`--variant ncp-thesis` LAG_2 as Algorithm 5.3 is written (nearest seed; a split leaving either
+side below k keeps the set whole); dbanon.algorithms.lag has all three and the
 decision on subsets smaller than k (suppressed, counted in the run's `suppressed_rows`). The
 release is local anatomy's (dbanon.setlogic.localanatomy) with `group_id` and the QI columns of
 `NAME` generalised over each group: numeric `lo-hi` (or typed ranges, `--ranges`), categorical
@@ -56,7 +57,8 @@ class LAG(LocalAnatomy):
     summary = (
         "Local anatomy generalisation (thesis ch. 5): local anatomy, and the unflagged values "
         "of `NAME` generalised in groups of >= k rows sharing the same unflagged attributes "
-        "(`--variant partition`: LAG_1 median cuts; `ncp`: LAG_2 Top-down split); subsets "
+        "(`--variant partition`: LAG_1 median cuts; `ncp`: LAG_2 Top-down split; `ncp-thesis`: "
+        "LAG_2 as Algorithm 5.3 is written); subsets "
         "of fewer than k rows are suppressed and counted"
     )
     promises: ClassVar[tuple[str, ...]] = ("k-anonymity", "distinct-l-diversity")
@@ -64,7 +66,8 @@ class LAG(LocalAnatomy):
     options: ClassVar[tuple[Option, ...]] = (
         FLAGS, HEURISTIC, PRINCIPLE,
         Option("variant", str, "partition",
-               "LAG's generalisation: LAG_1 median cuts (partition) or LAG_2 Top-down (ncp).",
+               "LAG's generalisation: LAG_1 median cuts (partition), LAG_2 Top-down with "
+               "re-balancing (ncp) or LAG_2 as Algorithm 5.3 is written (ncp-thesis).",
                VARIANTS),
         RANGES,
         Option("refresh_policy", str, "persist",
