@@ -14,9 +14,10 @@ from dbanon.experiments.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-# The thesis chapters' CSVs are regenerated on their own branch; on this one they predate it.
-ELSEWHERE = {"cbg": "regenerated on branch i35-lag", "localanatomy": "regenerated on branch "
-             "i35-lag", "lag": "regenerated on branch i35-lag"}  # fmt: skip
+# CSVs made (by the current experiment code) before experiments wrote their provenance: their
+# runs must be repeated to record it (issue 35, left open for them).
+BEFORE = "made before experiments recorded their provenance: re-run it to record one"
+ELSEWHERE = {"cbg": BEFORE, "localanatomy": BEFORE, "lag": BEFORE, "dp": BEFORE}
 
 
 @pytest.mark.parametrize("name", sorted(provenance.EXPERIMENTS))

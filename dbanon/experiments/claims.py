@@ -425,6 +425,8 @@ def _ina_rises_with_k(algorithm: str) -> Callable[[Rows], Judged]:
                                                          for k in ks) for s in samples)  # fmt: skip
         return f"{fig}; k={'/'.join(ks)}: {detail} (%)", verdict
 
+    return judge
+
 
 def _ina_vs_paper(algorithm: str) -> Callable[[Rows], Judged]:
     """Our mean within the paper's cell, up to our 95 % interval, in every (k, sample)."""
@@ -440,7 +442,6 @@ def _ina_vs_paper(algorithm: str) -> Callable[[Rows], Judged]:
         return (f"cells within our interval of the paper's: {len(good)} of {len(rows)}; ours "
                 f"{min(ours):.1f}-{max(ours):.1f} %, the paper's {min(paper):.1f}-"
                 f"{max(paper):.1f} %; on the unperturbed data {truth:.1f} %", verdict)  # fmt: skip
-
 
     return judge
 

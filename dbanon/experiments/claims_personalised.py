@@ -49,11 +49,13 @@ def _cbg_l(rows: Rows, method: str, salary: str = "flat") -> dict[str, dict[str,
 
 
 def _cbg_lowest_exposure(rows: Rows) -> Judged:
+    """On the largest exposure of any person (the bound is per person), not the mean."""
     cbg, mon, ana = (_cbg_l(rows, m) for m in ("cbg", "mondrian", "anatomy"))
     ls = sorted(cbg, key=int)
+    col = "exposure_max"
     good = [ell for ell in ls
-            if _f(cbg[ell], "exposure") < min(_f(mon[ell], "exposure"), _f(ana[ell], "exposure"))]
-    return _share(good, ls, "l where CBG's exposure is lowest")
+            if _f(cbg[ell], col) < min(_f(mon[ell], col), _f(ana[ell], col))]  # fmt: skip
+    return _share(good, ls, "l where CBG's largest exposure is lowest")
 
 
 def _mondrian_below_anatomy(rows: Rows) -> Judged:
