@@ -535,8 +535,7 @@ class GroupingMethod(Method):
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
                     self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
                     unchanged=None if before is None else before.unchanged,
-                    sizes=None if before is None or any(m.needs_overall for m in r.models)
-                    else before.sizes,
+                    sizes=before.sizes if _same_promise(conn, r) else None,
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
@@ -579,6 +578,7 @@ class GroupingMethod(Method):
     def group_map(self, r: Resolved) -> sql.Composable:
         return MAP_ROWS
 
+
     @staticmethod
     def _holds(r: Resolved, sensitive: Any) -> Callable[[np.ndarray], bool]:
         """Whether a group of rows keeps every promised model, in memory (the model's
@@ -597,3 +597,16 @@ class GroupingMethod(Method):
             return all(m.class_holds(here, overall if m.needs_overall else None) for m in r.models)
 
         return holds
+
+
+def _same_promise(conn: psycopg.Connection, r: Resolved) -> bool:
+    """Whether a group kept whole still holds as it held when last released: the release
+    promises what it promised then (its stored spec's models and sensitive columns, which
+    this run replaces only when it is recorded), and nothing it promises reads the whole
+    table (t-closeness, (θ,k)'s need from the table)."""
+    from dbanon.lifecycle.catalogue import load_spec
+
+    if r.release_id is None or any(m.needs_overall for m in r.models):
+        return False
+    before = load_spec(conn, r.spec.name)
+    return before.models == r.spec.models and before.sensitive == r.spec.sensitive
