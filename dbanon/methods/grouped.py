@@ -213,8 +213,7 @@ def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> 
     composition.Rows' column names), so no second join of a million rows."""
     nums = [c for c in r.qi if not r.is_categorical(c)]
     cols = [*nums, *r.sensitive, *r.keep]
-    has_w = "w" in [d.name for d in conn.execute(
-        sql.SQL("SELECT * FROM {} LIMIT 0").format(stage)).description or []]  # fmt: skip
+    has_w = "w" in composition.columns_of(conn, stage)
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {rows} ON COMMIT DROP AS SELECT st.key AS {key}, st.gid AS {gid}, "
@@ -604,9 +603,10 @@ def _same_promise(conn: psycopg.Connection, r: Resolved) -> bool:
     promises what it promised then (its stored spec's models and sensitive columns, which
     this run replaces only when it is recorded), and nothing it promises reads the whole
     table (t-closeness, (θ,k)'s need from the table)."""
-    from dbanon.lifecycle.catalogue import load_spec
-
     if r.release_id is None or any(m.needs_overall for m in r.models):
         return False
-    before = load_spec(conn, r.spec.name)
-    return before.models == r.spec.models and before.sensitive == r.spec.sensitive
+    before = conn.execute(
+        "SELECT spec -> 'models', spec -> 'sensitive' FROM dbanon.release WHERE id = %s",
+        [r.release_id],
+    ).fetchone()
+    return before is not None and (before[0], before[1]) == (r.spec.models, r.spec.sensitive)

@@ -122,7 +122,8 @@ class Rows:
     measured: bool = False
 
 
-def _columns(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
+def columns_of(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
+    """The column names of a relation (or subquery), read from a query of no rows."""
     cur = conn.execute(sql.SQL("SELECT * FROM {} AS r LIMIT 0").format(rel))
     return [d.name for d in cur.description or []]
 
@@ -141,7 +142,7 @@ def new_rows(
     module's note); a plain stage names the rows it withheld with gid NULL, and (column w)
     the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
     fp = fingerprint(released)
-    columns = _columns(conn, stage)
+    columns = columns_of(conn, stage)
     if {"key", "gid", "w", "t", "fp"} <= set(columns) and isinstance(stage, sql.Identifier):
         return Rows(stage)  # joined with the source already, as the release was built
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
