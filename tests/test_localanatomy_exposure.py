@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dbanon.metrics.personal import View, candidates, eliminate, exposure
+from dbanon.metrics.personal import View, candidates, eliminate, exposure, per_person, summary
 
 # Table 4.1: Mark, Dave, Ella, Daphne, Sarah, Neil, Dean, Tina (rows 0..7 = ids 1001..1008).
 AGE = [26, 35, 16, 24, 31, 22, 29, 34]
@@ -84,3 +84,13 @@ def test_anatomy_shows_semi_sensitive_values() -> None:
     got = exposure(table_4_4(published=False), "a")
     # Daphne 1 (unique Guider), Sarah 1 (unique female Lawyer), Dean 1/4, Tina 1/4.
     assert abs(got[0] - (1 + 1 + 0.25 + 0.25) / 4) < 1e-12
+
+
+def test_the_most_exposed_person_is_not_the_average() -> None:
+    """The principle bounds each person: on Anatomy's release Daphne and Sarah are exposed with
+    certainty while the mean reads 0.625; `per_person` keeps each, `summary` the largest."""
+    each = per_person(table_4_4(published=False), "a")
+    assert sorted(each[0].tolist()) == [0.25, 0.25, 1.0, 1.0]
+    mean, worst = summary(each)
+    assert worst[0] == 1.0 and abs(mean[0] - 0.625) < 1e-12
+    assert summary(per_person(table_4_4(), "b"))[1] == {"disease": 0.25, 0: 0.25, 2: 0.25}

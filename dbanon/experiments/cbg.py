@@ -37,6 +37,7 @@ from dbanon.data.salary import (
     load_salary,
 )
 from dbanon.db import catalog
+from dbanon.experiments import provenance
 from dbanon.lifecycle.declare import release_spec
 
 LS = (2, 4, 6, 8, 10, 12, 14, 16, 18, 20)
@@ -153,6 +154,10 @@ def run(
         writer.writerows(results)
     first = [r for r in results if r["salary"] == salaries[0]]
     plots = _plots(first, out)
+    # One profile is the thesis's experiment; profiles compared are a second run (cbg-salary).
+    provenance.write(out, "cbg" if len(salaries) == 1 else "cbg-salary", {
+        "rows": rows, "ls": list(ls), "fixed": list(fixed), "ks": list(ks), "queries": queries,
+        "seed": seed, "salaries": list(salaries)})  # fmt: skip
     return {
         "csv": str(out / "results.csv"),
         "plots": plots,

@@ -739,8 +739,8 @@ def _evidence(docs: Path, claims: Sequence[Claim]) -> list[str]:
     """Each experiment's run the figures come from: its commit and what it left out."""
     lines = ["", "## The runs judged", "", "| experiment | CSVs | commit | settings | note |",
              "|---|---|---|---|---|"]  # fmt: skip
-    for name in dict.fromkeys(c.source.split("/")[0] for c in claims):
-        csvs = sorted({c.source for c in claims if c.source.startswith(f"{name}/")})
+    for name in dict.fromkeys(provenance.owner(c.source)[0] for c in claims):
+        csvs = sorted({c.source for c in claims if provenance.owner(c.source)[0] == name})
         record = provenance.read(docs, name)
         if record is None:
             cells = [name, ", ".join(csvs), "no provenance", "", ""]

@@ -54,6 +54,7 @@ from psycopg import sql
 
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.data import ADULT_COLUMNS, ADULT_HIERARCHIES, adult_rows, hierarchy_file
+from dbanon.experiments import provenance
 from dbanon.experiments.stats import spread
 from dbanon.lifecycle.declare import release_spec
 from dbanon.metrics.loss import leaf_share
@@ -323,6 +324,8 @@ def run(
             writer.writeheader()
             writer.writerows(data)
     plot(results, out / "utility.png")
+    provenance.write(out, "dp", {"epsilons": list(epsilons), "seeds": seeds, "rows": n,
+                                 "queries": queries, "seed": seed})  # fmt: skip
     return {"csv": str(out / "results.csv"), "runs": str(out / "runs.csv"),
             "plots": [str(out / "utility.png")], "results": results}  # fmt: skip
 

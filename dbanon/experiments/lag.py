@@ -23,6 +23,7 @@ import numpy as np
 from dbanon.algorithms.lag import discernibility, generalise, ncp
 from dbanon.algorithms.localanatomy import Principle
 from dbanon.core.flags import draw
+from dbanon.experiments import provenance
 from dbanon.experiments.localanatomy import (
     SALARY,
     T,
@@ -36,7 +37,7 @@ from dbanon.experiments.localanatomy import (
     view,
 )
 from dbanon.metrics import queries
-from dbanon.metrics.personal import exposure
+from dbanon.metrics.personal import per_person, summary
 
 KS = (5, 8, 10)
 LS = (5, 8, 10, 12, 15, 18, 20)
@@ -46,6 +47,15 @@ QI = ["relationship", "marital_status", "race", "education", "hours_per_week"]
 SEMI = ["sex", "age", "occupation"]
 # LAG_2 twice: as Top-down (dbanon's default) and as Algorithm 5.3 is written (issue 35).
 VARIANTS = {"partition": "LAG_1", "ncp": "LAG_2", "ncp-thesis": "LAG_2_thesis"}
+
+
+def _exposure_row(data: Any, each: dict[object, np.ndarray]) -> dict[str, float]:
+    """Mean exposure per attribute (the thesis's figure) and the most exposed person's
+    (`max_<attribute>`: what the 1/l principle bounds)."""
+    mean, worst = summary(each)
+    keys = {"salary": SALARY, **{c: data.column(c) for c in SEMI}}
+    return {**{c: round(mean[j], 5) for c, j in keys.items()},
+            **{f"max_{c}": round(worst[j], 5) for c, j in keys.items()}}  # fmt: skip
 
 
 def run(
@@ -87,9 +97,8 @@ def run(
                     results.append({**base, "l": ell, "query_error": round(err, 5), **caps})
                     if k == 10 and ell == 10 and density == 0.2:
                         known = ~flagged
-                        e = exposure(view(data, known, lo, hi, buckets, sal), "a")
-                        per = {c: round(e[data.column(c)], 5) for c in SEMI}
-                        exposures.append({"release": label, "salary": round(e[SALARY], 5), **per})
+                        each = per_person(view(data, known, lo, hi, buckets, sal), "a")
+                        exposures.append({"release": label, **_exposure_row(data, each)})
     if any(r["k"] == 10 for r in results) and 0.2 in densities and 10 in ls:
         flags = draw(data.n, SEMI, 0.2, seed)
         known = np.ones_like(data.codes, dtype=bool)
@@ -97,12 +106,14 @@ def run(
             known[flags[c], data.column(c)] = False
         buckets, sal, _ = la_release(data, flags, 10, True, seed,
                                      principles={"sex": Principle("t", T)})  # fmt: skip
-        e = exposure(view(data, known, data.codes, data.codes, buckets, sal), "a")
-        exposures.append({"release": "LA", "salary": round(e[SALARY], 5),
-                          **{c: round(e[data.column(c)], 5) for c in SEMI}})  # fmt: skip
+        each = per_person(view(data, known, data.codes, data.codes, buckets, sal), "a")
+        exposures.append({"release": "LA", **_exposure_row(data, each)})
     files = [_write(out, "results", results)]
     if exposures:
         files.append(_write(out, "exposure", exposures))
+    files.append(str(provenance.write(out, "lag", {
+        "rows": data.n, "ks": list(ks), "ls": list(ls), "densities": list(densities),
+        "queries": n_queries, "seed": seed})))  # fmt: skip
     plots = []
     for field, name in (("dm", "DM"), ("ncp", "NCP"), ("query_error", "query error")):
         for density in densities:

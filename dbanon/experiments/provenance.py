@@ -28,6 +28,7 @@ FILE = "provenance.json"
 class Experiment:
     csvs: tuple[str, ...]  # under its folder of docs/
     sources: tuple[str, ...]  # under the repository; what determines the figures
+    folder: str = ""  # under docs/, when not the experiment's name (a second run's sub-folder)
 
 
 def _pkg(*paths: str) -> tuple[str, ...]:
@@ -35,6 +36,9 @@ def _pkg(*paths: str) -> tuple[str, ...]:
 
 
 _LOSS = ("algorithms/base.py", "metrics/loss.py", "bench/methods.py")
+_CBG = _pkg("experiments/cbg.py", "algorithms/cbg.py", "methods/cbg.py", "algorithms/mondrian.py",
+            "methods/mondrian.py", "methods/anatomy.py", "models/crossbucket.py",
+            "lifecycle/evaluate.py", "data/salary.py", "metrics/exposure.py")  # fmt: skip
 EXPERIMENTS: dict[str, Experiment] = {
     "kmember": Experiment(("results.csv",), _pkg(
         "experiments/kmember.py", "algorithms/kmember.py", "algorithms/mondrian.py", *_LOSS)),
@@ -48,12 +52,9 @@ EXPERIMENTS: dict[str, Experiment] = {
     "rfka": Experiment(("results.csv", "seeds.csv"), _pkg(
         "experiments/rfka.py", "experiments/stats.py", "methods/rfka.py", "methods/hamdist.py",
         "methods/projection.py", "algorithms/featuresel.py")),
-    # Made before the CSVs recorded their provenance (tests/test_provenance.py says which);
-    # listed so their claims are held to the same rule once re-run.
-    "cbg": Experiment(("results.csv", "salary/results.csv"), _pkg(
-        "experiments/cbg.py", "algorithms/cbg.py", "methods/cbg.py", "algorithms/mondrian.py",
-        "methods/mondrian.py", "methods/anatomy.py", "models/crossbucket.py",
-        "lifecycle/evaluate.py")),
+    "cbg": Experiment(("results.csv",), _CBG),
+    # The salary profiles compared (`--salaries flat,heaped`): a second run on a cut grid.
+    "cbg-salary": Experiment(("results.csv",), _CBG, folder="cbg/salary"),
     "localanatomy": Experiment(("exposure.csv", "query_error.csv", "tcloseness.csv"), _pkg(
         "experiments/localanatomy.py", "algorithms/localanatomy.py", "algorithms/mondrian.py",
         "core/flags.py", "data/salary.py", "metrics/queries.py", "metrics/boxes.py",
@@ -66,6 +67,20 @@ EXPERIMENTS: dict[str, Experiment] = {
         "algorithms/dpsearch.py", "methods/fulldomain.py", "setlogic/lattice.py",
         "metrics/loss.py", "metrics/queries.py", "experiments/rfka.py")),
 }  # fmt: skip
+
+
+def folder(name: str) -> str:
+    """Experiment `name`'s folder under docs/."""
+    return EXPERIMENTS[name].folder or name
+
+
+def owner(source: str) -> tuple[str, str]:
+    """The experiment and CSV of a claim's source ("cbg/salary/results.csv"): the experiment
+    whose folder is the longest prefix of it."""
+    for name in sorted(EXPERIMENTS, key=lambda n: -len(folder(n))):
+        if source.startswith(folder(name) + "/"):
+            return name, source[len(folder(name)) + 1:]
+    raise KeyError(f"no experiment writes {source}")
 
 
 def sha256(path: Path) -> str:
@@ -113,7 +128,7 @@ def write(out_dir: str | Path, name: str, settings: Mapping[str, Any], *,
 
 
 def read(docs: str | Path, name: str) -> dict[str, Any] | None:
-    path = Path(docs) / name / FILE
+    path = Path(docs) / folder(name) / FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
 
@@ -121,19 +136,20 @@ def stale(docs: str | Path, name: str, root: Path = ROOT) -> list[str]:
     """Why experiment `name`'s committed CSVs under `docs` are not evidence for the code as it is
     now (an empty list: they are): no provenance, a CSV that is not the one recorded, or a
     source file changed, added to the registry or gone since the run."""
-    folder = Path(docs) / name
-    csvs = [c for c in EXPERIMENTS[name].csvs if (folder / c).is_file()]
+    where = folder(name)
+    csvs = [c for c in EXPERIMENTS[name].csvs if (Path(docs) / where / c).is_file()]
     if not csvs:
         return []  # nothing committed, nothing judged from it (claims say "not testable")
     record = read(docs, name)
     if record is None:
-        return [f"docs/{name}/{c} has no provenance (docs/{name}/{FILE}): re-run "
-                f"`dbanon experiment {name} --out docs/{name}`" for c in csvs]  # fmt: skip
+        return [f"docs/{where}/{c} has no provenance (docs/{where}/{FILE}): re-run "
+                f"`dbanon experiment {name.split('-')[0]} --out docs/{where}`"
+                for c in csvs]  # fmt: skip
     out = []
     for c in csvs:
-        if record["csvs"].get(c) != sha256(folder / c):
-            out.append(f"docs/{name}/{c} is not the file its provenance records (edited by hand, "
-                       "or written by another run)")  # fmt: skip
+        if record["csvs"].get(c) != sha256(Path(docs) / where / c):
+            out.append(f"docs/{where}/{c} is not the file its provenance records (edited by "
+                       "hand, or written by another run)")  # fmt: skip
     then: dict[str, str] = record["sources"]
     for path, digest in code_hashes(name, root).items():
         if path not in then:
@@ -142,5 +158,5 @@ def stale(docs: str | Path, name: str, root: Path = ROOT) -> list[str]:
             why = f"changed since the run (commit {record['commit'][:10]})"
         else:
             continue
-        out += [f"docs/{name}/{c} is stale: {path} {why}" for c in csvs]
+        out += [f"docs/{where}/{c} is stale: {path} {why}" for c in csvs]
     return out

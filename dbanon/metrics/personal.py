@@ -35,6 +35,7 @@ the sensitive column's buckets are the salary buckets.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,14 +160,16 @@ def _share(ids: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return keys, counts / size[keys // v], v
 
 
-def exposure(view: View, attacker: str = "a") -> dict[object, float]:
-    """Mean p(t, s) over every flagged value, per bucketised attribute (see the module)."""
+def per_person(view: View, attacker: str = "a") -> dict[object, np.ndarray]:
+    """p(t, s) of each target t (a flagged value, or every row for a bucketised sensitive
+    attribute), per bucketised attribute (see the module). The principle bounds each person, so a
+    claim of it is judged on the maximum; the thesis's figures plot the mean."""
     if attacker not in ATTACKERS:
         raise ValueError(f"attacker must be one of {ATTACKERS}, got {attacker!r}")
     cls, cands = candidates(view)
     if attacker == "b":
         cands = eliminate(cls, cands)
-    out: dict[object, float] = {}
+    out: dict[object, np.ndarray] = {}
     for attr, (ids, codes) in view.buckets.items():
         keys, share, v = _share(ids, codes)
         column = attr if isinstance(attr, int) else None
@@ -174,8 +177,8 @@ def exposure(view: View, attacker: str = "a") -> dict[object, float]:
             ~view.known[:, column])  # fmt: skip
         if not len(targets):
             continue
-        total = 0.0
-        for t in targets.tolist():
+        each = np.zeros(len(targets))
+        for n, t in enumerate(targets.tolist()):
             rows = cands[cls[t]]
             if ids[t] > 0:
                 rows = rows[ids[rows] > 0]
@@ -191,9 +194,23 @@ def exposure(view: View, attacker: str = "a") -> dict[object, float]:
             if column is not None and (~inb).any():
                 lo, hi = view.lo[rows[~inb], column], view.hi[rows[~inb], column]
                 p[~inb] = np.where((lo <= s) & (s <= hi), 1.0 / (hi - lo + 1), 0.0)
-            total += float(p.mean())
-        out[attr] = total / len(targets)
+            each[n] = float(p.mean())
+        out[attr] = each
     return out
+
+
+def exposure(view: View, attacker: str = "a") -> dict[object, float]:
+    """Mean p(t, s) over every flagged value, per bucketised attribute (the thesis's figures)."""
+    return {a: float(e.mean()) for a, e in per_person(view, attacker).items()}
+
+
+def summary(each: dict[object, np.ndarray]) -> tuple[dict[object, float], dict[object, float]]:
+    """The mean and the largest exposure per attribute of `per_person`'s arrays (an attribute
+    with no target has neither: nan)."""
+    def of(f: Callable[[np.ndarray], float]) -> dict[object, float]:
+        return {a: float(f(e)) if len(e) else float("nan") for a, e in each.items()}
+
+    return of(np.mean), of(np.max)
 
 
 # --- the query answerer of the "localanatomy" shape ----------------------------------------------
