@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -46,7 +46,7 @@ from dbanon.algorithms.base import QIArrays
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
-_CELLS = 1 << 22  # distances per block of rows x groups (32 MB of float64): bounded memory
+_CELLS = 1 << 20  # distances per block of rows x groups (8 MB of float64): bounded memory
 
 
 def _nearest(d: np.ndarray, m: int) -> np.ndarray:
@@ -101,6 +101,11 @@ class History:
     codes: dict[str, int] | None = None  # tag -> code, for values of rows no longer here
     spread: Spread | None = None  # and the spread they must keep ((θ,k)'s categories)
     waived: frozenset[int] = frozenset()  # histories whose spread no grouping can keep
+    # `values` as sets: a group is a few rows, where a set lookup is far cheaper than np.isin
+    sets: list[frozenset[int]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sets", [frozenset(v.tolist()) for v in self.values])
 
     def _left(self, values: np.ndarray, h: int) -> bool:
         """Whether these distinct plausible value codes of history h keep the promise: l
@@ -113,14 +118,20 @@ class History:
     def _short(self, rows: np.ndarray, histories: np.ndarray) -> np.ndarray:
         """The histories (of those given) that the rows leave short of k rows, l values or
         the spread."""
-        tags = self.tag[rows]
-        present = np.unique(tags)
-        return np.array(
-            [h for h in histories.tolist()
-             if np.isin(tags, self.values[h]).sum() < self.k
-             or not self._left(np.intersect1d(present, self.values[h], assume_unique=True), h)],
-            dtype=np.int64,
-        )  # fmt: skip
+        tags = self.tag[rows].tolist()
+        present = set(tags)
+        short = []
+        for h in histories.tolist():
+            plausible = self.sets[h]
+            if sum(t in plausible for t in tags) < self.k:
+                short.append(h)
+                continue
+            left = present & plausible
+            if len(left) < self.needed or (
+                self.spread is not None and not self._left(np.fromiter(left, np.int64), h)
+            ):
+                short.append(h)
+        return np.array(short, dtype=np.int64)
 
     def _codes(self) -> int:
         """One more than the largest value code in use."""
@@ -193,8 +204,12 @@ def centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.
 def distance(
     qi: QIArrays, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray
 ) -> np.ndarray:
-    """(len(num), len(cnum)) distances between points and group centres."""
-    d = np.abs(num[:, None, :] - cnum[None, :, :]).sum(axis=2)
+    """(len(num), len(cnum)) distances between points and group centres, a column at a time
+    (a block's memory is its distances, whatever the number of QIs)."""
+    d = np.zeros((len(num), len(cnum)))
+    for i in range(num.shape[1]):
+        part = num[:, i, None] - cnum[None, :, i]
+        d += np.abs(part, out=part)
     for j in range(cat.shape[1]):
         anc = qi.lca[j][cat[:, j][:, None], ccat[:, j][None, :]]
         d += qi.height[j][anc]
@@ -334,11 +349,35 @@ def _fill_short(
         return
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
     free = np.ones(len(loose), dtype=bool)
-    for g in sorted(failing, key=lambda x: (len(members[x]), x)):
-        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], qi.num[loose], qi.cat[loose])[0]
-        others = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
-        others[g] = np.inf
-        d[~free | (d >= others.min())] = np.inf  # a merge with the nearest group is cheaper
+    turn = np.array(sorted(failing, key=lambda x: (len(members[x]), x)), dtype=np.int64)
+    step = _blocks(max(len(loose), groups))
+    # Centres stay as they were while groups take rows: distances are computed a block of
+    # failing groups at a time (the same figures as one at a time), rows taken meanwhile masked.
+    for start in range(0, len(turn), step):
+        block = turn[start : start + step]
+        _take(qi, gid, loose, free, block, members, holds, guard, k, intact,
+              distance(qi, cnum[block], ccat[block], qi.num[loose], qi.cat[loose]),
+              _nearest_other(qi, cnum, ccat, block))  # fmt: skip
+
+
+def _nearest_other(qi: QIArrays, cnum: np.ndarray, ccat: np.ndarray,
+                   block: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Each block group's distance to the nearest other group centre."""
+    d = distance(qi, cnum[block], ccat[block], cnum, ccat)
+    d[np.arange(len(block)), block] = np.inf
+    return d.min(axis=1)
+
+
+def _take(
+    qi: QIArrays, gid: np.ndarray, loose: np.ndarray, free: np.ndarray, block: np.ndarray,
+    members: list[np.ndarray], holds: Holds, guard: History | None, k: int, intact: np.ndarray,
+    dist: np.ndarray, other: np.ndarray,
+) -> None:  # fmt: skip
+    """`_fill_short` for a block of failing groups in turn, with their distances to the loose
+    rows (`dist`) and to the nearest other group (`other`)."""
+    for i, g in enumerate(block.tolist()):
+        d = dist[i]
+        d[~free | (d >= other[i])] = np.inf  # a merge with the nearest group is cheaper
         near = _nearest(d, 4 * k)
         near = near[np.isfinite(d[near])]
         if guard is not None and len(near):

@@ -98,12 +98,24 @@ def extract(
     with_sensitive: bool,
     stream: tuple[sql.Composable, str] | None = None,
 ) -> tuple[Keys, QIArrays, np.ndarray | None]:
+    """`extract_with` without what a refresh reads of the latest release."""
+    return extract_with(conn, r, with_sensitive, stream)[:3]  # type: ignore[return-value]
+
+
+def extract_with(
+    conn: psycopg.Connection,
+    r: Resolved,
+    with_sensitive: bool,
+    stream: tuple[sql.Composable, str] | None = None,
+    prior: composition.Prior | None = None,
+) -> tuple[Keys, QIArrays, np.ndarray | None, list[Any]]:
     """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
 
     Nothing is held per value as a Python object (dbanon.db.stream): keys stay bytes, numeric
     QIs float64, categorical ones codes. The sensitive column comes as an object array of its
     values (None for NULL): as text, or as `stream` says (an expression over the source's
-    columns and its COPY type, text or float8)."""
+    columns and its COPY type, text or float8). With `prior` (a refresh), the same scan reads
+    what the latest release's map holds of each row: its columns come last, as streamed."""
     exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
     kinds = ["key"]
     for col in r.qi:
@@ -120,11 +132,19 @@ def extract(
         expr, kind = stream or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
         exprs.append(expr)
         kinds.append(kind)
-    query = sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident)
+    names = [sql.SQL("{} AS {}").format(e, sql.Identifier(f"c{i}")) for i, e in enumerate(exprs)]
+    query: sql.Composable = sql.SQL("SELECT {} FROM {} s").format(
+        sql.SQL(", ").join([*names, *(prior.columns() if prior else [])]), r.source.ident
+    )
+    if prior is not None:
+        query = prior.wrap(query, len(kinds))
+        kinds = [*kinds, *prior.kinds()]
     keys, *values = copy_columns(
         conn, query, kinds, r.rows,
         lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
     )  # fmt: skip
+    extra = values[len(values) - len(prior.kinds()):] if prior is not None else []
+    values = values[: len(values) - len(extra)]
     sensitive = _objects(values.pop()) if with_sensitive else None
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values, strict=True):
@@ -134,7 +154,7 @@ def extract(
         else:
             numeric.append(vals)
     assert isinstance(keys, Keys)
-    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive
+    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive, extra
 
 
 def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
@@ -297,7 +317,8 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
     its sensitive value now, and its running intersection of plausible values in the
     release's map, both as small integer codes (tags as dbanon.setlogic.composition writes
     them). None without a sensitive column (a persisting row's plausible rows are then its
-    class)."""
+    class). A refresh that extracts its rows itself reads the same in its extract
+    (`history_of`)."""
     if not r.sensitive or r.release_id is None:
         return None
     rows = sql.Identifier("dbanon_persist_rows")
@@ -305,59 +326,51 @@ def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None
         sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
     )  # gid: the row's position in `keys`
     copy_in_ids(conn, rows, keys, np.arange(len(keys)))
-    conn.execute(
-        sql.SQL(
-            """CREATE TEMP TABLE {hist} ON COMMIT DROP AS
-               SELECT t.gid AS pos, {tag} AS t, m.vid
-               FROM {rows} t JOIN {src} s ON s.{key}::text = t.key
-               LEFT JOIN {map} m ON m.key = t.key"""
-        ).format(
-            hist=HISTORY,
-            tag=composition.tag(r.sensitive[0]),
-            rows=rows,
-            src=r.source.ident,
-            key=r.key.ident,
-            map=composition.map_of(conn, r.release_id),
-        )
-    )
-    conn.execute(
-        sql.SQL(
-            """CREATE TEMP TABLE {runs} ON COMMIT DROP AS
-               SELECT vid, vals, (row_number() OVER (ORDER BY vals) - 1)::int4 AS hid
-               FROM {sets} WHERE vid IN (SELECT vid FROM {hist});
-               CREATE TEMP TABLE {tags} ON COMMIT DROP AS
-               SELECT t, (row_number() OVER (ORDER BY t) - 1)::int4 AS code FROM (
-                   SELECT t FROM {hist} UNION SELECT unnest(vals) FROM {runs}) d"""
-        ).format(tags=TAGS, hist=HISTORY, runs=RUNS, sets=composition.sets_of(conn, r.release_id))
-    )
-    pos, tag, hid = copy_columns(
+    pos, vid, tags = copy_columns(
         conn,
         sql.SQL(
-            "SELECT h.pos::float8, g.code::float8, coalesce(u.hid, -1)::float8 FROM {hist} h "
-            "JOIN {tags} g USING (t) LEFT JOIN {runs} u USING (vid)"
-        ).format(hist=HISTORY, tags=TAGS, runs=RUNS),
-        ["float8", "float8", "float8"],
+            "SELECT t.gid::float8, coalesce(m.vid, -1)::float8, {tag} "
+            "FROM {rows} t JOIN {src} s ON s.{key}::text = t.key "
+            "LEFT JOIN {map} m ON m.key = t.key"
+        ).format(tag=composition.tag(r.sensitive[0]), rows=rows, src=r.source.ident,
+                 key=r.key.ident, map=composition.map_of(conn, r.release_id)),  # fmt: skip
+        ["float8", "float8", "text"],
     )
-    n, at = len(keys), np.asarray(pos, dtype=np.int64)
-    tags, hids = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    tags[at], hids[at] = np.asarray(tag, dtype=np.int64), np.asarray(hid, dtype=np.int64)
-    values: list[list[int]] = [[] for _ in range(int(hids.max(initial=-1)) + 1)]
-    for h, code in conn.execute(
-        sql.SQL(
-            "SELECT u.hid, g.code FROM {runs} u CROSS JOIN LATERAL unnest(u.vals) v(t) "
-            "JOIN {tags} g USING (t) ORDER BY 1, 2"
-        ).format(runs=RUNS, tags=TAGS)
-    ):
-        values[h].append(code)
-    coded = dict(conn.execute(sql.SQL("SELECT t, code FROM {}").format(TAGS)).fetchall())
-    spread = composition.spread_of(conn, r.models, lambda: dict(conn.execute(
-        sql.SQL("SELECT t, count(*) FROM {} GROUP BY t").format(HISTORY)
-    ).fetchall()))  # fmt: skip
-    for table in (rows, HISTORY, TAGS, RUNS):
-        conn.execute(sql.SQL("DROP TABLE {}").format(table))
+    conn.execute(sql.SQL("DROP TABLE {}").format(rows))
+    assert isinstance(tags, Coded)
+    at = np.asarray(pos, dtype=np.int64)
+    code, hid = np.full(len(keys), -1, dtype=np.int64), np.full(len(keys), -1.0)
+    code[at], hid[at] = tags.codes, np.asarray(vid)
+    return history_of(conn, r, Coded(tags.values, code), hid)
+
+
+def history_of(conn: psycopg.Connection, r: Resolved, tags: Coded,
+               vid: np.ndarray) -> History | None:  # fmt: skip
+    """persist.History from each row's tag now (code -1: a row not read) and the id of its set
+    of plausible values in the map (-1: none, a new row). The sets are read by id; their values
+    get the codes of the rows' tags, and new codes for values no row has now."""
+    if not r.sensitive or r.release_id is None:
+        return None
+    vid = np.asarray(vid, dtype=np.int64)
+    present = np.unique(vid[vid >= 0])
+    sets = dict(conn.execute(
+        sql.SQL("SELECT vid, vals FROM {} WHERE vid = ANY(%s)").format(
+            composition.sets_of(conn, r.release_id)), [present.tolist()],
+    ).fetchall())  # fmt: skip
+    coded = {t: i for i, t in enumerate(tags.values) if t is not None}
+    values = [np.array(sorted(coded.setdefault(t, len(coded)) for t in sets[v]), dtype=np.int64)
+              for v in present.tolist()]  # fmt: skip
+    hids = np.full(len(vid), -1, dtype=np.int64)
+    hids[vid >= 0] = np.searchsorted(present, vid[vid >= 0])
+    tag = np.asarray(tags.codes, dtype=np.int64)
+
+    def counts() -> dict[str, int]:
+        n = np.bincount(tag[tag >= 0], minlength=len(tags.values))
+        return {t: int(c) for t, c in zip(tags.values, n.tolist(), strict=True) if c and t}
+
+    spread = composition.spread_of(conn, r.models, counts)
     return History(
-        tags, hids, [np.asarray(v, dtype=np.int64) for v in values],
-        r.k or 1, composition.values_needed(r.models), coded,
+        tag, hids, values, r.k or 1, composition.values_needed(r.models), coded,
         None if spread is None else coded_spread(spread, coded),
     )  # fmt: skip
 
@@ -495,16 +508,22 @@ class GroupingMethod(Method):
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
         with_sensitive = self.uses_sensitive(r)
-        keys, qi, sensitive = extract(conn, r, with_sensitive, self.sensitive_stream(r))
+        policy = "regroup" if r.regroup else r.options.get("refresh_policy")
+        prior = (composition.prior(conn, r.release_id, r.key, r.released_columns,
+                                   r.sensitive[0] if r.sensitive else None)
+                 if policy in ("persist", "sealed") else None)  # fmt: skip
+        keys, qi, sensitive, extra = extract_with(conn, r, with_sensitive,
+                                                  self.sensitive_stream(r), prior)  # fmt: skip
         if with_sensitive:
             sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
-        previous, sealed, figures, block = None, None, {}, None
-        policy = "regroup" if r.regroup else r.options.get("refresh_policy")
+        previous, sealed, figures, block, hist = None, None, {}, None, None
+        before = None
+        if prior is not None:  # one scan read the rows and what the latest release held of them
+            before = composition.previous_of(conn, prior.release_id, extra[0], extra[1])
+            if r.sensitive:
+                hist = history_of(conn, r, extra[3], extra[2])
         if policy in ("persist", "sealed"):
-            before = composition.previous_release(
-                conn, r.release_id, keys, r.source, r.key, r.released_columns
-            )
             if policy == "sealed":
                 sealed = before
             elif before is not None:  # a row changed since is placed again, as a new one is
@@ -513,7 +532,6 @@ class GroupingMethod(Method):
         try:
             if sealed is not None:
                 ctx.say(f"keeping whole groups; grouping the other rows with {self.name}")
-                hist = history(conn, r, keys)
                 repair = _repair(r, qi)
                 gid, block, figures = seal_groups(
                     sealed.gid, sealed.unchanged, sealed.sizes,
@@ -532,7 +550,7 @@ class GroupingMethod(Method):
                 out = persist_groups(
                     qi, previous,
                     lambda rows: _ids(self.cluster(r, subset(qi, rows), _rows(sensitive, rows))),
-                    self._holds(r, sensitive), r.k or 2, history(conn, r, keys), self.compact,
+                    self._holds(r, sensitive), r.k or 2, hist, self.compact,
                     unchanged=None if before is None else before.unchanged,
                     sizes=before.sizes if _same_promise(conn, r) else None,
                 )  # fmt: skip

@@ -592,18 +592,88 @@ class Previous:
     unknown: np.ndarray  # mapped before the map kept fingerprints (revision 0011)
 
 
+@dataclass(frozen=True)
+class Prior:
+    """What a refresh's extract reads of the latest release beside the source's columns, in the
+    same scan (a LEFT JOIN of the map on the key): per row its map group (-1: none), the state
+    of its fingerprint (1 unchanged, 0 changed or not in the map, -1 mapped before the map kept
+    fingerprints), its set of plausible values (-1: none) and, with a sensitive column, its tag
+    now. `wrap` turns the extract's query into one that adds them."""
+
+    release_id: int
+    key: Column
+    released: list[Column]
+    sensitive: Column | None
+
+    def kinds(self) -> list[str]:
+        return ["float8", "float8", "float8"] + (["text"] if self.sensitive else [])
+
+    def wrap(self, query: sql.Composable, width: int) -> sql.Composable:
+        """`query` (the extract's `width` columns named c0.. with `columns()` after them, c0 the
+        key as text) with this release's columns added after its own."""
+        cols = [sql.Identifier(f"c{i}") for i in range(width)]
+        return sql.SQL(
+            "SELECT {cols}, coalesce(m.gid, -1)::float8, "
+            "(CASE WHEN m.key IS NULL THEN 0 WHEN m.fp IS NULL THEN -1 WHEN m.fp = x.dbanon_fp "
+            "THEN 1 ELSE 0 END)::float8, coalesce(m.vid, -1)::float8{tag} "
+            "FROM ({query}) x LEFT JOIN {map} m ON m.release_id = {rid} AND m.key = x.c0"
+        ).format(
+            cols=sql.SQL(", ").join(sql.SQL("x.{}").format(c) for c in cols),
+            tag=sql.SQL(", x.dbanon_tag") if self.sensitive else sql.SQL(""),
+            query=query, map=table(self.release_id), rid=sql.Literal(self.release_id),
+        )  # fmt: skip
+
+    def columns(self) -> list[sql.Composable]:
+        """What the extract's own SELECT over `s` adds for `wrap` (its fingerprint, tag)."""
+        out = [sql.SQL("{} AS dbanon_fp").format(fingerprint(self.released))]
+        if self.sensitive:
+            out.append(sql.SQL("{} AS dbanon_tag").format(tag(self.sensitive)))
+        return out
+
+
+def prior(
+    conn: psycopg.Connection, release_id: int | None, key: Column, released: list[Column],
+    sensitive: Column | None,
+) -> Prior | None:  # fmt: skip
+    """The Prior of a release that has a map; None on a first run."""
+    if not has_map(conn, release_id):
+        return None
+    assert release_id is not None
+    return Prior(release_id, key, released, sensitive)
+
+
+def previous_of(conn: psycopg.Connection, release_id: int, gid: np.ndarray,
+                state: np.ndarray) -> Previous:  # fmt: skip
+    """`Previous` from each row's map group and fingerprint state (`Prior`'s columns), with
+    the size of every group as released."""
+    import numpy as np
+
+    counts = conn.execute(
+        sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
+            map_of(conn, release_id)
+        )
+    ).fetchall()
+    sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
+    for g, n in counts:
+        sizes[g] = n
+    state = np.asarray(state)
+    return Previous(np.asarray(gid, dtype=np.int64), state > 0, sizes, state < 0)
+
+
 def previous_release(
     conn: psycopg.Connection, release_id: int | None, keys: Keys, source: Relation, key: Column,
     released: list[Column],
 ) -> Previous | None:  # fmt: skip
     """`Previous` for the rows in `keys` order; None without a map. Keys go in and groups
-    come back by binary COPY (no Python object per row)."""
+    come back by binary COPY (no Python object per row). A refresh that extracts its rows
+    itself reads the same in its extract's scan (`Prior`)."""
     import numpy as np
 
     from dbanon.db.stream import copy_columns
 
     if not has_map(conn, release_id):
         return None
+    assert release_id is not None
     rows = _stage_keys(conn, keys)
     at, old, same = copy_columns(
         conn,
@@ -619,20 +689,9 @@ def previous_release(
     )
     conn.execute(sql.SQL("DROP TABLE {}").format(rows))
     at = np.asarray(at, dtype=np.int64)
-    gid = np.full(len(keys), -1, dtype=np.int64)
-    gid[at] = np.asarray(old, dtype=np.int64)
-    unchanged, unknown = np.zeros(len(keys), dtype=bool), np.zeros(len(keys), dtype=bool)
-    unchanged[at] = np.asarray(same) > 0
-    unknown[at] = np.asarray(same) < 0
-    counts = conn.execute(
-        sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
-            map_of(conn, release_id)
-        )
-    ).fetchall()
-    sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
-    for g, n in counts:
-        sizes[g] = n
-    return Previous(gid, unchanged, sizes, unknown)
+    gid, state = np.full(len(keys), -1, dtype=np.int64), np.zeros(len(keys))
+    gid[at], state[at] = np.asarray(old, dtype=np.int64), np.asarray(same)
+    return previous_of(conn, release_id, gid, state)
 
 
 def previous_cells(
