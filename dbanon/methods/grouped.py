@@ -234,18 +234,26 @@ def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> 
     nums = [c for c in r.qi if not r.is_categorical(c)]
     cols = [*nums, *r.sensitive, *r.keep]
     has_w = "w" in composition.columns_of(conn, stage)
+    own = dict(_OWN)
+    mapped = composition.has_map(conn, r.release_id)
+    if mapped:  # and what the latest map holds of each row (composition.OLD), joined once
+        own.update({c: sql.Identifier(f"dbanon {c}") for c in composition.OLD})
+    old = sql.SQL(", m.key IS NOT NULL AS {}, m.vid AS {}, m.sid AS {}").format(
+        *(own[c] for c in composition.OLD)) if mapped else sql.SQL("")  # fmt: skip
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {rows} ON COMMIT DROP AS SELECT st.key AS {key}, st.gid AS {gid}, "
-            "{w} AS {w_}, {t} AS {t_}, {fp} AS {fp_}{cols} "
-            "FROM {stage} st JOIN {src} s ON s.{k}::text = st.key"
+            "{w} AS {w_}, {t} AS {t_}, {fp} AS {fp_}{old}{cols} "
+            "FROM {stage} st JOIN {src} s ON s.{k}::text = st.key{join}"
         ).format(
             rows=ROWS, key=_OWN["key"], gid=_OWN["gid"],
             w=sql.SQL("st.w" if has_w else "NULL::int4"), w_=_OWN["w"],
             t=composition.tag(r.sensitive[0] if r.sensitive else None), t_=_OWN["t"],
-            fp=composition.fingerprint(r.released_columns), fp_=_OWN["fp"],
+            fp=composition.fingerprint(r.released_columns), fp_=_OWN["fp"], old=old,
             cols=sql.SQL("").join(sql.SQL(", s.{}").format(c.ident) for c in cols),
             stage=stage, src=r.source.ident, k=r.key.ident,
+            join=sql.SQL(" LEFT JOIN {} m ON m.key = st.key").format(
+                composition.table(r.release_id)) if mapped else sql.SQL(""),  # fmt: skip
         )  # fmt: skip
     )
     conn.execute(sql.SQL("ANALYZE {}").format(ROWS))
@@ -253,7 +261,7 @@ def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> 
         sql.SQL("CREATE TEMP VIEW {} AS SELECT {} FROM {}").format(
             MAP_ROWS,
             sql.SQL(", ").join(sql.SQL("{} AS {}").format(v, sql.Identifier(c))
-                               for c, v in _OWN.items()),  # fmt: skip
+                               for c, v in own.items()),  # fmt: skip
             ROWS,
         )
     )

@@ -120,6 +120,22 @@ class Rows:
     ident: sql.Identifier
     buckets: bool = False
     measured: bool = False
+    old: bool = False  # the rows carry the map's (mapped, old, old_sid) already: `with_old`
+
+
+OLD = ("mapped", "old", "old_sid")  # a row's entry in the latest map: in it, its set, its shown
+
+
+def with_old(conn: psycopg.Connection, release_id: int, rows: Rows) -> sql.Composable:
+    """The rows with what the latest map holds of each (columns OLD: whether it is in the map,
+    its set of plausible values and what its group showed): the rows as they are when their
+    staging joined the map once, else joined here."""
+    if rows.old:
+        return rows.ident
+    return sql.SQL(
+        "(SELECT n.*, m.key IS NOT NULL AS mapped, m.vid AS old, m.sid AS old_sid "
+        "FROM {} n LEFT JOIN {} m ON m.key = n.key)"
+    ).format(rows.ident, map_of(conn, release_id))
 
 
 def columns_of(conn: psycopg.Connection, rel: sql.Composable) -> list[str]:
@@ -144,7 +160,8 @@ def new_rows(
     fp = fingerprint(released)
     columns = columns_of(conn, stage)
     if {"key", "gid", "w", "t", "fp"} <= set(columns) and isinstance(stage, sql.Identifier):
-        return Rows(stage)  # joined with the source already, as the release was built
+        # joined with the source already, as the release was built (and with the map)
+        return Rows(stage, old=set(OLD) <= set(columns))
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     if "pset" in columns:
         conn.execute(
@@ -231,7 +248,8 @@ def _measure(
     if rows.buckets:
         return _figures(conn.execute(
             sql.SQL(_MEASURE_BUCKETS).format(
-                rows=rows.ident, map=map_of(conn, release_id), sets=sets_of(conn, release_id)
+                rows=rows.ident, joined=with_old(conn, release_id, rows),
+                sets=sets_of(conn, release_id),
             ),
             {"k": k, "l": values_needed},
         ).fetchone())  # fmt: skip
@@ -240,7 +258,7 @@ def _measure(
             """WITH new AS (SELECT key, gid, t FROM {rows} WHERE gid IS NOT NULL),
                cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
                sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
-               kept AS (SELECT n.gid, m.vid AS old FROM new n JOIN {map} m ON m.key = n.key),
+               kept AS (SELECT gid, old FROM {joined} n WHERE gid IS NOT NULL AND mapped),
                pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
                matched AS (  -- per pair, the new class's rows and values among the old values
                    SELECT p.gid, p.old, sum(c.n) AS plausible_rows, count(c.n) AS values_left
@@ -260,7 +278,8 @@ def _measure(
                       coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
                       coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
                FROM judged"""
-        ).format(rows=rows.ident, map=map_of(conn, release_id), sets=sets_of(conn, release_id)),
+        ).format(rows=rows.ident, joined=with_old(conn, release_id, rows),
+                 sets=sets_of(conn, release_id)),  # fmt: skip
         {"k": k, "l": values_needed},
     ).fetchone()
     return _figures(row)
@@ -332,9 +351,8 @@ def _categories(
     fewest, below = conn.execute(
         sql.SQL(
             """WITH held AS ({held}),
-               pairs AS (SELECT n.gid, m.vid AS old, count(*) AS members
-                         FROM {rows} n JOIN {map} m ON m.key = n.key
-                         WHERE n.gid IS NOT NULL AND m.vid IS NOT NULL GROUP BY n.gid, m.vid),
+               pairs AS (SELECT gid, old, count(*) AS members FROM {joined} n
+                         WHERE gid IS NOT NULL AND old IS NOT NULL GROUP BY gid, old),
                cats AS (SELECT p.gid, p.old, sp.cat, count(*) AS n, min(sp.need) AS need
                         FROM pairs p JOIN {sets} os ON os.vid = p.old
                         CROSS JOIN LATERAL unnest(os.vals) v
@@ -346,7 +364,7 @@ def _categories(
                           LEFT JOIN filled f ON f.gid = p.gid AND f.old = p.old)
                SELECT min(cats), coalesce(sum(members) FILTER (WHERE cats < %(least)s), 0)
                FROM judged"""
-        ).format(held=held, rows=rows.ident, map=map_of(conn, release_id),
+        ).format(held=held, joined=with_old(conn, release_id, rows),
                  sets=sets_of(conn, release_id), spread=SPREAD),
         {"least": spread.least},
     ).fetchone()
@@ -372,7 +390,7 @@ _MEASURE_BUCKETS = """
     gb AS (SELECT gid, b, count(*) AS n FROM new GROUP BY gid, b),
     cv AS (SELECT DISTINCT gb.gid, bv.t FROM gb JOIN bv USING (b)),
     sizes AS (SELECT gid, sum(n) AS n FROM gb GROUP BY gid),
-    kept AS (SELECT n.gid, m.vid AS old FROM new n JOIN {map} m ON m.key = n.key),
+    kept AS (SELECT gid, old FROM {joined} n WHERE gid IS NOT NULL AND mapped),
     pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
     vals_left AS (
         SELECT p.gid, p.old, count(cv.t) AS values_left
@@ -480,16 +498,17 @@ def _store_grouped(
     buckets the unit `u`) stores the values it showed, with repeats; a row left out keeps
     its old set and what its group showed, in its waiting block (w) if it has one."""
     mapped = has_map(conn, release_id)
-    old, old_sets, old_shown = (table(release_id, p) for p in _PARTS) if mapped else (
+    _, old_sets, old_shown = (table(release_id, p) for p in _PARTS) if mapped else (
         NO_MAP, NO_SETS, NO_SHOWN)  # fmt: skip
     unit = sql.SQL("coalesce(u, gid)" if rows.buckets else "gid")
+    # A class's values: its rows' buckets' values; without buckets, its rows' values, found
+    # in the one sort that gives what its unit showed (`units` below).
     values = (
         "SELECT g.gid, array_agg(DISTINCT bv.t ORDER BY bv.t) AS vals FROM "
         "(SELECT DISTINCT gid, b FROM {rows} WHERE gid IS NOT NULL) g JOIN "
         "(SELECT DISTINCT b, t FROM {rows} WHERE gid IS NOT NULL) bv USING (b) GROUP BY g.gid"
         if rows.buckets
-        else "SELECT gid, array_agg(DISTINCT t ORDER BY t) AS vals FROM {rows} "
-        "WHERE gid IS NOT NULL GROUP BY gid"
+        else "SELECT u AS gid, vals FROM {units}"
     )
     sensitive = conn.execute(
         sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE t IS NOT NULL)").format(rows.ident)
@@ -498,13 +517,21 @@ def _store_grouped(
         sql.SQL(
             "CREATE TEMP TABLE {units} ON COMMIT DROP AS SELECT {unit} AS u, "
             "array_agg(t ORDER BY t) AS shown FROM {rows} WHERE gid IS NOT NULL GROUP BY 1"
-        ).format(units=_UNITS, unit=unit, rows=rows.ident)
+            if rows.buckets else
+            "CREATE TEMP TABLE {units} ON COMMIT DROP AS SELECT gid AS u, "
+            "array_agg(t ORDER BY t) AS shown, array_agg(t ORDER BY t) FILTER (WHERE first) "
+            "AS vals FROM (SELECT gid, t, row_number() OVER (PARTITION BY gid, t) = 1 AS first "
+            "FROM {rows} WHERE gid IS NOT NULL) x GROUP BY gid"
+        ).format(units=_UNITS, unit=unit, rows=rows.ident)  # fmt: skip
     )
+    joined = with_old(conn, release_id, rows) if mapped else sql.SQL(
+        "(SELECT n.*, false AS mapped, NULL::int4 AS old, NULL::int4 AS old_sid FROM {} n)"
+    ).format(rows.ident)  # fmt: skip
     conn.execute(
         sql.SQL(
-            "CREATE TEMP TABLE {held} ON COMMIT DROP AS SELECT n.key, n.w, m.vid, m.sid, n.fp "
-            "FROM {rows} n JOIN {old} m ON m.key = n.key WHERE n.gid IS NULL"
-        ).format(held=_HELD, rows=rows.ident, old=old)
+            "CREATE TEMP TABLE {held} ON COMMIT DROP AS SELECT n.key, n.w, n.old AS vid, "
+            "n.old_sid AS sid, n.fp FROM {joined} n WHERE n.gid IS NULL AND n.mapped"
+        ).format(held=_HELD, joined=joined)
     )
     # (class, old set or -1 for none): the set its rows keep; none without a sensitive column
     pairs = (
@@ -513,8 +540,7 @@ def _store_grouped(
         else "SELECT p.gid, coalesce(p.old, -1) AS old, CASE WHEN p.old IS NULL THEN c.vals "
         "ELSE ARRAY(SELECT v FROM (SELECT unnest(os.vals) INTERSECT SELECT unnest(c.vals)) "
         "x(v) ORDER BY 1) END AS vals "
-        "FROM (SELECT DISTINCT n.gid, m.vid AS old FROM {rows} n LEFT JOIN {old} m "
-        "ON m.key = n.key WHERE n.gid IS NOT NULL) p "
+        "FROM (SELECT DISTINCT n.gid, n.old FROM {joined} n WHERE n.gid IS NOT NULL) p "
         "JOIN {cls} c USING (gid) LEFT JOIN {old_sets} os ON os.vid = p.old"
     )
     conn.execute(
@@ -528,13 +554,10 @@ def _store_grouped(
             "INSERT INTO {shown} SELECT b.n + (dense_rank() OVER (ORDER BY h.sid))::int4 - 1, "
             "h.shown FROM {old_shown} h CROSS JOIN (SELECT coalesce(max(u), -1) + 1 AS n "
             "FROM {units}) b WHERE h.sid IN (SELECT sid FROM {held})"
-        ).format(cls=_CLS, rows=rows.ident, pairs=_PAIRS, old=old, old_sets=old_sets,
+        ).format(cls=_CLS, rows=rows.ident, pairs=_PAIRS, joined=joined, old_sets=old_sets,
                  sensitive=sql.Literal(bool(sensitive)), sets=fresh["sets"], held=_HELD,
                  shown=fresh["shown"], units=_UNITS, old_shown=old_shown)  # fmt: skip
     )
-    kept = sql.SQL(
-        "LEFT JOIN {old} m ON m.key = n.key " if mapped else ""
-    ).format(old=old)
     conn.execute(
         sql.SQL(
             """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
@@ -548,7 +571,7 @@ def _store_grouped(
                             JOIN {sets} s ON s.vals = os.vals
                             WHERE os.vid IN (SELECT vid FROM {held}))
                SELECT %(rid)s, n.key, {unit}, pv.vid, {unit}, n.fp
-               FROM {rows} n {kept}LEFT JOIN pv ON pv.gid = n.gid AND pv.old = {old_vid}
+               FROM {joined} n LEFT JOIN pv ON pv.gid = n.gid AND pv.old = coalesce(n.old, -1)
                WHERE n.gid IS NOT NULL
                UNION ALL
                SELECT %(rid)s, h.key, CASE WHEN h.w IS NULL THEN -1 ELSE -2 - h.w END,
@@ -557,8 +580,7 @@ def _store_grouped(
                LEFT JOIN held_sid hs ON hs.sid = h.sid"""
         ).format(fresh=fresh[None], pairs=_PAIRS, sets=fresh["sets"], units=_UNITS, held=_HELD,
                  old_sets=old_sets, unit=sql.SQL("n.") + unit if not rows.buckets
-                 else sql.SQL("coalesce(n.u, n.gid)"), rows=rows.ident, kept=kept,
-                 old_vid=sql.SQL("coalesce(m.vid, -1)" if mapped else "-1")),  # fmt: skip
+                 else sql.SQL("coalesce(n.u, n.gid)"), joined=joined),  # fmt: skip
         {"rid": release_id},
     )
     conn.execute(sql.SQL("DROP TABLE {}, {}, {}, {}").format(_CLS, _UNITS, _PAIRS, _HELD))
