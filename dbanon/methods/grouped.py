@@ -315,11 +315,6 @@ def materialise(
     )
 
 
-HISTORY = sql.Identifier("dbanon_persist_history")  # (pos, t, vals) of this run's rows
-TAGS = sql.Identifier("dbanon_persist_tags")  # (t, code): every sensitive value in play
-RUNS = sql.Identifier("dbanon_persist_runs")  # (vals, hid): every running intersection
-
-
 def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None:
     """What a consumer who kept every earlier release knows of each row (persist.History):
     its sensitive value now, and its running intersection of plausible values in the
