@@ -38,6 +38,7 @@ from dbanon.core.hierarchy import Hierarchy
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db.catalog import CATEGORICAL, STORE_SCHEMA, Column, Relation
 from dbanon.errors import DbanonError, ModelViolation, quote_name
+from dbanon.metrics import sizes
 from dbanon.models import PrivacyModel
 from dbanon.models.base import CheckResult, Target
 from dbanon.models.specs import MODEL_KINDS, kind_of
@@ -300,8 +301,8 @@ class Method(ABC):
         its first relation, GROUP BY its QIs as released (the released classes, whatever groups
         the method formed inside). A method whose release has no classes (noise) gives None for
         classes and the sizes."""
-        return class_sizes(conn, self.checked_relation(r, built),
-                           [sql.Identifier(c.name) for c in r.qi])  # fmt: skip
+        return sizes.figures(sizes.histogram(conn, self.checked_relation(r, built),
+                                             [c.name for c in r.qi]))  # fmt: skip
 
 
 def class_sizes(

@@ -39,6 +39,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
+from dbanon.metrics import sizes
 from dbanon.models.base import Target
 
 DEFAULT_THRESHOLD = 0.2  # records above 1/5: classes smaller than 5 (ARX's default highlight)
@@ -76,20 +77,11 @@ def measure(
         raise DbanonError("give --population or --population-size, not both")
     classes = _classes(target)
     # One scan: the histogram of class sizes (size -> classes), then every figure from it.
-    row = conn.execute(
-        sql.SQL(
-            """SELECT coalesce(sum(f * c), 0), coalesce(sum(c), 0), min(f), max(f),
-                      coalesce(sum(f * c) FILTER (WHERE 1.0::float8 / f > %(t)s), 0),
-                      coalesce(sum(c) FILTER (WHERE f = 1), 0),
-                      coalesce(array_agg(f ORDER BY f), '{{}}'),
-                      coalesce(array_agg(c ORDER BY f), '{{}}')
-               FROM (SELECT f, count(*) AS c FROM {classes} c GROUP BY f) h"""
-        ).format(classes=classes),
-        {"t": threshold},
-    ).fetchone()
-    n, count, smallest, largest, at_risk, uniques = (int(x) if x is not None else 0
-                                                     for x in row[:6])  # fmt: skip
-    hist = {int(f): int(c) for f, c in zip(row[6], row[7], strict=True)}
+    hist = sizes.histogram(conn, target.relation, target.qi, target.count)
+    n, count = sum(f * c for f, c in hist.items()), sum(hist.values())
+    smallest, largest = min(hist, default=0), max(hist, default=0)
+    at_risk = sum(f * c for f, c in hist.items() if f > 0 and 1.0 / f > threshold)
+    uniques = hist.get(1, 0)
     out: dict[str, Any] = {
         "qi": list(target.qi),
         "threshold": threshold,

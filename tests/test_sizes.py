@@ -1,0 +1,37 @@
+"""The class-size histogram a publish's figures and its risk share (dbanon.metrics.sizes):
+counted by its GROUP BY, weighted by a count column, and inside `shared` counted once."""
+
+from __future__ import annotations
+
+import psycopg
+from helpers import make_table
+from psycopg import sql
+
+from dbanon.metrics import sizes
+
+ROWS = [("a", 1, 2), ("a", 1, 3), ("a", 2, 1), ("b", 1, 1), ("b", 1, 1), ("b", 1, 1),
+        (None, 1, 4)]  # fmt: skip
+REL = sql.Identifier("z", "t")
+
+
+def test_the_histogram_counts_classes_by_size(conn: psycopg.Connection) -> None:
+    make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], ROWS)
+    # classes (q, r): (a,1) 2 rows, (a,2) 1, (b,1) 3, (NULL,1) 1 -> sizes 1: 2 classes, 2: 1, 3: 1
+    assert sizes.histogram(conn, REL, ["q", "r"]) == {1: 2, 2: 1, 3: 1}
+    assert sizes.figures(sizes.histogram(conn, REL, ["q", "r"])) == {
+        "rows": 7, "classes": 4, "min_class_size": 1, "max_class_size": 3}  # fmt: skip
+    # weighted: (a,1) 5, (a,2) 1, (b,1) 3, (NULL,1) 4
+    assert sizes.histogram(conn, REL, ["q", "r"], "w") == {5: 1, 1: 1, 3: 1, 4: 1}
+    assert sizes.figures({}) == {"rows": 0, "classes": 0, "min_class_size": 0,
+                                 "max_class_size": 0}  # fmt: skip
+
+
+def test_inside_shared_a_histogram_is_counted_once(conn: psycopg.Connection) -> None:
+    make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], ROWS)
+    with sizes.shared(conn):
+        before = sizes.histogram(conn, REL, ["q"])
+        conn.execute("INSERT INTO z.t VALUES ('c', 1, 1)")
+        assert sizes.histogram(conn, REL, ["q"]) == before  # not counted again
+        assert sizes.histogram(conn, REL, ["q", "r"]) != sizes.histogram(conn, REL, ["q"])
+    # outside, every call counts the table as it is now
+    assert sizes.histogram(conn, REL, ["q"]) == {**before, 1: before.get(1, 0) + 1}
