@@ -299,7 +299,8 @@ def run(
                 search.append(metrics["dp"]["search_epsilon"])
             add(variant, eps, ks[0], per,
                 {"beta": round(betas[0], 6), "search_epsilon": round(search[0], 6),
-                 "levels": max(set(chosen), key=chosen.count),
+                 # the commonest; ties by the first chosen (a set's order varies by run)
+                 "levels": max(dict.fromkeys(chosen), key=chosen.count),
                  "levels_varied": len(set(chosen))})  # fmt: skip
     implied = {sdgs(e, DELTA).k: e for e in epsilons}
     for k in sorted({*implied, *KS}):
