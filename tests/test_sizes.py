@@ -7,7 +7,7 @@ import psycopg
 from helpers import make_table
 from psycopg import sql
 
-from dbanon.metrics import sizes
+from dbanon.models import sizes
 
 ROWS = [("a", 1, 2), ("a", 1, 3), ("a", 2, 1), ("b", 1, 1), ("b", 1, 1), ("b", 1, 1),
         (None, 1, 4)]  # fmt: skip
@@ -35,3 +35,23 @@ def test_inside_shared_a_histogram_is_counted_once(conn: psycopg.Connection) -> 
         assert sizes.histogram(conn, REL, ["q", "r"]) != sizes.histogram(conn, REL, ["q"])
     # outside, every call counts the table as it is now
     assert sizes.histogram(conn, REL, ["q"]) == {**before, 1: before.get(1, 0) + 1}
+
+
+def test_k_anonymity_from_the_histogram_is_the_counted_result(conn: psycopg.Connection) -> None:
+    """A holding k-anonymity check reads the histogram; its figures are those of the check that
+    counts the classes itself (worst="always" takes that path), and a failing one still names
+    its worst class."""
+    import random
+
+    from dbanon.models.base import Target
+    from dbanon.models.kanonymity import KAnonymity
+
+    rng = random.Random(5)
+    rows = [(rng.choice("ab"), rng.randint(1, 4), 1) for _ in range(400)]
+    make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], rows)
+    for k in (2, 10, 40):
+        fast = KAnonymity(k).check(conn, Target(REL, ["q", "r"]))
+        counted = KAnonymity(k).check(conn, Target(REL, ["q", "r"], worst="always"))
+        assert fast.holds == counted.holds and fast.figures == counted.figures, k
+        if not fast.holds:
+            assert fast.worst_class == counted.worst_class is not None

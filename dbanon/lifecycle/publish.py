@@ -35,8 +35,8 @@ from dbanon.lifecycle.resolve import (
 from dbanon.lifecycle.swap import swap_patiently
 from dbanon.lifecycle.verify import verify
 from dbanon.methods.base import BuildContext, Resolved
-from dbanon.metrics import sizes
 from dbanon.metrics.risk import at_publish as risk_at_publish
+from dbanon.models import sizes
 from dbanon.setlogic import composition
 
 
@@ -206,9 +206,9 @@ def _publish(
             if b.kind == "table":
                 conn.execute(sql.SQL("ANALYZE {}").format(r.stored(b)))
         say("verifying the release")
-        checked = verify(conn, r, built)
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
-        with sizes.shared(conn):  # the release's class sizes, counted once for both
+        with sizes.shared(conn):  # the release's class sizes, counted once for all three
+            checked = verify(conn, r, built)
             figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         # A gate that measured exposure already (a source-aware check) is not measured twice.

@@ -38,8 +38,7 @@ from dbanon.core.hierarchy import Hierarchy
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db.catalog import CATEGORICAL, STORE_SCHEMA, Column, Relation
 from dbanon.errors import DbanonError, ModelViolation, quote_name
-from dbanon.metrics import sizes
-from dbanon.models import PrivacyModel
+from dbanon.models import PrivacyModel, sizes
 from dbanon.models.base import CheckResult, Target
 from dbanon.models.specs import MODEL_KINDS, kind_of
 

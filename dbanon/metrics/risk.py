@@ -39,7 +39,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
-from dbanon.metrics import sizes
+from dbanon.models import sizes
 from dbanon.models.base import Target
 
 DEFAULT_THRESHOLD = 0.2  # records above 1/5: classes smaller than 5 (ARX's default highlight)
