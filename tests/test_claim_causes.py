@@ -31,6 +31,11 @@ def test_every_shown_cause_is_computed() -> None:
     assert _fixed(CLAIMS, DOCS) == []
 
 
+def test_no_claim_keeps_a_fixed_cause() -> None:
+    """Nor one that holds today: a rerun that turns its verdict would show the sentence."""
+    assert [c.statement for c in CLAIMS if isinstance(c.cause, str) and c.cause] == []
+
+
 def test_a_fixed_cause_is_found(tmp_path: Path) -> None:
     """The check above can fail: a claim that fails on its rows with a fixed sentence."""
     (tmp_path / "x.csv").write_text("a\n1\n")

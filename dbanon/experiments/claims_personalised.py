@@ -626,15 +626,13 @@ def _lag_claims() -> tuple[Claim, ...]:
                   _lag_compare_cause("query_error", "LAG_1", two)),
         ]
     out += [
-        Claim(THESIS_5, "DM grows with k", "lag/results.csv", _lag_grows("dm", "k"),
-              "the data: see the settings in the figure"),
+        Claim(THESIS_5, "DM grows with k", "lag/results.csv", _lag_grows("dm", "k")),
         Claim(THESIS_5, "DM grows with density", "lag/results.csv", _lag_grows("dm", "density"),
               _lag_dm_density_cause),
         Claim(THESIS_5, "LAG_1's NCP falls as density rises (fewer QI values generalised)",
               "lag/results.csv", _lag_grows("ncp", "density", falls=True, variant="LAG_1"),
               _lag_ncp_density_cause),
-        Claim(THESIS_5, "query error: k matters more than l", "lag/results.csv", _lag_k_over_l,
-              "the data: see the ranges in the figure"),
+        Claim(THESIS_5, "query error: k matters more than l", "lag/results.csv", _lag_k_over_l),
     ]
     return tuple(out)
 
@@ -667,25 +665,18 @@ CLAIMS_PERSONALISED: tuple[Claim, ...] = (
           "cbg/results.csv", _mondrian_meets_bound, _mondrian_bound_cause),
     Claim(THESIS_4, "local anatomy keeps every attribute's exposure within 1/l (both "
           "attackers, every density)", "localanatomy/exposure.csv",
-          _la_exposure(("LocalAnatomy_a", "LocalAnatomy_b")),
-          "our experiment (until issue 20 item 4): an l a column cannot reach was capped "
-          "silently, and exposure judged against the capped l"),
+          _la_exposure(("LocalAnatomy_a", "LocalAnatomy_b"))),
     Claim(THESIS_4, "attacker (b), who knows everyone's QIs, still finds every exposure within "
-          "1/l", "localanatomy/exposure.csv", _la_exposure(("LocalAnatomy_b",)),
-          "see the settings in the figure"),
+          "1/l", "localanatomy/exposure.csv", _la_exposure(("LocalAnatomy_b",))),
     Claim(THESIS_4, "Anatomy's exposure of semi-sensitive values is constant in l, about 0.65",
-          "localanatomy/exposure.csv", _anatomy_constant,
-          "the data: Anatomy's QIT shows every semi-sensitive value, so its exposure is the "
-          "share of people unique on what they show, which Adult's stand-ins set (figure)"),
+          "localanatomy/exposure.csv", _anatomy_constant),
     Claim(THESIS_4, "local anatomy's query error is far below Mondrian's",
           "localanatomy/query_error.csv", _la_error_vs_mondrian),
     Claim(THESIS_4, "plain local anatomy's query error is above Anatomy's at every l",
-          "localanatomy/query_error.csv", _series_vs_anatomy("LocalAnatomy", True),
-          "the data: the errors per l are in the figure"),
+          "localanatomy/query_error.csv", _series_vs_anatomy("LocalAnatomy", True)),
     Claim(THESIS_4, "heuristic local anatomy's query error is below Anatomy's for l < 18",
           "localanatomy/query_error.csv",
-          _series_vs_anatomy("HeuristicLocalAnatomy", False, below_l=18),
-          "the data: see the errors per l in the figure"),
+          _series_vs_anatomy("HeuristicLocalAnatomy", False, below_l=18)),
     Claim(THESIS_4, "at l = 18 the heuristic's error jumps, close to plain local anatomy's",
           "localanatomy/query_error.csv", _heuristic_jump, _heuristic_jump_cause),
     Claim(THESIS_4, "at every density the heuristic's error rises sharply at l = 18 (Fig. 4.8)",
