@@ -133,6 +133,134 @@ def _cbg_error_growth_with_k(rows: Rows) -> Judged:
             _verdict(len(steps), len(ls) - 1))  # fmt: skip
 
 
+def _cbg_lowest_exposure_cause(rows: Rows) -> str:
+    """At each l where CBG's largest exposure is not the lowest: the three largest exposures,
+    and whether the lowest other one ties CBG's at 1/l."""
+    by = {m: _cbg_l(rows, m) for m in ("cbg", "mondrian", "anatomy")}
+    col, parts, ties = "exposure_max", [], 0
+    for ell in sorted(by["cbg"], key=int):
+        mine = _f(by["cbg"][ell], col)
+        other = min(("mondrian", "anatomy"), key=lambda m: _f(by[m][ell], col))
+        theirs = _f(by[other][ell], col)
+        if mine < theirs:
+            continue
+        ties += mine == theirs and at_most(by["cbg"][ell][col], Fraction(1, int(ell)))
+        parts.append(f"l={ell}: CBG {by['cbg'][ell][col]} vs {other.title()} "
+                     f"{by[other][ell][col]} (1/l = {1 / int(ell):.6f})")  # fmt: skip
+    if not parts:
+        return ""
+    return (f"ties at the bound: where CBG is not lowest its largest exposure equals another's, "
+            f"both at 1/l, at {ties} of {len(parts)} l ({'; '.join(parts)})")  # fmt: skip
+
+
+def _mondrian_below_anatomy_cause(rows: Rows) -> str:
+    """Where Mondrian's exposure is not below Anatomy's: both exposures as a share of 1/l, and
+    the rows per group (rows over classes) that make Mondrian's groups the larger."""
+    mon, ana = _cbg_l(rows, "mondrian"), _cbg_l(rows, "anatomy")
+    parts, larger = [], 0
+    for ell in sorted(mon, key=int):
+        m, a = _f(mon[ell], "exposure"), _f(ana[ell], "exposure")
+        if m < a:
+            continue
+        size = {n: _f(r[ell], "rows") / _f(r[ell], "classes") for n, r in (("m", mon), ("a", ana))}
+        larger += size["m"] > size["a"]
+        parts.append(f"l={ell}: Mondrian {m:.4f} ({m * int(ell):.2f} of 1/l), Anatomy {a:.4f} "
+                     f"({a * int(ell):.2f} of 1/l), with {size['m']:.1f} against "
+                     f"{size['a']:.1f} rows per group")  # fmt: skip
+    if not parts:
+        return ""
+    return (f"the group sizes: where it does not hold Mondrian's groups are the larger at "
+            f"{larger} of {len(parts)} l, yet its mean exposure is as near 1/l as Anatomy's: "
+            + "; ".join(parts))  # fmt: skip
+
+
+def _cbg_error_cause(column: str, salary: str = "flat") -> Callable[[Rows], str]:
+    """Where CBG's error is not below Mondrian's: CBG's boxes are the wider (GCP) though its
+    groups are the smaller (DM), with the error ratio beside."""
+
+    def cause(rows: Rows) -> str:
+        cbg, mon = _cbg_l(rows, "cbg", salary), _cbg_l(rows, "mondrian", salary)
+        bad = [ell for ell in sorted(cbg, key=int)
+               if _f(cbg[ell], column) >= _f(mon[ell], column)]  # fmt: skip
+        if not bad or not cbg[bad[0]].get("gcp") or not mon[bad[0]].get("gcp"):
+            return ""
+        wider = [ell for ell in bad if _f(cbg[ell], "gcp") > _f(mon[ell], "gcp")]
+        smaller = [ell for ell in bad if _f(cbg[ell], "dm") < _f(mon[ell], "dm")]
+
+        def at(ell: str) -> str:
+            c, m = cbg[ell], mon[ell]
+            return (f"l={ell}: error {_f(c, column) / _f(m, column):.1f}x Mondrian's, GCP "
+                    f"{_f(c, 'gcp'):.3f} vs {_f(m, 'gcp'):.3f}, DM {_f(c, 'dm'):,.0f} vs "
+                    f"{_f(m, 'dm'):,.0f}")  # fmt: skip
+
+        shown = [bad[0]] if len(bad) == 1 else [bad[0], bad[-1]]
+        return (f"the boxes: where CBG's error is not below Mondrian's ({len(bad)} l), CBG's "
+                f"generalisation is wider (GCP above Mondrian's) at {len(wider)} of them and its "
+                f"groups smaller (DM below) at {len(smaller)}; "
+                + "; ".join(at(ell) for ell in shown))  # fmt: skip
+
+    return cause
+
+
+def _cbg_profile_cause(column: str, salary: str) -> Callable[[Rows], str]:
+    """Mondrian's error against its DM over l (the salary's profile sets its groups), and how
+    little CBG's DM and error move over the same l."""
+
+    def cause(rows: Rows) -> str:
+        cbg, mon = _cbg_l(rows, "cbg", salary), _cbg_l(rows, "mondrian", salary)
+        ls = sorted(cbg, key=int)
+        lo, hi = ls[0], ls[-1]
+
+        def moves(r: dict[str, dict[str, str]], col: str) -> str:
+            return (f"{_num(_f(r[lo], col))} → {_num(_f(r[hi], col))} "
+                    f"({_f(r[hi], col) / _f(r[lo], col):.2f}x)")  # fmt: skip
+
+        dms = [_f(r, "dm") for r in cbg.values()]
+        return (f"the group sizes: from l={lo} to l={hi} Mondrian's DM grows {moves(mon, 'dm')} "
+                f"and its error {moves(mon, column)}; CBG's DM stays within "
+                f"{max(dms) / min(dms):.3f}x and its error moves {moves(cbg, column)}")  # fmt: skip
+
+    return cause
+
+
+def _cbg_growth_cause(rows: Rows) -> str:
+    """CBG's error growth with k beside its DM growth with k, per l: the groups k sets."""
+    sweep: dict[str, dict[str, dict[str, str]]] = {}
+    for r in rows:
+        if r["part"] == "k" and r.get("salary", "flat") == "flat":
+            sweep.setdefault(r["l"], {})[r["k"]] = r
+    parts, dm_growth = [], []
+    for ell in sorted(sweep, key=int):
+        ks = sorted(sweep[ell], key=int)
+        first, last = sweep[ell][ks[0]], sweep[ell][ks[-1]]
+        dm_growth.append(_f(last, "dm") / _f(first, "dm"))
+        parts.append(f"l={ell}: error {_f(last, 'query_error') / _f(first, 'query_error'):.2f}x, "
+                     f"DM {dm_growth[-1]:.2f}x")  # fmt: skip
+    if not parts:
+        return ""
+    return (f"the groups: from the smallest to the largest k CBG's DM grows "
+            f"{min(dm_growth):.2f}-{max(dm_growth):.2f}x at every l, whatever l: "
+            + "; ".join(parts))  # fmt: skip
+
+
+def _mondrian_bound_cause(rows: Rows) -> str:
+    """Mondrian's mean exposure against 1/l beside its most exposed person's: a bound held on
+    average, not per person."""
+    mon = _cbg_l(rows, "mondrian")
+    ls = sorted(mon, key=int)
+    over = [ell for ell in ls if not at_most(mon[ell]["exposure_max"], Fraction(1, int(ell)))]
+    if not over:
+        return ""
+    mean_ok = [ell for ell in over if at_most(mon[ell]["exposure"], Fraction(1, int(ell)))]
+    times = [_f(mon[ell], "exposure_max") * int(ell) for ell in over]
+    ends = "; ".join(f"l={ell}: mean {_f(mon[ell], 'exposure'):.4f}, largest "
+                     f"{_f(mon[ell], 'exposure_max'):.4f}, 1/l {1 / int(ell):.4f}"
+                     for ell in (over[0], over[-1]))  # fmt: skip
+    return (f"per person, not on average: at {len(mean_ok)} of the {len(over)} l where it fails "
+            f"Mondrian's mean exposure is within 1/l, while its most exposed person gets "
+            f"{min(times):.2f}-{max(times):.2f}x 1/l; {ends}")  # fmt: skip
+
+
 # --- chapter 4 (local anatomy) ------------------------------------------------------------------
 
 
@@ -264,6 +392,64 @@ def _density_error(rows: Rows) -> Judged:
             _verdict(good, len(dens) - 1))  # fmt: skip
 
 
+def _heuristic_jump_cause(rows: Rows) -> str:
+    """Fig. 4.6 (density 20 %): how the step into l = 18 compares with 1.3x and with the steps
+    into its neighbours, where no jump is found."""
+    steps = _steps(_errors(rows, "HeuristicLocalAnatomy"))
+    if _jumps_at_18(steps):
+        return ""
+    return "no jump in the curve: " + _step_18(steps)
+
+
+def _step_18(steps: dict[int, float]) -> str:
+    """The step into l = 18 against the 1.3x a jump needs and against its neighbours' steps."""
+    around = ", ".join(f"into l={x}: {steps[x]:.2f}x" for x in sorted(steps)
+                       if x != 18 and abs(x - 18) <= 3)  # fmt: skip
+    word = "under" if steps[18] < 1.3 else "at least"
+    return f"the step into l=18 is {steps[18]:.2f}x, {word} 1.3x ({around})"
+
+
+def _jump_by_density_cause(series: str | None) -> Callable[[Rows], str]:
+    """At each density without a jump at l = 18: its step into 18 and its neighbours'; where
+    the CSV has each attribute's feasibility, whether any was infeasible from l = 18 on."""
+
+    def cause(rows: Rows) -> str:
+        rows = [r for r in rows if series is None or r["series"] == series]
+        parts = []
+        for d in sorted({float(r["density"]) for r in rows}):
+            here = [r for r in rows if float(r["density"]) == d]
+            steps = _steps({int(r["l"]): _f(r, "query_error") for r in here})
+            if _jumps_at_18(steps):
+                continue
+            parts.append(f"{d:.0%}: {_step_18(steps)}")
+        if not parts:
+            return ""
+        flags = [k for k in rows[0] if k.startswith("feasible_")]
+        off = sorted({f"{float(r['density']):.0%}/l={r['l']}" for r in rows
+                      for k in flags if r[k] == "False"})  # fmt: skip
+        feasible = ("" if not flags else "; attributes infeasible at: " + (", ".join(off) or
+                    "none, so no attribute dropping out makes or unmakes a jump"))  # fmt: skip
+        return f"densities without a jump: {'; '.join(parts)}{feasible}"
+
+    return cause
+
+
+def _density_error_cause(rows: Rows) -> str:
+    """Fig. 4.8: how far apart the spreads by density are, and where they fall."""
+    dens = sorted({float(r["density"]) for r in rows if r["series"] == "HeuristicLocalAnatomy"})
+    spread = {}
+    for d in dens:
+        e = _errors(rows, "HeuristicLocalAnatomy", d)
+        spread[d] = e[max(e)] / e[min(e)]
+    falls = [f"{a:.0%} → {b:.0%}: {spread[a]:.2f}x → {spread[b]:.2f}x"
+             for a, b in zip(dens, dens[1:], strict=False) if spread[b] <= spread[a]]  # fmt: skip
+    if not falls:
+        return ""
+    lo, hi = min(spread.values()), max(spread.values())
+    return (f"the spreads barely differ: {lo:.2f}-{hi:.2f}x over the densities (the largest "
+            f"{hi / lo - 1:.0%} above the smallest), and fall at {'; '.join(falls)}")  # fmt: skip
+
+
 # --- chapter 5 (LAG), for each reading of LAG_2 ------------------------------------------------
 
 LAG_2S = (("LAG_2", "LAG_2 as Top-down (dbanon's default)"),
@@ -356,63 +542,117 @@ def _lag_k_over_l(rows: Rows) -> Judged:
             _verdict(good, every))  # fmt: skip
 
 
+def _lag_compare_cause(field: str, low: str, high: str) -> Callable[[Rows], str]:
+    """In the settings where `low`'s figure is not below `high`'s: each variant's mean number
+    of groups (more groups: smaller ones) and NCP (wider boxes) there."""
+
+    def cause(rows: Rows) -> str:
+        by = _by(rows, "variant", "density", "k", "l")
+        bad = [key for key in _lag_keys(rows)
+               if _f(by[(low, *key)], field) >= _f(by[(high, *key)], field)]  # fmt: skip
+        if not bad:
+            return ""
+
+        def mean(v: str, col: str) -> float:
+            return sum(_f(by[(v, *key)], col) for key in bad) / len(bad)
+
+        more = sum(_f(by[(high, *key)], "groups") > _f(by[(low, *key)], "groups") for key in bad)
+        narrower = sum(_f(by[(high, *key)], "ncp") < _f(by[(low, *key)], "ncp") for key in bad)
+        return (f"where {low} is not lower ({len(bad)} settings), {high} forms "
+                f"more groups (smaller ones) in {more} and has the lower NCP (narrower boxes) in "
+                f"{narrower}; there, mean groups {low} {mean(low, 'groups'):,.0f}, {high} "
+                f"{mean(high, 'groups'):,.0f}; mean NCP {low} {mean(low, 'ncp'):.3f}, {high} "
+                f"{mean(high, 'ncp'):.3f}")  # fmt: skip
+
+    return cause
+
+
+def _lag_dm_density_cause(rows: Rows) -> str:
+    """Each step up in density where DM does not grow, beside the rows suppressed on either side
+    (DM charges each the table's size): the steps where fewer rows are suppressed, and the
+    others, which suppression does not account for."""
+    lines: dict[tuple[str, str], dict[float, dict[str, str]]] = {}
+    for r in rows:  # DM and suppression do not depend on l: one line per variant and k
+        lines.setdefault((r["variant"], r["k"]), {})[float(r["density"])] = r
+    fewer, other = [], []
+    for (v, k), line in sorted(lines.items()):
+        xs = sorted(line)
+        for a, b in zip(xs, xs[1:], strict=False):
+            dm, sup = (tuple(_f(line[x], c) for x in (a, b)) for c in ("dm", "suppressed_rows"))
+            if dm[1] > dm[0]:
+                continue
+            (fewer if sup[1] < sup[0] else other).append(
+                f"{v} k={k} {a:g} → {b:g}: DM {dm[0]:,.0f} → {dm[1]:,.0f}, suppressed "
+                f"{sup[0]:.0f} → {sup[1]:.0f}")  # fmt: skip
+    if not fewer and not other:
+        return ""
+    return (f"suppression: of the {len(fewer) + len(other)} steps up in density where DM does "
+            f"not grow, {len(fewer)} suppress fewer rows ({'; '.join(fewer) or 'none'}); at the "
+            f"other {len(other)} suppression does not fall, so it does not account for them "
+            f"({'; '.join(other) or 'none'})")  # fmt: skip
+
+
+def _lag_ncp_density_cause(rows: Rows) -> str:
+    """LAG_1's groups over density beside its NCP: fewer groups are larger ones."""
+    lines: dict[str, dict[float, dict[str, str]]] = {}
+    for r in rows:
+        if r["variant"] == "LAG_1":
+            lines.setdefault(r["k"], {})[float(r["density"])] = r
+    parts, fewer = [], 0
+    for k, line in sorted(lines.items(), key=lambda x: int(x[0])):
+        xs = sorted(line)
+        groups = [_f(line[x], "groups") for x in xs]
+        ncp = [_f(line[x], "ncp") for x in xs]
+        fewer += groups[-1] < groups[0]
+        parts.append(f"k={k}: groups {' → '.join(f'{g:,.0f}' for g in groups)}, NCP "
+                     f"{' → '.join(f'{x:.3f}' for x in ncp)}")  # fmt: skip
+    if not parts:
+        return ""
+    return (f"the groups: as density rises LAG_1 forms fewer groups (larger ones) at {fewer} of "
+            f"{len(parts)} k; {'; '.join(parts)}")  # fmt: skip
+
+
 def _lag_claims() -> tuple[Claim, ...]:
     out: list[Claim] = []
     for two, label in LAG_2S:
         out += [
             Claim(THESIS_5, f"{label}: LAG_2's NCP is below LAG_1's", "lag/results.csv",
-                  _lag_compare("ncp", two, "LAG_1"),
-                  "the reading: a split that leaves a side below k keeps the whole set as one "
-                  "group, so groups stay large and wide (mean groups in the figure)"),
+                  _lag_compare("ncp", two, "LAG_1"), _lag_compare_cause("ncp", two, "LAG_1")),
             Claim(THESIS_5, f"{label}: LAG_1's DM is slightly below LAG_2's (more even groups)",
                   "lag/results.csv", _lag_compare("dm", "LAG_1", two),
-                  "the reading: Top-down's re-balancing leaves groups of k..2k-1 rows, more "
-                  "even than median cuts (more groups in the figure)" if two == "LAG_2" else
-                  "the reading: as measured, LAG_2's groups are far larger"),
+                  _lag_compare_cause("dm", "LAG_1", two)),
             Claim(THESIS_5, f"{label}: LAG_1's query error is slightly below LAG_2's",
                   "lag/results.csv", _lag_compare("query_error", "LAG_1", two),
-                  "the reading: Top-down's smaller, tighter groups answer queries more "
-                  "narrowly than median cuts" if two == "LAG_2" else
-                  "not isolated: the settings where it does not hold are in the figure; the "
-                  "means still keep the thesis's order"),
+                  _lag_compare_cause("query_error", "LAG_1", two)),
         ]
     out += [
-        Claim(THESIS_5, "DM grows with k", "lag/results.csv", _lag_grows("dm", "k"),
-              "the data: see the settings in the figure"),
+        Claim(THESIS_5, "DM grows with k", "lag/results.csv", _lag_grows("dm", "k")),
         Claim(THESIS_5, "DM grows with density", "lag/results.csv", _lag_grows("dm", "density"),
-              "the data: DM charges a suppressed row the table's size, and rows are "
-              "suppressed (QI-partition subsets under k) at some densities and not others "
-              "(figure); LAG_2 as written also varies with where its first lopsided split "
-              "falls"),
+              _lag_dm_density_cause),
         Claim(THESIS_5, "LAG_1's NCP falls as density rises (fewer QI values generalised)",
               "lag/results.csv", _lag_grows("ncp", "density", falls=True, variant="LAG_1"),
-              "the data: smaller QI-partition subsets are cut less finely, so what is still "
-              "generalised is generalised more widely; see the means in the figure"),
-        Claim(THESIS_5, "query error: k matters more than l", "lag/results.csv", _lag_k_over_l,
-              "the data: see the ranges in the figure"),
+              _lag_ncp_density_cause),
+        Claim(THESIS_5, "query error: k matters more than l", "lag/results.csv", _lag_k_over_l),
     ]
     return tuple(out)
 
 
 CLAIMS_PERSONALISED: tuple[Claim, ...] = (
     Claim(THESIS_3, "CBG has the lowest exposure of CBG, Mondrian and Anatomy",
-          "cbg/results.csv", _cbg_lowest_exposure),
+          "cbg/results.csv", _cbg_lowest_exposure, _cbg_lowest_exposure_cause),
     Claim(THESIS_3, "Mondrian's exposure is below Anatomy's (its groups are larger)",
-          "cbg/results.csv", _mondrian_below_anatomy,
-          "the data: Mondrian's groups meet p <= 1/l as tightly as Anatomy's buckets"),
+          "cbg/results.csv", _mondrian_below_anatomy, _mondrian_below_anatomy_cause),
     Claim(THESIS_3, "CBG's DM is constant in l", "cbg/results.csv", _cbg_dm_constant),
     Claim(THESIS_3, "CBG's query error is far below Mondrian's (sure/maybe bounds)",
           "cbg/results.csv", _cbg_error_vs("query_error", "mondrian", True),
-          "the data: each T_gen batch must span the most frequent salaries, so its boxes are "
-          "wide; the verdict turns on the salary's profile (the two rows below)"),
+          _cbg_error_cause("query_error")),
     Claim(THESIS_3, "CBG's query error is far below Mondrian's (the thesis's bounds 4.15-4.19)",
           "cbg/results.csv", _cbg_error_vs("query_error_thesis", "mondrian", True),
-          "the data: as with the sure/maybe bounds"),
+          _cbg_error_cause("query_error_thesis")),
     *(
         Claim(THESIS_3, f"{profile} salary: CBG's query error is below Mondrian's ({bounds})",
               "cbg/salary/results.csv", _cbg_profile(column, profile),
-              "the data: Mondrian's error follows the size of its l-diverse groups (its DM in "
-              "the figure), which the salary's profile sets; CBG's barely moves with it")
+              _cbg_profile_cause(column, profile))
         for profile in ("flat", "heaped")
         for column, bounds in (("query_error", "sure/maybe bounds"),
                                ("query_error_thesis", "the thesis's bounds"))
@@ -420,49 +660,31 @@ CLAIMS_PERSONALISED: tuple[Claim, ...] = (
     Claim(THESIS_3, "CBG's query error is above Anatomy's (Anatomy keeps every QI value)",
           "cbg/results.csv", _cbg_error_vs("query_error", "anatomy", False)),
     Claim(THESIS_3, "the larger l, the faster CBG's query error grows with k",
-          "cbg/results.csv", _cbg_error_growth_with_k,
-          "the data: the growth per l in the figure does not rise with l"),
+          "cbg/results.csv", _cbg_error_growth_with_k, _cbg_growth_cause),
     Claim(THESIS_3, "the Mondrian baseline meets the bound it is compared on (p <= 1/l)",
-          "cbg/results.csv", _mondrian_meets_bound,
-          "our implementation (until issue 20 item 5): the baseline was distinct l-diversity"),
+          "cbg/results.csv", _mondrian_meets_bound, _mondrian_bound_cause),
     Claim(THESIS_4, "local anatomy keeps every attribute's exposure within 1/l (both "
           "attackers, every density)", "localanatomy/exposure.csv",
-          _la_exposure(("LocalAnatomy_a", "LocalAnatomy_b")),
-          "our experiment (until issue 20 item 4): an l a column cannot reach was capped "
-          "silently, and exposure judged against the capped l"),
+          _la_exposure(("LocalAnatomy_a", "LocalAnatomy_b"))),
     Claim(THESIS_4, "attacker (b), who knows everyone's QIs, still finds every exposure within "
-          "1/l", "localanatomy/exposure.csv", _la_exposure(("LocalAnatomy_b",)),
-          "see the settings in the figure"),
+          "1/l", "localanatomy/exposure.csv", _la_exposure(("LocalAnatomy_b",))),
     Claim(THESIS_4, "Anatomy's exposure of semi-sensitive values is constant in l, about 0.65",
-          "localanatomy/exposure.csv", _anatomy_constant,
-          "the data: Anatomy's QIT shows every semi-sensitive value, so its exposure is the "
-          "share of people unique on what they show, which Adult's stand-ins set (figure)"),
+          "localanatomy/exposure.csv", _anatomy_constant),
     Claim(THESIS_4, "local anatomy's query error is far below Mondrian's",
           "localanatomy/query_error.csv", _la_error_vs_mondrian),
     Claim(THESIS_4, "plain local anatomy's query error is above Anatomy's at every l",
-          "localanatomy/query_error.csv", _series_vs_anatomy("LocalAnatomy", True),
-          "the data: the errors per l are in the figure"),
+          "localanatomy/query_error.csv", _series_vs_anatomy("LocalAnatomy", True)),
     Claim(THESIS_4, "heuristic local anatomy's query error is below Anatomy's for l < 18",
           "localanatomy/query_error.csv",
-          _series_vs_anatomy("HeuristicLocalAnatomy", False, below_l=18),
-          "the data: see the errors per l in the figure"),
+          _series_vs_anatomy("HeuristicLocalAnatomy", False, below_l=18)),
     Claim(THESIS_4, "at l = 18 the heuristic's error jumps, close to plain local anatomy's",
-          "localanatomy/query_error.csv", _heuristic_jump,
-          "the stand-in: the earlier jump at 20 % was occupation x education going "
-          "infeasible at l = 18; with the stand-in feasible at every l "
-          "(localanatomy/exposure.csv) the 20 % curve grows smoothly (the jump remains at "
-          "higher densities and with sex under t: the next claims)"),
+          "localanatomy/query_error.csv", _heuristic_jump, _heuristic_jump_cause),
     Claim(THESIS_4, "at every density the heuristic's error rises sharply at l = 18 (Fig. 4.8)",
           "localanatomy/query_error.csv", _jump_by_density("HeuristicLocalAnatomy"),
-          "not isolated: with every attribute feasible the step at l = 18 outgrows its "
-          "neighbours only at the highest density (figure); Algorithm 4.2's median halves "
-          "ceasing to be 18-eligible would explain it, but that was not measured"),
+          _jump_by_density_cause("HeuristicLocalAnatomy")),
     Claim(THESIS_4, "with sex under t = 0.2 too, the error rises sharply at l = 18 (Fig. 4.10)",
-          "localanatomy/tcloseness.csv", _jump_by_density(None),
-          "the data: at the lowest density the step at l = 18 is under 1.3x (figure)"),
+          "localanatomy/tcloseness.csv", _jump_by_density(None), _jump_by_density_cause(None)),
     Claim(THESIS_4, "the higher the density, the more the heuristic's error depends on l",
-          "localanatomy/query_error.csv", _density_error,
-          "not isolated: the spreads by density in the figure barely differ and do not rise "
-          "in order"),
+          "localanatomy/query_error.csv", _density_error, _density_error_cause),
     *_lag_claims(),
 )
