@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from dbanon.experiments.claim import FAILS, HOLDS, PARTLY, Claim, Judged, Rows
+from dbanon.experiments.claimbase import _f
 
 SOURCE = "dp/results.csv"
 PAPER = "SafePub (Bild, Kuhn & Prasser)"
@@ -21,10 +22,6 @@ MODERATE = 1.0  # ε from which the utility should be comparable
 NCP_GAP = 0.10  # NCP points above k-anonymity's
 AUC_GAP = 0.05  # AUC below k-anonymity's
 VARIANTS = {"safepub_levels": "fixed levels", "safepub_search": "private search"}
-
-
-def _f(row: dict[str, str], col: str) -> float:
-    return float(row[col])
 
 
 def _rows(rows: Rows, method: str) -> dict[float, dict[str, str]]:
