@@ -34,6 +34,10 @@ def test_embedded_server_lifecycle(tmp_path: Path) -> None:
 
         with psycopg.connect(url.stdout.strip()) as conn:
             assert conn.execute("SELECT current_database()").fetchone()[0] == "dbanon"
+            # dbanon's settings reach a new cluster before its first start, and once only
+            assert conn.execute("SHOW wal_level").fetchone()[0] == "minimal"
+        conf = (Path(status["data_dir"]) / "postgresql.conf").read_text()
+        assert conf.count("wal_level = 'minimal'") == 1
     finally:
         assert run(tmp_path, "server", "stop").stdout.strip() == "stopped"
     assert json.loads(run(tmp_path, "--json", "server", "status").stdout)["running"] is False
