@@ -14,17 +14,10 @@ from dbanon.experiments.claims import CLAIMS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-# CSVs made (by the current experiment code) before experiments wrote their provenance: their
-# runs must be repeated to record it (issue 35, left open for them).
-BEFORE = "made before experiments recorded their provenance: re-run it to record one"
-ELSEWHERE = {"cbg": BEFORE, "cbg-salary": BEFORE, "localanatomy": BEFORE, "lag": BEFORE,
-             "dp": BEFORE}
 
 
 @pytest.mark.parametrize("name", sorted(provenance.EXPERIMENTS))
-def test_every_csv_was_made_by_the_code_as_it_is(name: str, request: pytest.FixtureRequest) -> None:
-    if name in ELSEWHERE:
-        request.node.add_marker(pytest.mark.xfail(reason=ELSEWHERE[name], strict=False))
+def test_every_csv_was_made_by_the_code_as_it_is(name: str) -> None:
     assert provenance.stale(DOCS, name) == []
 
 
