@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
+from numba import njit
 
 from dbanon.algorithms.base import QIArrays
 
@@ -178,9 +179,8 @@ class History:
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""
-        here = self.history[rows]
-        known = np.unique(here[here >= 0])
-        return not len(known) or not len(self._short(rows, known))
+        known = sorted({h for h in self.history[rows].tolist() if h >= 0})  # a few rows: sets
+        return not known or not len(self._short(rows, np.array(known, dtype=np.int64)))
 
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
@@ -204,16 +204,29 @@ def centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.
 def distance(
     qi: QIArrays, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray
 ) -> np.ndarray:
-    """(len(num), len(cnum)) distances between points and group centres, a column at a time
-    (a block's memory is its distances, whatever the number of QIs)."""
-    d = np.zeros((len(num), len(cnum)))
-    for i in range(num.shape[1]):
-        part = num[:, i, None] - cnum[None, :, i]
-        d += np.abs(part, out=part)
-    for j in range(cat.shape[1]):
-        anc = qi.lca[j][cat[:, j][:, None], ccat[:, j][None, :]]
-        d += qi.height[j][anc]
-    return d
+    """(len(num), len(cnum)) distances between points and group centres: numeric QIs' absolute
+    differences, then categorical QIs' LCA heights, summed in that order (compiled: a block's
+    memory is its distances alone)."""
+    return _distances(
+        np.ascontiguousarray(num, dtype=np.float64), np.ascontiguousarray(cat, dtype=np.int64),
+        np.ascontiguousarray(cnum, dtype=np.float64), np.ascontiguousarray(ccat, dtype=np.int64),
+        qi.lca, qi.height,
+    )  # fmt: skip
+
+
+@njit(cache=True)
+def _distances(num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray,
+               lca: np.ndarray, height: np.ndarray) -> np.ndarray:  # fmt: skip
+    out = np.empty((num.shape[0], cnum.shape[0]))
+    for i in range(num.shape[0]):
+        for j in range(cnum.shape[0]):
+            d = 0.0
+            for a in range(num.shape[1]):
+                d += abs(num[i, a] - cnum[j, a])
+            for b in range(cat.shape[1]):
+                d += height[b, lca[b, cat[i, b], ccat[j, b]]]
+            out[i, j] = d
+    return out
 
 
 def persist_groups(
