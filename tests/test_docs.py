@@ -82,3 +82,28 @@ def test_a_figure_follows_its_data(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     page = tmp_path / "page.md"
     page.write_text(f"<!-- generated: kmember-paper -->\n{before}\n<!-- end: kmember-paper -->\n")
     assert docgen.render(page.read_text()) != page.read_text()
+
+
+def test_a_later_scale_run_replaces_its_methods_figures(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """floor_ROWS_*.json (a later run of some methods, with its own floor) replaces those
+    methods' figures in the tables, and the text names the run and its floor."""
+    import json
+
+    from dbanon.docsgen import figures
+
+    bench = tmp_path / "scale-bench"
+    bench.mkdir()
+
+    def run(floor: float, **ratios: float) -> dict:
+        return {"rows": 100, "k": 2, "l": 2, "floor": {"seconds": floor, "write_seconds": 1,
+                                                       "group_by_seconds": 1},
+                "methods": {n: {"seconds": r * floor, "publish_seconds": r * floor,
+                                "peak_rss_mb": 10, "floor_ratio": r, "timings": {},
+                                "checked": {"holds": True}} for n, r in ratios.items()}}
+
+    (bench / "floor_100.json").write_text(json.dumps(run(1.0, mondrian=8.0, anatomy=4.0)))
+    (bench / "floor_100_later.json").write_text(json.dumps(run(3.0, mondrian=2.5)))
+    monkeypatch.setattr(figures, "DOCS", tmp_path)
+    _, rows = figures._floor_rows(100)
+    assert {r["name"]: r["ratio"] for r in rows} == {"mondrian": 2.5, "anatomy": 4.0}
+    assert "`mondrian`: a later run (floor_100_later.json, floor 3.00 s" in figures._later_said(100)
