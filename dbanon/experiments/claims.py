@@ -739,7 +739,10 @@ def _judged(c: Claim, rows: Rows | None) -> tuple[str, str, str]:
         return "not in the committed CSV (an older run)", UNTESTED, ""
     if verdict not in (FAILS, PARTLY, UNDECIDED):
         return figure, verdict, ""
-    return figure, verdict, c.cause(rows) if callable(c.cause) else c.cause
+    try:
+        return figure, verdict, c.cause(rows) if callable(c.cause) else c.cause
+    except (LookupError, ValueError, ZeroDivisionError):  # a CSV without what the cause reads
+        return figure, verdict, ""
 
 
 def _evidence(docs: Path, claims: Sequence[Claim]) -> list[str]:

@@ -26,6 +26,10 @@ showed of them, so a row suppressed once is measured again when it comes back.
 The map belongs to the release, not to its spec: it survives a `--replace` that changes the
 method (a method without groups leaves it as consumers last saw it), the QIs or the source and
 key (`rekey` carries it to the new key, docs/composition.md says how people are matched).
+
+Why one module: the map's layout (its rows, sets and shown values, and the columns a run's
+rows carry of it) is read and written here only; the measure, the store and the readers of a
+refresh (`Prior`, `Previous`) change together whenever that layout does.
 """
 
 from __future__ import annotations
