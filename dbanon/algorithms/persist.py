@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from dbanon.algorithms.base import QIArrays
 
@@ -206,12 +206,42 @@ def distance(
 ) -> np.ndarray:
     """(len(num), len(cnum)) distances between points and group centres: numeric QIs' absolute
     differences, then categorical QIs' LCA heights, summed in that order (compiled: a block's
-    memory is its distances alone)."""
-    return _distances(
-        np.ascontiguousarray(num, dtype=np.float64), np.ascontiguousarray(cat, dtype=np.int64),
-        np.ascontiguousarray(cnum, dtype=np.float64), np.ascontiguousarray(ccat, dtype=np.int64),
+    memory is its distances alone). A block of `_PARALLEL` cells or more is split over the
+    cores; a smaller one (a merge's one group against every centre) is not worth a parallel
+    region, which stalls when another process holds a core."""
+    args = (
+        np.ascontiguousarray(num, dtype=np.float64), np.ascontiguousarray(cat, dtype=np.int32),
+        np.ascontiguousarray(cnum, dtype=np.float64), np.ascontiguousarray(ccat, dtype=np.int32),
         qi.lca, qi.height,
     )  # fmt: skip
+    if len(num) * len(cnum) >= _PARALLEL:
+        return _distances_parallel(*args)
+    return _distances(*args)
+
+
+_PARALLEL = 1 << 22  # cells (about 20 ms of work) from which a block is split over the cores
+
+
+@njit(cache=True)
+def _row(out: np.ndarray, i: int, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray,  # fmt: skip
+         ccat: np.ndarray, lca: np.ndarray, height: np.ndarray, lo: int, hi: int) -> None:
+    """Row i's distances to centres lo..hi. With fewer nodes than centres, the row's height
+    to every node is looked up first: then a centre costs one lookup per categorical QI, not
+    two dependent ones."""
+    q, nodes = cat.shape[1], lca.shape[1]
+    first = nodes < hi - lo
+    rowh = np.empty((q, nodes if first else 1))
+    if first:
+        for b in range(q):
+            for m in range(nodes):
+                rowh[b, m] = height[b, lca[b, cat[i, b], m]]
+    for j in range(lo, hi):
+        d = 0.0
+        for a in range(num.shape[1]):
+            d += abs(num[i, a] - cnum[j, a])
+        for b in range(q):
+            d += rowh[b, ccat[j, b]] if first else height[b, lca[b, cat[i, b], ccat[j, b]]]
+        out[i, j] = d
 
 
 @njit(cache=True)
@@ -219,13 +249,24 @@ def _distances(num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndar
                lca: np.ndarray, height: np.ndarray) -> np.ndarray:  # fmt: skip
     out = np.empty((num.shape[0], cnum.shape[0]))
     for i in range(num.shape[0]):
-        for j in range(cnum.shape[0]):
-            d = 0.0
-            for a in range(num.shape[1]):
-                d += abs(num[i, a] - cnum[j, a])
-            for b in range(cat.shape[1]):
-                d += height[b, lca[b, cat[i, b], ccat[j, b]]]
-            out[i, j] = d
+        _row(out, i, num, cat, cnum, ccat, lca, height, 0, cnum.shape[0])
+    return out
+
+
+@njit(cache=True, parallel=True)
+def _distances_parallel(num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat: np.ndarray,
+                        lca: np.ndarray, height: np.ndarray) -> np.ndarray:  # fmt: skip
+    """`_distances` with the rows in parallel (a few rows: each row's centres in parts); the
+    same sums in the same order."""
+    out = np.empty((num.shape[0], cnum.shape[0]))
+    n, g = num.shape[0], cnum.shape[0]
+    if n >= 16:
+        for i in prange(n):
+            _row(out, i, num, cat, cnum, ccat, lca, height, 0, g)
+    else:
+        for i in range(n):
+            for p in prange(16):
+                _row(out, i, num, cat, cnum, ccat, lca, height, p * g // 16, (p + 1) * g // 16)
     return out
 
 
@@ -264,7 +305,7 @@ def persist_groups(
         old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
     intact = _intact(gid, previous, groups, unchanged, sizes)
-    _fill_short(qi, gid, groups, holds, guard if history is not None else None, k, intact)
+    held = _fill_short(qi, gid, groups, holds, guard if history is not None else None, k, intact)
     new = np.flatnonzero(gid < 0)
     if len(new) >= k:
         try:
@@ -274,6 +315,7 @@ def persist_groups(
         except ValueError:
             pass  # the new rows cannot form groups of their own: they join existing ones
     intact = np.r_[intact, np.zeros(groups - len(intact), dtype=bool)]
+    held = np.r_[held, np.zeros(groups - len(held), dtype=bool)]
     left = np.flatnonzero(gid < 0)
     if len(left):
         if groups == 0:
@@ -283,11 +325,12 @@ def persist_groups(
         for start in range(0, len(left), step):
             rows = left[start : start + step]
             gid[rows] = distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-        intact[np.unique(gid[left])] = False  # they took rows: judged again
+        took = np.unique(gid[left])
+        intact[took] = held[took] = False  # they took rows: judged again
     # A group kept whole is released as it was: not split either (an unchanged source gives
     # the same release). Merging renumbers groups: intact ones are found again by their rows.
     whole = intact[gid] if len(intact) else np.zeros(len(gid), dtype=bool)
-    merged = merge_failing(qi, gid, groups, holds, intact)
+    merged = merge_failing(qi, gid, groups, holds, intact | held)
     keep = np.zeros(int(merged.max(initial=-1)) + 1, dtype=bool)
     keep[merged[whole]] = True
     keep[merged[~whole]] = False
@@ -343,23 +386,27 @@ def _intact(
 def _fill_short(
     qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, guard: History | None, k: int,
     intact: np.ndarray,
-) -> None:  # fmt: skip
+) -> np.ndarray:  # fmt: skip
     """Let each persisting group that fails its promise (it lost rows, mostly) take up to k
     of the nearest loose rows (new or moved) nearer than any other group, those holding a
     value its persisting rows may have first, when that makes it hold: a short group gains a
     row or two, where merging it would generalise it with a whole other group. In place, on
-    `gid`."""
+    `gid`. Returns which groups were judged to hold (as they are now), so that none of them
+    is judged again unless it changes."""
+    held = np.zeros(groups, dtype=bool)
     loose = np.flatnonzero(gid < 0)
     if not len(loose) or not groups:
-        return
+        return held
     placed = np.flatnonzero(gid >= 0)
     order = placed[np.argsort(gid[placed], kind="stable")]
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
     failing = [g for g in range(groups)
                if len(members[g]) and not intact[g] and not holds(members[g])]  # fmt: skip
+    held[[g for g in range(groups) if len(members[g]) and not intact[g]]] = True
+    held[failing] = False
     if not failing:
-        return
+        return held
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
     free = np.ones(len(loose), dtype=bool)
     turn = np.array(sorted(failing, key=lambda x: (len(members[x]), x)), dtype=np.int64)
@@ -368,9 +415,10 @@ def _fill_short(
     # failing groups at a time (the same figures as one at a time), rows taken meanwhile masked.
     for start in range(0, len(turn), step):
         block = turn[start : start + step]
-        _take(qi, gid, loose, free, block, members, holds, guard, k, intact,
+        _take(qi, gid, loose, free, block, members, holds, guard, k, intact, held,
               distance(qi, cnum[block], ccat[block], qi.num[loose], qi.cat[loose]),
               _nearest_other(qi, cnum, ccat, block))  # fmt: skip
+    return held
 
 
 def _nearest_other(qi: QIArrays, cnum: np.ndarray, ccat: np.ndarray,
@@ -384,10 +432,10 @@ def _nearest_other(qi: QIArrays, cnum: np.ndarray, ccat: np.ndarray,
 def _take(
     qi: QIArrays, gid: np.ndarray, loose: np.ndarray, free: np.ndarray, block: np.ndarray,
     members: list[np.ndarray], holds: Holds, guard: History | None, k: int, intact: np.ndarray,
-    dist: np.ndarray, other: np.ndarray,
+    held: np.ndarray, dist: np.ndarray, other: np.ndarray,
 ) -> None:  # fmt: skip
     """`_fill_short` for a block of failing groups in turn, with their distances to the loose
-    rows (`dist`) and to the nearest other group (`other`)."""
+    rows (`dist`) and to the nearest other group (`other`); a group made to hold is `held`."""
     for i, g in enumerate(block.tolist()):
         d = dist[i]
         d[~free | (d >= other[i])] = np.inf  # a merge with the nearest group is cheaper
@@ -403,6 +451,7 @@ def _take(
                 gid[loose[taken]] = g
                 free[taken] = False
                 intact[g] = False
+                held[g] = True
                 break
 
 
@@ -445,7 +494,8 @@ def merge_failing(
 ) -> np.ndarray:
     """Merge groups that fail their promise into a near group, smallest first: of the
     `_CANDIDATES` nearest, the nearest whose union holds, else the nearest. `intact` groups
-    hold as released (`persist_groups`) and are not judged again."""
+    are known to hold (as released, `persist_groups`, or as judged since) and are not judged
+    again."""
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = {
@@ -479,9 +529,8 @@ def merge_failing(
         failing.discard(g)
         gid[rows] = into
         cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
-        for j in range(qi.cat.shape[1]):
-            vals, counts = np.unique(qi.cat[rows, j], return_counts=True)
-            ccat[into, j] = vals[np.argmax(counts)]
+        for j in range(qi.cat.shape[1]):  # the commonest leaf, the smallest of a tie
+            ccat[into, j] = np.bincount(qi.cat[rows, j]).argmax()
         if ok:
             failing.discard(into)
         else:
