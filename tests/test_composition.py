@@ -360,6 +360,57 @@ def test_the_measure_by_hand_agrees_with_the_attacker(
         conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid)))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_measure_of_random_releases_agrees_with_the_attacker(
+    conn: psycopg.Connection, seed: int
+) -> None:
+    """The same attacker's count over random partitions of random people into classes of 1-6,
+    four releases in a row, values drawn from a few (NULL among them, a value of its own):
+    dbanon's measure of each release after the first gives the attacker's figures."""
+    from dbanon.db import catalog
+    from dbanon.setlogic import composition
+
+    rng = random.Random(seed)
+    people = list(range(1, rng.randint(12, 40)))
+    values = {p: rng.choice(["a", "b", "c", "d", None]) for p in people}
+    releases = []
+    for _ in range(4):
+        order = rng.sample(people, len(people))
+        classes, at = [], 0
+        while at < len(order):
+            size = rng.randint(1, 6)
+            classes.append(order[at : at + size])
+            at += size
+        releases.append(classes)
+    make_table(conn, "h", f"random{seed}", [("id", "int"), ("dx", "text")],
+               list(values.items()))  # fmt: skip
+    source = catalog.relation(conn, f"h.random{seed}")
+    cols = catalog.columns(conn, source)
+    rid = 990 + seed
+    k, ell = rng.randint(2, 4), rng.randint(1, 3)
+    tags = {p: "NULL" if v is None else v for p, v in values.items()}  # as the attacker sees
+    with conn.transaction():
+        for n, classes in enumerate(releases):
+            conn.execute("DROP TABLE IF EXISTS pg_temp.st, pg_temp.dbanon_new_rows")
+            conn.execute("CREATE TEMP TABLE st (key text, gid int4)")
+            with conn.cursor().copy("COPY st FROM STDIN") as copy:
+                for g, members in enumerate(classes):
+                    for key in members:
+                        copy.write_row((str(key), g))
+            rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
+                                        psycopg.sql.Identifier("st"), [cols["dx"]])  # fmt: skip
+            found = composition.measure(conn, rid, rows, k, ell)
+            composition.store(conn, rid, rows)
+            if n == 0:
+                assert found is None
+                continue
+            figures = (found.persisting, found.min_plausible_rows, found.min_plausible_values,
+                       found.rows_below_k, found.rows_below_l)  # fmt: skip
+            assert figures == intersected(releases[: n + 1], tags, k, ell), (n, figures)
+        for part in (None, "sets", "shown"):
+            conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid, part)))
+
+
 # --- the regrouping itself, in memory ------------------------------------------------------------
 
 

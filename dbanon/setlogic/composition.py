@@ -257,33 +257,25 @@ def _measure(
             ),
             {"k": k, "l": values_needed},
         ).fetchone())  # fmt: skip
+    # Each (class, old set) of persisting rows: its plausible rows are the rows of the class
+    # whose value is in the set (those of `shown` in the narrowed set: the class's values are
+    # all in `shown`), its plausible values the narrowed set; rows with no set (a new one, or
+    # none kept without a sensitive column) keep the whole class.
+    _prepare(conn, release_id, rows)
     row = conn.execute(
         sql.SQL(
-            """WITH new AS (SELECT key, gid, t FROM {rows} WHERE gid IS NOT NULL),
-               cells AS (SELECT gid, t, count(*) AS n FROM new GROUP BY gid, t),
-               sizes AS (SELECT gid, sum(n) AS n FROM cells GROUP BY gid),
-               kept AS (SELECT gid, old FROM {joined} n WHERE gid IS NOT NULL AND mapped),
-               pairs AS (SELECT gid, old, count(*) AS members FROM kept GROUP BY gid, old),
-               matched AS (  -- per pair, the new class's rows and values among the old values
-                   SELECT p.gid, p.old, sum(c.n) AS plausible_rows, count(c.n) AS values_left
-                   FROM pairs p JOIN {sets} os ON os.vid = p.old
-                   CROSS JOIN LATERAL unnest(os.vals) v
-                   LEFT JOIN cells c ON c.gid = p.gid AND c.t = v
-                   WHERE p.old IS NOT NULL GROUP BY p.gid, p.old),
-               judged AS (
-                   SELECT p.members,
-                          coalesce(m.plausible_rows, CASE WHEN p.old IS NULL THEN s.n END, 0)
-                              AS plausible_rows,
-                          CASE WHEN p.old IS NOT NULL THEN coalesce(m.values_left, 0) END
-                              AS plausible_values
-                   FROM pairs p JOIN sizes s USING (gid)
-                   LEFT JOIN matched m ON m.gid = p.gid AND m.old = p.old)
-               SELECT coalesce(sum(members), 0), min(plausible_rows), min(plausible_values),
-                      coalesce(sum(members) FILTER (WHERE plausible_rows < %(k)s), 0),
-                      coalesce(sum(members) FILTER (WHERE plausible_values < %(l)s), 0)
-               FROM judged"""
-        ).format(rows=rows.ident, joined=with_old(conn, release_id, rows),
-                 sets=sets_of(conn, release_id)),  # fmt: skip
+            """SELECT coalesce(sum(members), 0), min(pr), min(pv),
+                      coalesce(sum(members) FILTER (WHERE pr < %(k)s), 0),
+                      coalesce(sum(members) FILTER (WHERE pv < %(l)s), 0)
+               FROM (SELECT p.members,
+                            CASE WHEN p.old = -1 THEN cardinality(u.shown)
+                                 ELSE (SELECT count(*) FROM unnest(u.shown) x
+                                       WHERE x = ANY (p.vals)) END AS pr,
+                            CASE WHEN p.old <> -1 THEN coalesce(cardinality(p.vals), 0)
+                                 END AS pv
+                     FROM {pairs} p JOIN {units} u ON u.u = p.gid
+                     WHERE p.members > 0 OFFSET 0) judged"""  # OFFSET 0: each pr counted once
+        ).format(pairs=_PAIRS, units=_UNITS),
         {"k": k, "l": values_needed},
     ).fetchone()
     return _figures(row)
@@ -494,16 +486,23 @@ def _store_measured(
     )
 
 
-def _store_grouped(
-    conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
-) -> None:
-    """Each released class's values (with buckets: its rows' buckets' values) narrow the sets
-    its persisting rows had, once per (class, old set); each unit kept (the group; with
-    buckets the unit `u`) stores the values it showed, with repeats; a row left out keeps
-    its old set and what its group showed, in its waiting block (w) if it has one."""
+def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
+    """What the measure and the store of a grouping release both read of this run's rows,
+    once (temp tables, made here unless made already for these rows, dropped by the store):
+    - units (u, shown[, vals]): what each unit the map keeps showed, with repeats (without
+      buckets also its distinct values, from the same sort);
+    - classes (gid, vals): each released class's values (with buckets: its rows' buckets');
+    - held (key, w, vid, sid, fp): rows left out that the latest map holds;
+    - pairs (gid, old, members, vals): each class and old set (-1: none) of its rows, the
+      persisting rows among them and the set they keep (NULL without a sensitive column)."""
+    made = conn.execute(
+        "SELECT obj_description(to_regclass('pg_temp.dbanon_map_pairs'), 'pg_class')"
+    ).fetchone()[0]
+    if made == rows.ident.as_string(conn):
+        return
+    _unprepare(conn)  # made for other rows
     mapped = has_map(conn, release_id)
-    _, old_sets, old_shown = (table(release_id, p) for p in _PARTS) if mapped else (
-        NO_MAP, NO_SETS, NO_SHOWN)  # fmt: skip
+    old_sets = table(release_id, "sets") if mapped else NO_SETS
     unit = sql.SQL("coalesce(u, gid)" if rows.buckets else "gid")
     # A class's values: its rows' buckets' values; without buckets, its rows' values, found
     # in the one sort that gives what its unit showed (`units` below).
@@ -537,31 +536,60 @@ def _store_grouped(
             "n.old_sid AS sid, n.fp FROM {joined} n WHERE n.gid IS NULL AND n.mapped"
         ).format(held=_HELD, joined=joined)
     )
-    # (class, old set or -1 for none): the set its rows keep; none without a sensitive column
-    pairs = (
-        "SELECT c.gid, -1 AS old, c.vals FROM {cls} c"
+    pairs = (  # a first run: no row persists, every class keeps its own values
+        "SELECT c.gid, -1 AS old, 0::int8 AS members, CASE WHEN {sensitive} THEN c.vals END "
+        "AS vals FROM {cls} c"
         if not mapped
-        else "SELECT p.gid, coalesce(p.old, -1) AS old, CASE WHEN p.old IS NULL THEN c.vals "
-        "ELSE ARRAY(SELECT v FROM (SELECT unnest(os.vals) INTERSECT SELECT unnest(c.vals)) "
-        "x(v) ORDER BY 1) END AS vals "
-        "FROM (SELECT DISTINCT n.gid, n.old FROM {joined} n WHERE n.gid IS NOT NULL) p "
+        else "SELECT p.gid, coalesce(p.old, -1) AS old, p.members, CASE WHEN NOT {sensitive} "
+        "THEN NULL WHEN p.old IS NULL THEN c.vals ELSE ARRAY(SELECT v FROM (SELECT "
+        "unnest(os.vals) INTERSECT SELECT unnest(c.vals)) x(v) ORDER BY 1) END AS vals "
+        "FROM (SELECT n.gid, n.old, count(*) FILTER (WHERE n.mapped) AS members "
+        "FROM {joined} n WHERE n.gid IS NOT NULL GROUP BY n.gid, n.old) p "
         "JOIN {cls} c USING (gid) LEFT JOIN {old_sets} os ON os.vid = p.old"
     )
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {cls} ON COMMIT DROP AS " + values + ";"
-            "CREATE TEMP TABLE {pairs} ON COMMIT DROP AS " + pairs + " WHERE {sensitive};"
+            "CREATE TEMP TABLE {pairs} ON COMMIT DROP AS " + pairs + ";"
+            "COMMENT ON TABLE {pairs} IS {made}"
+        ).format(cls=_CLS, rows=rows.ident, units=_UNITS, pairs=_PAIRS, joined=joined,
+                 old_sets=old_sets, sensitive=sql.Literal(bool(sensitive)),
+                 made=sql.Literal(rows.ident.as_string(conn)))  # fmt: skip
+    )
+
+
+def _unprepare(conn: psycopg.Connection) -> None:
+    """Drop what `_prepare` made, if anything: a run's rows are about to be staged anew."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {}, {}").format(_CLS, _UNITS, _PAIRS, _HELD))
+
+
+def _store_grouped(
+    conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
+) -> None:
+    """Each released class's values (with buckets: its rows' buckets' values) narrow the sets
+    its persisting rows had, once per (class, old set); each unit kept (the group; with
+    buckets the unit `u`) stores the values it showed, with repeats; a row left out keeps
+    its old set and what its group showed, in its waiting block (w) if it has one."""
+    _prepare(conn, release_id, rows)
+    mapped = has_map(conn, release_id)
+    _, old_sets, old_shown = (table(release_id, p) for p in _PARTS) if mapped else (
+        NO_MAP, NO_SETS, NO_SHOWN)  # fmt: skip
+    conn.execute(
+        sql.SQL(
             "INSERT INTO {sets} SELECT (dense_rank() OVER (ORDER BY vals) - 1)::int4, vals "
-            "FROM (SELECT vals FROM {pairs} UNION SELECT os.vals FROM {old_sets} os "
-            "WHERE os.vid IN (SELECT vid FROM {held})) d;"
+            "FROM (SELECT vals FROM {pairs} WHERE vals IS NOT NULL UNION SELECT os.vals "
+            "FROM {old_sets} os WHERE os.vid IN (SELECT vid FROM {held})) d;"
             "INSERT INTO {shown} SELECT u, shown FROM {units};"
             "INSERT INTO {shown} SELECT b.n + (dense_rank() OVER (ORDER BY h.sid))::int4 - 1, "
             "h.shown FROM {old_shown} h CROSS JOIN (SELECT coalesce(max(u), -1) + 1 AS n "
             "FROM {units}) b WHERE h.sid IN (SELECT sid FROM {held})"
-        ).format(cls=_CLS, rows=rows.ident, pairs=_PAIRS, joined=joined, old_sets=old_sets,
-                 sensitive=sql.Literal(bool(sensitive)), sets=fresh["sets"], held=_HELD,
+        ).format(pairs=_PAIRS, old_sets=old_sets, sets=fresh["sets"], held=_HELD,
                  shown=fresh["shown"], units=_UNITS, old_shown=old_shown)  # fmt: skip
     )
+    joined = with_old(conn, release_id, rows) if mapped else sql.SQL(
+        "(SELECT n.*, false AS mapped, NULL::int4 AS old, NULL::int4 AS old_sid FROM {} n)"
+    ).format(rows.ident)  # fmt: skip
+    unit = sql.SQL("coalesce(u, gid)" if rows.buckets else "gid")
     conn.execute(
         sql.SQL(
             """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
@@ -587,7 +615,7 @@ def _store_grouped(
                  else sql.SQL("coalesce(n.u, n.gid)"), joined=joined),  # fmt: skip
         {"rid": release_id},
     )
-    conn.execute(sql.SQL("DROP TABLE {}, {}, {}, {}").format(_CLS, _UNITS, _PAIRS, _HELD))
+    _unprepare(conn)
 
 
 def _stage_keys(conn: psycopg.Connection, keys: Keys) -> sql.Identifier:
