@@ -105,8 +105,15 @@ class History:
     # `values` as sets: a group is a few rows, where a set lookup is far cheaper than np.isin
     sets: list[frozenset[int]] = field(init=False, repr=False, compare=False)
 
+    # `values` as one sorted array with offsets, for the compiled judgement without a spread
+    flat: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "sets", [frozenset(v.tolist()) for v in self.values])
+        sizes = np.array([len(v) for v in self.values], dtype=np.int64)
+        codes = (np.concatenate(self.values).astype(np.int64) if len(self.values)
+                 else np.zeros(0, dtype=np.int64))  # fmt: skip
+        object.__setattr__(self, "flat", (np.r_[0, np.cumsum(sizes)], codes))
 
     def _left(self, values: np.ndarray, h: int) -> bool:
         """Whether these distinct plausible value codes of history h keep the promise: l
@@ -179,8 +186,40 @@ class History:
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""
+        if self.spread is None:  # compiled: the same judgement as `_short`
+            offs, codes = self.flat
+            return bool(_keeps(np.asarray(rows, dtype=np.int64), self.history, self.tag, offs,
+                               codes, self.k, self.needed))  # fmt: skip
         known = sorted({h for h in self.history[rows].tolist() if h >= 0})  # a few rows: sets
         return not known or not len(self._short(rows, np.array(known, dtype=np.int64)))
+
+
+@njit(cache=True)
+def _keeps(rows: np.ndarray, history: np.ndarray, tag: np.ndarray, offs: np.ndarray,
+           codes: np.ndarray, k: int, needed: int) -> bool:  # fmt: skip
+    """`History.holds` without a spread: for each history h of the rows, at least k rows
+    whose value is among h's (sorted) codes, and at least `needed` of those codes present."""
+    hs = np.unique(history[rows])
+    present = np.unique(tag[rows])
+    for h in hs:
+        if h < 0:
+            continue
+        vals = codes[offs[h] : offs[h + 1]]
+        n = 0
+        for r in rows:
+            i = np.searchsorted(vals, tag[r])
+            if i < len(vals) and vals[i] == tag[r]:
+                n += 1
+        if n < k:
+            return False
+        left = 0
+        for t in present:
+            i = np.searchsorted(vals, t)
+            if i < len(vals) and vals[i] == t:
+                left += 1
+        if left < needed:
+            return False
+    return True
 
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:

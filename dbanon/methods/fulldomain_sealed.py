@@ -30,6 +30,7 @@ from psycopg import sql
 
 from dbanon.algorithms.sealed import seal_groups
 from dbanon.db.catalog import Relation
+from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Keys, copy_in_ids, copy_out
 from dbanon.errors import DbanonError
 from dbanon.methods.grouped import GroupingMethod, _shown, history, stage_blocks, staged
@@ -141,7 +142,7 @@ def seal(
     copy_in_ids(conn, STAGE, keys, staged(gid, block))
     if (gid < 0).any():
         stage_blocks(conn, STAGE)
-    conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+    analyze_stage(conn, STAGE)
     conn.execute(
         sql.SQL(
             "CREATE OR REPLACE TEMP VIEW {view} AS SELECT s.* FROM {src} s "

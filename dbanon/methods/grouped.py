@@ -28,6 +28,7 @@ from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
+from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.methods.base import BuildContext, Method, Option
@@ -256,7 +257,7 @@ def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> 
                 composition.table(r.release_id)) if mapped else sql.SQL(""),  # fmt: skip
         )  # fmt: skip
     )
-    conn.execute(sql.SQL("ANALYZE {}").format(ROWS))
+    analyze_stage(conn, ROWS)
     conn.execute(
         sql.SQL("CREATE TEMP VIEW {} AS SELECT {} FROM {}").format(
             MAP_ROWS,
@@ -583,7 +584,7 @@ class GroupingMethod(Method):
         copy_in_ids(conn, stage, keys, staged(gid, block))
         if withheld.any():  # withheld rows stay in the stage (the map keeps them)
             stage_blocks(conn, stage)
-        conn.execute(sql.SQL("ANALYZE {}").format(stage))
+        analyze_stage(conn, stage)
         value_sets = stage_labels(conn, r, shown_qi, shown_gid)
         built = ctx.made(r.objects[0])
         materialise(conn, r, stage, r.stored(built))

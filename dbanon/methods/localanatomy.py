@@ -27,6 +27,7 @@ from dbanon.core.flags import COLUMN, masks, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
+from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import copy_out
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
@@ -361,7 +362,7 @@ def stage_rows(
         copy.set_types(["text", "int4", "int4", *(["int4"] * len(buckets))])
         for i, (key, rid, g) in enumerate(zip(keys, row_id.tolist(), gids, strict=True)):
             copy.write_row((key, rid, g, *(c[i] for c in cells)))
-    conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+    analyze_stage(conn, STAGE)
 
 
 def materialise_buckets(

@@ -47,6 +47,7 @@ from psycopg import sql
 
 from dbanon.algorithms.ina import prf_uniform
 from dbanon.db import catalog
+from dbanon.db.settings import analyze_stage
 from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics.linkage import SAMPLE, Linkage
@@ -489,7 +490,7 @@ class PerturbingMethod(Method):
         cast = {c.name: INTEGER_TYPES[c.type][0]
                 for c, whole in zip(r.qi, shape.integral, strict=True) if whole}  # fmt: skip
         names = released_columns(conn, r)
-        conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+        analyze_stage(conn, STAGE)
 
         def column(n: str) -> sql.Composable:
             if n in cast:

@@ -43,6 +43,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.settings import analyze_stage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -185,7 +186,7 @@ def new_rows(
             ).format(new=NEW, w=w, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
                      key=key.ident)  # fmt: skip
         )
-        conn.execute(sql.SQL("ANALYZE {}").format(NEW))
+        analyze_stage(conn, NEW)
         return Rows(NEW)
     conn.execute(
         sql.SQL(
@@ -195,7 +196,7 @@ def new_rows(
         ).format(new=NEW, w=w, t=tag(sensitive), fp=fp, stage=stage, src=source.ident,
                  key=key.ident)  # fmt: skip
     )
-    conn.execute(sql.SQL("ANALYZE {}").format(NEW))
+    analyze_stage(conn, NEW)
     return Rows(NEW, buckets=True)
 
 
@@ -630,7 +631,7 @@ def _stage_keys(conn: psycopg.Connection, keys: Keys) -> sql.Identifier:
         sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(rows)
     )
     copy_in_ids(conn, rows, keys, np.arange(len(keys)))
-    conn.execute(sql.SQL("ANALYZE {}").format(rows))
+    analyze_stage(conn, rows)
     return rows
 
 
@@ -958,7 +959,7 @@ def _swap_in(
             fresh[part], sql.Identifier(part_name(release_id, part))))  # fmt: skip
         conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
             table(release_id, part), sql.Literal(PRIVATE)))  # fmt: skip
-        conn.execute(sql.SQL("ANALYZE {}").format(table(release_id, part)))
+        analyze_stage(conn, table(release_id, part))
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:
