@@ -328,36 +328,47 @@ def test_the_measure_by_hand_agrees_with_the_attacker(
     figures above and the attacker's own count over the classes as released: at k = 3, l = 2
     release 2 sits exactly on both and nobody is below; at k = 4, l = 3 people 1-4 are below
     both. Release 3 narrows 1 and 2 to 2 rows and 1 value, everybody to at most 2 values."""
-    from dbanon.db import catalog
-    from dbanon.setlogic import composition
-
     make_table(conn, "h", "eight", [("id", "int"), ("dx", "text")], list(HAND_VALUES.items()))
-    source = catalog.relation(conn, "h.eight")
-    cols = catalog.columns(conn, source)
     rid = 998
     hand = {
         (3, 2): [(8, 3, 2, 0, 0), (8, 2, 1, 2, 2)],
         (4, 3): [(8, 3, 2, 4, 4), (8, 2, 1, 2, 8)],
     }[(k, ell)]
+    for n, figures in enumerate(_measured(conn, "h.eight", rid, HAND_RELEASES, k, ell)):
+        attacker = intersected(HAND_RELEASES[: n + 2], HAND_VALUES, k, ell)
+        assert figures == attacker == hand[n], (n, figures, attacker)
+
+
+def _measured(conn: psycopg.Connection, table: str, rid: int, releases: list[list[list[int]]],
+              k: int, ell: int) -> list[tuple]:  # fmt: skip
+    """dbanon's measure of each release after the first (people by id into classes) of
+    `table` (id, dx), each stored as the map before the next; the map dropped after."""
+    from dbanon.db import catalog
+    from dbanon.setlogic import composition
+
+    source = catalog.relation(conn, table)
+    cols = catalog.columns(conn, source)
+    out = []
     with conn.transaction():
-        for n, classes in enumerate(HAND_RELEASES):
+        for n, classes in enumerate(releases):
             conn.execute("DROP TABLE IF EXISTS pg_temp.st, pg_temp.dbanon_new_rows")
             conn.execute("CREATE TEMP TABLE st (key text, gid int4)")
-            for g, people in enumerate(classes):
-                for key in people:
-                    conn.execute("INSERT INTO st VALUES (%s, %s)", [str(key), g])
+            with conn.cursor().copy("COPY st FROM STDIN") as copy:
+                for g, members in enumerate(classes):
+                    for key in members:
+                        copy.write_row((str(key), g))
             rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
                                         psycopg.sql.Identifier("st"), [cols["dx"]])  # fmt: skip
             found = composition.measure(conn, rid, rows, k, ell)
             composition.store(conn, rid, rows)
-            if n == 0:
-                assert found is None
-                continue
-            figures = (found.persisting, found.min_plausible_rows, found.min_plausible_values,
-                       found.rows_below_k, found.rows_below_l)  # fmt: skip
-            attacker = intersected(HAND_RELEASES[: n + 1], HAND_VALUES, k, ell)
-            assert figures == attacker == hand[n - 1], (n, figures, attacker)
-        conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid)))
+            assert (found is None) == (n == 0)
+            if found is not None:
+                out.append((found.persisting, found.min_plausible_rows,
+                            found.min_plausible_values, found.rows_below_k,
+                            found.rows_below_l))  # fmt: skip
+        for part in (None, "sets", "shown"):
+            conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid, part)))
+    return out
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -367,9 +378,6 @@ def test_the_measure_of_random_releases_agrees_with_the_attacker(
     """The same attacker's count over random partitions of random people into classes of 1-6,
     four releases in a row, values drawn from a few (NULL among them, a value of its own):
     dbanon's measure of each release after the first gives the attacker's figures."""
-    from dbanon.db import catalog
-    from dbanon.setlogic import composition
-
     rng = random.Random(seed)
     people = list(range(1, rng.randint(12, 40)))
     values = {p: rng.choice(["a", "b", "c", "d", None]) for p in people}
@@ -384,31 +392,10 @@ def test_the_measure_of_random_releases_agrees_with_the_attacker(
         releases.append(classes)
     make_table(conn, "h", f"random{seed}", [("id", "int"), ("dx", "text")],
                list(values.items()))  # fmt: skip
-    source = catalog.relation(conn, f"h.random{seed}")
-    cols = catalog.columns(conn, source)
-    rid = 990 + seed
     k, ell = rng.randint(2, 4), rng.randint(1, 3)
     tags = {p: "NULL" if v is None else v for p, v in values.items()}  # as the attacker sees
-    with conn.transaction():
-        for n, classes in enumerate(releases):
-            conn.execute("DROP TABLE IF EXISTS pg_temp.st, pg_temp.dbanon_new_rows")
-            conn.execute("CREATE TEMP TABLE st (key text, gid int4)")
-            with conn.cursor().copy("COPY st FROM STDIN") as copy:
-                for g, members in enumerate(classes):
-                    for key in members:
-                        copy.write_row((str(key), g))
-            rows = composition.new_rows(conn, source, cols["id"], cols["dx"],
-                                        psycopg.sql.Identifier("st"), [cols["dx"]])  # fmt: skip
-            found = composition.measure(conn, rid, rows, k, ell)
-            composition.store(conn, rid, rows)
-            if n == 0:
-                assert found is None
-                continue
-            figures = (found.persisting, found.min_plausible_rows, found.min_plausible_values,
-                       found.rows_below_k, found.rows_below_l)  # fmt: skip
-            assert figures == intersected(releases[: n + 1], tags, k, ell), (n, figures)
-        for part in (None, "sets", "shown"):
-            conn.execute(psycopg.sql.SQL("DROP TABLE {}").format(composition.table(rid, part)))
+    for n, figures in enumerate(_measured(conn, f"h.random{seed}", 990 + seed, releases, k, ell)):
+        assert figures == intersected(releases[: n + 2], tags, k, ell), (n, figures)
 
 
 # --- the regrouping itself, in memory ------------------------------------------------------------

@@ -50,16 +50,6 @@ Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just
 _CELLS = 1 << 20  # distances per block of rows x groups (8 MB of float64): bounded memory
 
 
-def _nearest(d: np.ndarray, m: int) -> np.ndarray:
-    """The positions of the m smallest distances, nearest first, ties by position: what
-    np.argsort(d, kind="stable")[:m] gives, in linear time for a long `d`."""
-    if len(d) <= m:
-        return np.lexsort((np.arange(len(d)), d))
-    kth = np.partition(d, m - 1)[m - 1]
-    cand = np.flatnonzero(d <= kth)
-    return cand[np.lexsort((cand, d[cand]))][:m]
-
-
 def _blocks(groups: int) -> int:
     """Rows per block when each row's distance to every group is computed."""
     return max(16, _CELLS // max(groups, 1))
@@ -309,6 +299,71 @@ def _distances_parallel(num: np.ndarray, cat: np.ndarray, cnum: np.ndarray, ccat
     return out
 
 
+@njit(cache=True)
+def _before(x: float, i: int, y: float, j: int) -> bool:
+    """(x, i) comes before (y, j): the nearer first, NaN last, ties by position."""
+    if x != x:
+        return y != y and i < j
+    return y != y or x < y or (x == y and i < j)
+
+
+@njit(cache=True)
+def _insert(best_d: np.ndarray, best_i: np.ndarray, count: int, x: float, j: int) -> int:
+    """Keep the len(best_d) first (distance, position) pairs seen, in order; returns how many
+    are kept. Positions come in increasing order, so a tie stays behind the earlier one."""
+    m = len(best_d)
+    if count == m and not _before(x, j, best_d[m - 1], best_i[m - 1]):
+        return count
+    p = count if count < m else m - 1
+    while p > 0 and _before(x, j, best_d[p - 1], best_i[p - 1]):
+        best_d[p], best_i[p] = best_d[p - 1], best_i[p - 1]
+        p -= 1
+    best_d[p], best_i[p] = x, j
+    return min(count + 1, m)
+
+
+@njit(cache=True)
+def _between(cnum: np.ndarray, ccat: np.ndarray, g: int, j: int, lca: np.ndarray,
+             height: np.ndarray) -> float:  # fmt: skip
+    """Centre g's distance to centre j: `distance`'s sum, term by term in its order."""
+    d = 0.0
+    for a in range(cnum.shape[1]):
+        d += abs(cnum[g, a] - cnum[j, a])
+    for b in range(ccat.shape[1]):
+        d += height[b, lca[b, ccat[g, b], ccat[j, b]]]
+    return d
+
+
+def _line(cnum: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
+    """The numeric QI whose centres spread widest, the centres sorted on it and each one's
+    place; dim -1 (no line) without a numeric QI or with a NaN centre."""
+    if not cnum.shape[1] or np.isnan(cnum).any():
+        return -1, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    dim = int(np.argmax(cnum.max(axis=0) - cnum.min(axis=0)))
+    order = np.argsort(cnum[:, dim], kind="stable")
+    pos = np.empty(len(order), dtype=np.int64)
+    pos[order] = np.arange(len(order))
+    return dim, order, pos
+
+
+@njit(cache=True)
+def _moved_on_line(cnum: np.ndarray, dim: int, order: np.ndarray, pos: np.ndarray,
+                   g: int) -> None:  # fmt: skip
+    """Centre g moved: its place on the line, found again (in place)."""
+    p = pos[g]
+    x = cnum[g, dim]
+    while p > 0 and cnum[order[p - 1], dim] > x:
+        order[p] = order[p - 1]
+        pos[order[p]] = p
+        p -= 1
+    while p < len(order) - 1 and cnum[order[p + 1], dim] < x:
+        order[p] = order[p + 1]
+        pos[order[p]] = p
+        p += 1
+    order[p] = g
+    pos[g] = p
+
+
 def persist_groups(
     qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
     history: History | None = None, replace_moved: bool = True,
@@ -446,52 +501,99 @@ def _fill_short(
     held[failing] = False
     if not failing:
         return held
+    # Centres stay as they were while groups take rows (rows taken meanwhile are not free).
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
+    others = np.ones(groups, dtype=bool)
+    line = _line(cnum)[:2]
+    rows_num = np.ascontiguousarray(qi.num[loose])
+    rows_cat = np.ascontiguousarray(qi.cat[loose])
+    rows_line = _line(rows_num)[:2]
     free = np.ones(len(loose), dtype=bool)
-    turn = np.array(sorted(failing, key=lambda x: (len(members[x]), x)), dtype=np.int64)
-    step = _blocks(max(len(loose), groups))
-    # Centres stay as they were while groups take rows: distances are computed a block of
-    # failing groups at a time (the same figures as one at a time), rows taken meanwhile masked.
-    for start in range(0, len(turn), step):
-        block = turn[start : start + step]
-        _take(qi, gid, loose, free, block, members, holds, guard, k, intact, held,
-              distance(qi, cnum[block], ccat[block], qi.num[loose], qi.cat[loose]),
-              _nearest_other(qi, cnum, ccat, block))  # fmt: skip
+    for g in sorted(failing, key=lambda x: (len(members[x]), x)):
+        others[g] = False
+        nearest = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, others, np.inf, 1,
+                        *line)  # fmt: skip
+        others[g] = True
+        other = (_between(cnum, ccat, g, int(nearest[0]), qi.lca, qi.height) if len(nearest)
+                 else np.inf)  # fmt: skip
+        # the nearest free rows nearer than the nearest other group (a merge is cheaper)
+        near = _walk(cnum[g], ccat[g], rows_num, rows_cat, qi.lca, qi.height, free, other,
+                     4 * k, *rows_line)  # fmt: skip
+        _take(g, gid, loose, free, near, members, holds, guard, k, intact, held)
     return held
 
 
-def _nearest_other(qi: QIArrays, cnum: np.ndarray, ccat: np.ndarray,
-                   block: np.ndarray) -> np.ndarray:  # fmt: skip
-    """Each block group's distance to the nearest other group centre."""
-    d = distance(qi, cnum[block], ccat[block], cnum, ccat)
-    d[np.arange(len(block)), block] = np.inf
-    return d.min(axis=1)
+@njit(cache=True)
+def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
+          lca: np.ndarray, height: np.ndarray, free: np.ndarray, bound: float, m: int,
+          dim: int, order: np.ndarray) -> np.ndarray:  # fmt: skip
+    """The m free rows nearest the point (qnum, qcat) at a distance below `bound`, nearest
+    first, ties by position (`distance`'s sum, term by term). With a line (the rows sorted on
+    numeric QI `dim`), rows are visited outwards from the point's place on it, and the walk
+    ends where that QI's difference alone exceeds the m-th distance found or reaches the
+    bound; without one (dim -1), every row is visited."""
+    best_d, best_i = np.empty(m), np.empty(m, dtype=np.int64)
+    count = 0
+    n = num.shape[0]
+    if dim < 0:
+        left, right, x = -1, 0, 0.0
+        order = np.arange(n)
+    else:
+        x = qnum[dim]
+        lo, hi = 0, n  # the point's place on the line
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if num[order[mid], dim] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        left, right = lo - 1, lo
+    while left >= 0 or right < n:
+        if dim < 0:
+            low, j = 0.0, order[right]
+            right += 1
+        else:
+            low_left = x - num[order[left], dim] if left >= 0 else np.inf
+            low_right = num[order[right], dim] - x if right < n else np.inf
+            if low_left <= low_right:
+                low, j = low_left, order[left]
+                left -= 1
+            else:
+                low, j = low_right, order[right]
+                right += 1
+            if low >= bound or (count == m and low > best_d[m - 1]):
+                break
+        if not free[j]:
+            continue
+        d = 0.0
+        for a in range(num.shape[1]):
+            d += abs(qnum[a] - num[j, a])
+        for b in range(cat.shape[1]):
+            d += height[b, lca[b, qcat[b], cat[j, b]]]
+        if d < bound:
+            count = _insert(best_d, best_i, count, d, j)
+    return best_i[:count]
 
 
 def _take(
-    qi: QIArrays, gid: np.ndarray, loose: np.ndarray, free: np.ndarray, block: np.ndarray,
+    g: int, gid: np.ndarray, loose: np.ndarray, free: np.ndarray, near: np.ndarray,
     members: list[np.ndarray], holds: Holds, guard: History | None, k: int, intact: np.ndarray,
-    held: np.ndarray, dist: np.ndarray, other: np.ndarray,
+    held: np.ndarray,
 ) -> None:  # fmt: skip
-    """`_fill_short` for a block of failing groups in turn, with their distances to the loose
-    rows (`dist`) and to the nearest other group (`other`); a group made to hold is `held`."""
-    for i, g in enumerate(block.tolist()):
-        d = dist[i]
-        d[~free | (d >= other[i])] = np.inf  # a merge with the nearest group is cheaper
-        near = _nearest(d, 4 * k)
-        near = near[np.isfinite(d[near])]
-        if guard is not None and len(near):
-            near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
-        rows, taken = members[g], []
-        for c in near[:k].tolist():
-            rows = np.append(rows, loose[c])
-            taken.append(c)
-            if holds(rows):
-                gid[loose[taken]] = g
-                free[taken] = False
-                intact[g] = False
-                held[g] = True
-                break
+    """`_fill_short` for failing group g, given the nearest free loose rows (`near`, indexes
+    into `loose`); a group made to hold is `held`."""
+    if guard is not None and len(near):
+        near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
+    rows, taken = members[g], []
+    for c in near[:k].tolist():
+        rows = np.append(rows, loose[c])
+        taken.append(c)
+        if holds(rows):
+            gid[loose[taken]] = g
+            free[taken] = False
+            intact[g] = False
+            held[g] = True
+            break
 
 
 def moved(qi: QIArrays, gid: np.ndarray, suspect: np.ndarray | None = None) -> np.ndarray:
@@ -545,6 +647,7 @@ def merge_failing(
     cnum, ccat = centres(qi, gid, groups)
     alive = np.zeros(groups, dtype=bool)
     alive[list(members)] = True
+    line = _line(cnum)
     queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
     heapq.heapify(queue)
     while failing:
@@ -553,10 +656,9 @@ def merge_failing(
         size, g = heapq.heappop(queue)
         if g not in failing or len(members[g]) != size:
             continue  # merged away, or grown since (queued again with its new size)
-        d = distance(qi, cnum[g : g + 1], ccat[g : g + 1], cnum, ccat)[0]
-        d[~alive] = np.inf
-        d[g] = np.inf
-        near = _nearest(d, min(_CANDIDATES, len(members) - 1)).tolist()
+        alive[g] = False  # merged away below in any case
+        near = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, alive, np.inf,
+                     min(_CANDIDATES, len(members) - 1), *line[:2]).tolist()  # fmt: skip
         into, ok = near[0], False
         for h in near:
             if holds(np.concatenate([members[h], members[g]])):
@@ -564,10 +666,11 @@ def merge_failing(
                 break
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
-        alive[g] = False
         failing.discard(g)
         gid[rows] = into
         cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
+        if line[0] >= 0:
+            _moved_on_line(cnum, *line, into)
         for j in range(qi.cat.shape[1]):  # the commonest leaf, the smallest of a tie
             ccat[into, j] = np.bincount(qi.cat[rows, j]).argmax()
         if ok:

@@ -1,0 +1,58 @@
+"""The regrouping's nearest-neighbour walk against brute force (no database).
+
+persist._walk visits points outwards along one numeric QI and stops where that QI's
+difference alone passes the m-th distance found: it must give exactly the m nearest free
+points below the bound, nearest first, ties by position, as sorting every distance does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dbanon.algorithms import persist
+from dbanon.algorithms.base import QIArrays
+from dbanon.core.hierarchy import Hierarchy
+
+
+def _brute(qi: QIArrays, q: int, points: np.ndarray, free: np.ndarray, bound: float,
+           m: int) -> list[int]:  # fmt: skip
+    """Every distance by numpy, sorted by (distance, position)."""
+    d = np.abs(qi.num[q] - qi.num[points]).sum(axis=1) if qi.num.shape[1] else np.zeros(
+        len(points))  # fmt: skip
+    for b in range(qi.cat.shape[1]):
+        d = d + qi.height[b][qi.lca[b][qi.cat[q, b], qi.cat[points, b]]]
+    keep = np.flatnonzero(free & (d < bound))
+    return keep[np.lexsort((keep, d[keep]))][:m].tolist()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_walk_finds_what_sorting_every_distance_finds(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 400))
+    numeric = int(rng.integers(0, 3))
+    coarse = seed % 2 == 0  # few distinct values: many ties
+    nums = [rng.integers(0, 4, n).astype(float) if coarse else rng.random(n)
+            for _ in range(numeric)]  # fmt: skip
+    h = Hierarchy.flat("r", ["a", "b", "c"])
+    qi = QIArrays.build(nums, [(rng.integers(0, 3, n).astype(np.int32), h)])
+    dim, order, _ = persist._line(qi.num)
+    for _ in range(20):
+        q = int(rng.integers(0, n))
+        free = rng.random(n) < 0.7
+        bound = np.inf if rng.random() < 0.5 else float(rng.random() * 2)
+        m = int(rng.integers(1, 20))
+        got = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
+                            bound, m, dim, order).tolist()  # fmt: skip
+        assert got == _brute(qi, q, np.arange(n), free, bound, m)
+
+
+def test_a_moved_centre_finds_its_place_on_the_line_again() -> None:
+    rng = np.random.default_rng(3)
+    cnum = rng.random((200, 2))
+    dim, order, pos = persist._line(cnum)
+    for _ in range(300):
+        g = int(rng.integers(0, 200))
+        cnum[g] = rng.random(2)
+        persist._moved_on_line(cnum, dim, order, pos, g)
+        assert (np.diff(cnum[order, dim]) >= 0).all()
+        assert (pos[order] == np.arange(200)).all()
