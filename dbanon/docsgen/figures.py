@@ -498,12 +498,14 @@ def _later_runs(rows: int) -> list[dict[str, Any]]:
 
 
 def _later_said(rows: int) -> str:
-    """Which methods come from a later run, with that run's floor."""
+    """Which methods come from a later run (the last that has them), with its floor."""
+    runs = _later_runs(rows)
+    last = {n: i for i, r in enumerate(runs) for n in r["methods"]}
     return "".join(
-        f" {', '.join(f'`{n}`' for n in r['methods'])}: a later run ({r['file']}, floor "
-        f"{r['floor']['seconds']:.2f} s, each ratio to its own run's floor)."
-        for r in _later_runs(rows)
-    )
+        f" {', '.join(f'`{n}`' for n in r['methods'] if last[n] == i)}: a later run "
+        f"({r['file']}, floor {r['floor']['seconds']:.2f} s, each ratio to its own run's floor)."
+        for i, r in enumerate(runs) if any(last[n] == i for n in r["methods"])
+    )  # fmt: skip
 
 
 @block("scale-floor")
