@@ -41,9 +41,9 @@ def test_the_walk_finds_what_sorting_every_distance_finds(seed: int) -> None:
         free = rng.random(n) < 0.7
         bound = np.inf if rng.random() < 0.5 else float(rng.random() * 2)
         m = int(rng.integers(1, 20))
-        got = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
-                            bound, m, dim, order).tolist()  # fmt: skip
-        assert got == _brute(qi, q, np.arange(n), free, bound, m)
+        got, _ = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
+                               bound, m, dim, order)  # fmt: skip
+        assert got.tolist() == _brute(qi, q, np.arange(n), free, bound, m)
 
 
 def test_a_moved_centre_finds_its_place_on_the_line_again() -> None:

@@ -309,8 +309,8 @@ def _before(x: float, i: int, y: float, j: int) -> bool:
 
 @njit(cache=True)
 def _insert(best_d: np.ndarray, best_i: np.ndarray, count: int, x: float, j: int) -> int:
-    """Keep the len(best_d) first (distance, position) pairs seen, in order; returns how many
-    are kept. Positions come in increasing order, so a tie stays behind the earlier one."""
+    """Keep the len(best_d) first (distance, position) pairs seen, in `_before`'s order;
+    returns how many are kept."""
     m = len(best_d)
     if count == m and not _before(x, j, best_d[m - 1], best_i[m - 1]):
         return count
@@ -320,18 +320,6 @@ def _insert(best_d: np.ndarray, best_i: np.ndarray, count: int, x: float, j: int
         p -= 1
     best_d[p], best_i[p] = x, j
     return min(count + 1, m)
-
-
-@njit(cache=True)
-def _between(cnum: np.ndarray, ccat: np.ndarray, g: int, j: int, lca: np.ndarray,
-             height: np.ndarray) -> float:  # fmt: skip
-    """Centre g's distance to centre j: `distance`'s sum, term by term in its order."""
-    d = 0.0
-    for a in range(cnum.shape[1]):
-        d += abs(cnum[g, a] - cnum[j, a])
-    for b in range(ccat.shape[1]):
-        d += height[b, lca[b, ccat[g, b], ccat[j, b]]]
-    return d
 
 
 def _line(cnum: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
@@ -511,14 +499,13 @@ def _fill_short(
     free = np.ones(len(loose), dtype=bool)
     for g in sorted(failing, key=lambda x: (len(members[x]), x)):
         others[g] = False
-        nearest = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, others, np.inf, 1,
-                        *line)  # fmt: skip
+        _, nearest = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, others, np.inf, 1,
+                           *line)  # fmt: skip
         others[g] = True
-        other = (_between(cnum, ccat, g, int(nearest[0]), qi.lca, qi.height) if len(nearest)
-                 else np.inf)  # fmt: skip
+        other = nearest[0] if len(nearest) else np.inf
         # the nearest free rows nearer than the nearest other group (a merge is cheaper)
-        near = _walk(cnum[g], ccat[g], rows_num, rows_cat, qi.lca, qi.height, free, other,
-                     4 * k, *rows_line)  # fmt: skip
+        near, _ = _walk(cnum[g], ccat[g], rows_num, rows_cat, qi.lca, qi.height, free, other,
+                        4 * k, *rows_line)  # fmt: skip
         _take(g, gid, loose, free, near, members, holds, guard, k, intact, held)
     return held
 
@@ -526,12 +513,12 @@ def _fill_short(
 @njit(cache=True)
 def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
           lca: np.ndarray, height: np.ndarray, free: np.ndarray, bound: float, m: int,
-          dim: int, order: np.ndarray) -> np.ndarray:  # fmt: skip
+          dim: int, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The m free rows nearest the point (qnum, qcat) at a distance below `bound`, nearest
-    first, ties by position (`distance`'s sum, term by term). With a line (the rows sorted on
-    numeric QI `dim`), rows are visited outwards from the point's place on it, and the walk
-    ends where that QI's difference alone exceeds the m-th distance found or reaches the
-    bound; without one (dim -1), every row is visited."""
+    first, ties by position, and their distances (`distance`'s sum, term by term). With a
+    line (the rows sorted on numeric QI `dim`), rows are visited outwards from the point's
+    place on it, and the walk ends where that QI's difference alone exceeds the m-th distance
+    found or reaches the bound; without one (dim -1), every row is visited."""
     best_d, best_i = np.empty(m), np.empty(m, dtype=np.int64)
     count = 0
     n = num.shape[0]
@@ -572,7 +559,7 @@ def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
             d += height[b, lca[b, qcat[b], cat[j, b]]]
         if d < bound:
             count = _insert(best_d, best_i, count, d, j)
-    return best_i[:count]
+    return best_i[:count], best_d[:count]
 
 
 def _take(
@@ -658,7 +645,7 @@ def merge_failing(
             continue  # merged away, or grown since (queued again with its new size)
         alive[g] = False  # merged away below in any case
         near = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, alive, np.inf,
-                     min(_CANDIDATES, len(members) - 1), *line[:2]).tolist()  # fmt: skip
+                     min(_CANDIDATES, len(members) - 1), *line[:2])[0].tolist()  # fmt: skip
         into, ok = near[0], False
         for h in near:
             if holds(np.concatenate([members[h], members[g]])):

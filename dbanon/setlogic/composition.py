@@ -491,7 +491,7 @@ def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     """What the measure and the store of a grouping release both read of this run's rows,
     once (temp tables, made here unless made already for these rows, dropped by the store):
     - units (u, shown[, vals]): what each unit the map keeps showed, with repeats (without
-      buckets also its distinct values, from the same sort);
+      buckets also its distinct values);
     - classes (gid, vals): each released class's values (with buckets: its rows' buckets');
     - held (key, w, vid, sid, fp): rows left out that the latest map holds;
     - pairs (gid, old, members, vals): each class and old set (-1: none) of its rows, the
@@ -528,9 +528,7 @@ def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
             "FROM {rows} WHERE gid IS NOT NULL GROUP BY gid"
         ).format(units=_UNITS, unit=unit, rows=rows.ident)  # fmt: skip
     )
-    joined = with_old(conn, release_id, rows) if mapped else sql.SQL(
-        "(SELECT n.*, false AS mapped, NULL::int4 AS old, NULL::int4 AS old_sid FROM {} n)"
-    ).format(rows.ident)  # fmt: skip
+    joined = _joined(conn, release_id, rows, mapped)
     conn.execute(
         sql.SQL(
             "CREATE TEMP TABLE {held} ON COMMIT DROP AS SELECT n.key, n.w, n.old AS vid, "
@@ -557,6 +555,14 @@ def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
                  old_sets=old_sets, sensitive=sql.Literal(bool(sensitive)),
                  made=sql.Literal(rows.ident.as_string(conn)))  # fmt: skip
     )
+
+
+def _joined(conn: psycopg.Connection, release_id: int, rows: Rows,
+            mapped: bool) -> sql.Composable:  # fmt: skip
+    """The rows with what the latest map holds of each (`with_old`); on a first run, none."""
+    return with_old(conn, release_id, rows) if mapped else sql.SQL(
+        "(SELECT n.*, false AS mapped, NULL::int4 AS old, NULL::int4 AS old_sid FROM {} n)"
+    ).format(rows.ident)  # fmt: skip
 
 
 def _unprepare(conn: psycopg.Connection) -> None:
@@ -587,9 +593,7 @@ def _store_grouped(
         ).format(pairs=_PAIRS, old_sets=old_sets, sets=fresh["sets"], held=_HELD,
                  shown=fresh["shown"], units=_UNITS, old_shown=old_shown)  # fmt: skip
     )
-    joined = with_old(conn, release_id, rows) if mapped else sql.SQL(
-        "(SELECT n.*, false AS mapped, NULL::int4 AS old, NULL::int4 AS old_sid FROM {} n)"
-    ).format(rows.ident)  # fmt: skip
+    joined = _joined(conn, release_id, rows, mapped)
     unit = sql.SQL("coalesce(u, gid)" if rows.buckets else "gid")
     conn.execute(
         sql.SQL(
