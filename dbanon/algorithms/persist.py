@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.forked import forked_map
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
@@ -432,19 +433,36 @@ def split_large(
     large = sizes >= 2 * k
     if keep is not None:
         large &= ~keep[: len(sizes)]
-    for g in np.flatnonzero(large).tolist():
-        rows = order[bounds[g] : bounds[g + 1]]
+    tried = np.flatnonzero(large).tolist()
+
+    def split(rows: np.ndarray) -> np.ndarray | None:
+        """The algorithm's parts of a group's rows (0..p-1), when every part holds."""
         try:
-            sub = np.unique(np.asarray(cluster(rows)), return_inverse=True)[1].reshape(-1)
+            sub = _dense(np.asarray(cluster(rows)))
         except ValueError:
-            continue
+            return None
         parts = int(sub.max()) + 1
         if parts < 2 or not all(holds(rows[sub == p]) for p in range(parts)):
+            return None
+        return sub
+
+    # Each group's split reads only its own rows: the attempts run on every core.
+    splits = forked_map(split, [order[bounds[g] : bounds[g + 1]] for g in tried])
+    for g, sub in zip(tried, splits, strict=True):
+        if sub is None:
             continue
-        for p in range(1, parts):
+        rows = order[bounds[g] : bounds[g + 1]]
+        for p in range(1, int(sub.max()) + 1):
             gid[rows[sub == p]] = nxt
             nxt += 1
     return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+def _dense(ids: np.ndarray) -> np.ndarray:
+    """Group ids renumbered 0..p-1 in order (as they come from most algorithms already)."""
+    if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and np.bincount(ids).all():
+        return ids
+    return np.unique(ids, return_inverse=True)[1].reshape(-1)
 
 
 def _intact(

@@ -7,14 +7,30 @@ a draw from the seed, without touching the algorithm (whose reference tests stay
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 STREAM = 24  # a stream of its own: the algorithm's own draws from the same seed stay unchanged
 
 
+KEPT = 4096  # orders of up to this many rows are kept: a refresh asks for them by thousands
+
+
 def secret_order(seed: int | None, n: int) -> np.ndarray:
     """A permutation of 0..n-1 drawn from the seed: run the algorithm on rows[order]."""
-    return np.random.default_rng([int(seed or 0), STREAM]).permutation(n)
+    return _kept(int(seed or 0), n) if n <= KEPT else _drawn(int(seed or 0), n)
+
+
+def _drawn(seed: int, n: int) -> np.ndarray:
+    return np.random.default_rng([seed, STREAM]).permutation(n)
+
+
+@lru_cache(maxsize=256)
+def _kept(seed: int, n: int) -> np.ndarray:
+    order = _drawn(seed, n)
+    order.flags.writeable = False  # shared by every caller
+    return order
 
 
 def restore(order: np.ndarray, ids: np.ndarray) -> np.ndarray:

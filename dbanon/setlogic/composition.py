@@ -540,8 +540,8 @@ def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
         "AS vals FROM {cls} c"
         if not mapped
         else "SELECT p.gid, coalesce(p.old, -1) AS old, p.members, CASE WHEN NOT {sensitive} "
-        "THEN NULL WHEN p.old IS NULL THEN c.vals ELSE ARRAY(SELECT v FROM (SELECT "
-        "unnest(os.vals) INTERSECT SELECT unnest(c.vals)) x(v) ORDER BY 1) END AS vals "
+        "THEN NULL WHEN p.old IS NULL THEN c.vals ELSE ARRAY(SELECT v FROM unnest(c.vals) v "
+        "WHERE v = ANY (os.vals) ORDER BY 1) END AS vals "  # c.vals: distinct already
         "FROM (SELECT n.gid, n.old, count(*) FILTER (WHERE n.mapped) AS members "
         "FROM {joined} n WHERE n.gid IS NOT NULL GROUP BY n.gid, n.old) p "
         "JOIN {cls} c USING (gid) LEFT JOIN {old_sets} os ON os.vid = p.old"

@@ -1,0 +1,75 @@
+"""Work on forked workers gives what one process gives, in the same order (no database).
+
+persist.split_large tries its splits on every core (dbanon.algorithms.forked): the groups it
+returns must not depend on how many workers ran them, nor on which finished first."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dbanon.algorithms import forked, persist
+from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.kmember import kmember
+from dbanon.core.hierarchy import Hierarchy
+
+several = pytest.mark.skipif(forked.cores() < 2, reason="one core: nothing runs forked")
+
+
+@several
+def test_a_forked_map_keeps_the_order_and_reads_the_parents_arrays() -> None:
+    data = np.random.default_rng(0).random(5000)
+    seen = {"calls": 0}
+
+    def fn(i: int) -> float:  # a closure over arrays: inherited by the fork, never pickled
+        seen["calls"] += 1
+        return float(data[i : i + 7].sum()) * (i % 3)
+
+    items = list(range(1000))
+    got = forked.forked_map(fn, items, least=1)
+    assert got == [fn(i) for i in items]
+    assert seen["calls"] == len(items)  # the parent ran none of the forked calls itself
+    assert forked._WORK is None
+
+
+@several
+def test_an_error_in_a_worker_reaches_the_caller() -> None:
+    def fn(i: int) -> int:
+        if i == 700:
+            raise ValueError("row 700")
+        return i
+
+    with pytest.raises(ValueError, match="row 700"):
+        forked.forked_map(fn, list(range(1000)), least=1)
+    assert forked._WORK is None
+
+
+def test_few_items_run_here() -> None:
+    calls: list[int] = []
+    assert forked.forked_map(calls.append, [1, 2, 3]) == [None, None, None]
+    assert calls == [1, 2, 3]
+
+
+@several
+@pytest.mark.parametrize("seed", range(3))
+def test_split_large_gives_the_same_groups_on_every_core(seed: int, monkeypatch) -> None:
+    rng = np.random.default_rng(seed)
+    n, k = 12_000, 4
+    h = Hierarchy.flat("r", ["a", "b", "c", "d"])
+    qi = QIArrays.build([rng.random(n), rng.integers(0, 5, n).astype(float)],
+                        [(rng.integers(0, 4, n).astype(np.int32), h)])  # fmt: skip
+    gid = rng.integers(0, 400, n)  # 400 groups of about 30 rows: all tried
+    tag = rng.integers(0, 3, n)
+
+    def cluster(rows: np.ndarray) -> np.ndarray:
+        return kmember(persist.subset(qi, rows), k, seed=seed)
+
+    def holds(rows: np.ndarray) -> bool:  # a promise some splits keep and others do not
+        return len(np.unique(tag[rows])) >= 2 + (seed % 2)
+
+    monkeypatch.setattr(forked, "LEAST", 10**9)
+    here = persist.split_large(gid.copy(), cluster, holds, k)
+    monkeypatch.setattr(forked, "LEAST", 1)
+    spread = persist.split_large(gid.copy(), cluster, holds, k)
+    assert (here == spread).all()
+    assert here.max() + 1 > 400  # some splits were kept
