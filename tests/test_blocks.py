@@ -144,3 +144,18 @@ def test_pk_blocks_keep_p_values_in_every_block_and_cluster() -> None:
             assert len(members) >= k and len(np.unique(sens[members])) >= p
     with pytest.raises(ValueError, match="only 1 distinct"):
         bl.kmember_blocks(table(100), 3, block_size=40, sensitive=np.zeros(100), p=2)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("cost", ["height", "ncp"])
+def test_group_loss_in_parts_is_the_whole_tables(seed: int, cost: str) -> None:
+    from dbanon.metrics.loss import group_loss
+
+    rng = np.random.default_rng(seed)
+    qi = table(5000, seed, distinct=bool(seed % 2))
+    gid = rng.integers(0, 700, 5000)  # some ids unused at random: gaps, uneven groups
+    whole = group_loss(qi, gid, cost)
+    for rows in (1, 97, 1000, 4999):
+        parts = bl._group_loss(qi, gid, cost, rows=rows)
+        assert parts.shape == whole.shape
+        assert (parts == whole).all()

@@ -44,7 +44,6 @@ Decisions, where the issue leaves them open:
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ from threading import Lock
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.forked import cores  # noqa: F401 - also this module's, for its users
 from dbanon.algorithms.persist import subset
 from dbanon.metrics.loss import group_loss, node_weights
 
@@ -64,14 +64,7 @@ AUTO_ROWS = 100_000
 _BALANCE = 0.25  # a cut should leave at least this share of the block on its smaller side
 REPOOL = 0.3  # share of clusters, the loosest, dissolved and clustered again by a fix-up round
 ROUNDS = 1
-
-
-def cores() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+LOSS_ROWS = 1 << 16  # rows whose group loss is measured at once (bounded temporaries)
 
 
 def partitioned(n: int, block_size: int | None, exact: bool, auto: int = AUTO_ROWS) -> bool:
@@ -246,7 +239,7 @@ def kmember_blocks(
     for _ in range(rounds):
         # Fix-up: the loosest clusters (the ends of each block's greedy run, and clusters cut
         # short at a block's edge) are dissolved and their rows clustered again together.
-        loss = group_loss(qi, gid, cost)
+        loss = _group_loss(qi, gid, cost)
         worst = np.argsort(-loss, kind="stable")[: int(repool * len(loss))]
         if len(worst) < 2:
             break
@@ -258,7 +251,7 @@ def kmember_blocks(
         figures["blocks"] += b
         # Kept only if it lowers those rows' loss, so a round never makes the result worse.
         before = float((loss[worst] * np.bincount(gid)[worst]).sum())
-        if float((group_loss(part, again, cost) * np.bincount(again)).sum()) >= before:
+        if float((_group_loss(part, again, cost) * np.bincount(again)).sum()) >= before:
             break
         keep = np.flatnonzero(~dissolved)
         renumber = np.full(len(loss), -1, dtype=np.int32)
@@ -267,6 +260,26 @@ def kmember_blocks(
         gid[pool] = again + len(keep)
         figures["repooled_rows"] += len(pool)
     return gid, figures
+
+
+def _group_loss(qi: QIArrays, gid: np.ndarray, cost: str, rows: int = LOSS_ROWS) -> np.ndarray:
+    """`group_loss` of dense group ids, a run of groups of about `rows` rows at a time: the
+    same figures (each group's own), while its per-row temporaries (an ancestor table per
+    categorical QI) span a part of the table, not all of it, at the publish's peak."""
+    if qi.n <= rows:
+        return group_loss(qi, gid, cost)
+    sizes = np.bincount(gid)
+    order = np.argsort(gid, kind="stable")
+    ends = np.r_[0, np.cumsum(sizes)]
+    cuts = np.unique(np.r_[np.searchsorted(ends, np.arange(rows, qi.n, rows)), len(sizes)])
+    loss = np.zeros(len(sizes), dtype=np.float64)
+    first = 0
+    for last in cuts.tolist():  # groups first..last-1
+        part = order[ends[first] : ends[last]]
+        got = group_loss(subset(qi, part), gid[part] - first, cost)
+        loss[first : first + len(got)] = got
+        first = last
+    return loss
 
 
 @dataclass(frozen=True)

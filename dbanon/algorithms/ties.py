@@ -23,7 +23,8 @@ def secret_order(seed: int | None, n: int) -> np.ndarray:
 
 
 def _drawn(seed: int, n: int) -> np.ndarray:
-    return np.random.default_rng([seed, STREAM]).permutation(n)
+    order = np.random.default_rng([seed, STREAM]).permutation(n)
+    return order.astype(np.int32) if n < 2**31 else order  # held through a whole clustering
 
 
 @lru_cache(maxsize=256)
