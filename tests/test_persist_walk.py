@@ -34,16 +34,40 @@ def test_the_walk_finds_what_sorting_every_distance_finds(seed: int) -> None:
     nums = [rng.integers(0, 4, n).astype(float) if coarse else rng.random(n)
             for _ in range(numeric)]  # fmt: skip
     h = Hierarchy.flat("r", ["a", "b", "c"])
-    qi = QIArrays.build(nums, [(rng.integers(0, 3, n).astype(np.int32), h)])
+    tree = Hierarchy.from_rows("t", [[f"l{i}", f"m{i // 2}", "*"] for i in range(4)])
+    cats = [(rng.integers(0, 3, n).astype(np.int32), h),
+            (rng.integers(0, 4, n).astype(np.int32), tree)]  # fmt: skip
+    qi = QIArrays.build(nums, cats[: 2 if seed % 3 == 2 else 1])
+    # one part on a line, and parts by categorical values (skipped whole when too far)
     dim, order, _ = persist._line(qi.num)
+    lines = [(dim, order, *persist.whole(n)), persist._parts(qi.num, qi.cat)]
     for _ in range(20):
         q = int(rng.integers(0, n))
         free = rng.random(n) < 0.7
         bound = np.inf if rng.random() < 0.5 else float(rng.random() * 2)
         m = int(rng.integers(1, 20))
+        for line in lines:
+            got, _ = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height,
+                                   free, bound, m, *line)  # fmt: skip
+            assert got.tolist() == _brute(qi, q, np.arange(n), free, bound, m)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_parts_give_ties_across_parts_to_the_lower_position(seed: int) -> None:
+    """Few rows, few values: the m-th distance is often a part's own cost, and the rows tied
+    at it in another part may come first by position."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 40))
+    nums = [rng.integers(0, 2, n).astype(float)] if seed % 2 else []
+    h = Hierarchy.flat("r", [f"v{i}" for i in range(int(rng.integers(2, 6)))])
+    qi = QIArrays.build(nums, [(rng.integers(0, len(h.leaves), n).astype(np.int32), h)], n)
+    line = persist._parts(qi.num, qi.cat)
+    for _ in range(30):
+        q, m = int(rng.integers(0, n)), int(rng.integers(1, n + 1))
+        free = rng.random(n) < 0.8
         got, _ = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
-                               bound, m, dim, order)  # fmt: skip
-        assert got.tolist() == _brute(qi, q, np.arange(n), free, bound, m)
+                               np.inf, m, *line)  # fmt: skip
+        assert got.tolist() == _brute(qi, q, np.arange(n), free, np.inf, m)
 
 
 def test_a_moved_centre_finds_its_place_on_the_line_again() -> None:

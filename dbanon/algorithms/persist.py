@@ -325,14 +325,40 @@ def _insert(best_d: np.ndarray, best_i: np.ndarray, count: int, x: float, j: int
 
 def _line(cnum: np.ndarray) -> tuple[int, np.ndarray, np.ndarray]:
     """The numeric QI whose centres spread widest, the centres sorted on it and each one's
-    place; dim -1 (no line) without a numeric QI or with a NaN centre."""
+    place; dim -1 (no line: every centre in its place) without a numeric QI or with a NaN
+    centre."""
     if not cnum.shape[1] or np.isnan(cnum).any():
-        return -1, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return -1, np.arange(len(cnum)), np.arange(len(cnum))
     dim = int(np.argmax(cnum.max(axis=0) - cnum.min(axis=0)))
     order = np.argsort(cnum[:, dim], kind="stable")
     pos = np.empty(len(order), dtype=np.int64)
     pos[order] = np.arange(len(order))
     return dim, order, pos
+
+
+_PARTS = 64  # at most this many parts by categorical values; more are walked as one
+
+
+def whole(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n rows as one part, of no categorical cost (see `_walk`)."""
+    return np.array([0, n], dtype=np.int64), np.full(1, -1, dtype=np.int64)
+
+
+def _parts(num: np.ndarray, cat: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows that do not move, for `_walk`: split by their categorical values when they hold
+    few combinations (a far combination is skipped whole), each part sorted on the line's
+    QI (`_line`). Returns dim, order, starts, reps."""
+    dim, order, _ = _line(num)
+    n = len(num)
+    if not cat.shape[1] or not n:
+        return (dim, order, *whole(n))
+    combos, part = np.unique(cat, axis=0, return_inverse=True)
+    if len(combos) > _PARTS:
+        return (dim, order, *whole(n))
+    part = part.reshape(-1)
+    order = order[np.argsort(part[order], kind="stable")]  # by part, then on the line
+    starts = np.r_[0, np.cumsum(np.bincount(part, minlength=len(combos)))].astype(np.int64)
+    return dim, order, starts, order[starts[:-1]].astype(np.int64)
 
 
 @njit(cache=True)
@@ -510,10 +536,10 @@ def _fill_short(
     # Centres stay as they were while groups take rows (rows taken meanwhile are not free).
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
     others = np.ones(groups, dtype=bool)
-    line = _line(cnum)[:2]
+    line = _parts(cnum, ccat)
     rows_num = np.ascontiguousarray(qi.num[loose])
     rows_cat = np.ascontiguousarray(qi.cat[loose])
-    rows_line = _line(rows_num)[:2]
+    rows_line = _parts(rows_num, rows_cat)
     free = np.ones(len(loose), dtype=bool)
     for g in sorted(failing, key=lambda x: (len(members[x]), x)):
         others[g] = False
@@ -531,52 +557,64 @@ def _fill_short(
 @njit(cache=True)
 def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
           lca: np.ndarray, height: np.ndarray, free: np.ndarray, bound: float, m: int,
-          dim: int, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+          dim: int, order: np.ndarray, starts: np.ndarray,
+          reps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The m free rows nearest the point (qnum, qcat) at a distance below `bound`, nearest
-    first, ties by position, and their distances (`distance`'s sum, term by term). With a
-    line (the rows sorted on numeric QI `dim`), rows are visited outwards from the point's
-    place on it, and the walk ends where that QI's difference alone exceeds the m-th distance
-    found or reaches the bound; without one (dim -1), every row is visited."""
+    first, ties by position, and their distances (`distance`'s sum, term by term). The rows
+    come in parts (`_parts`: order[starts[p]:starts[p + 1]]); a part whose rows all hold the
+    categorical values of row reps[p] (-1: not so) costs the query those values' heights at
+    least, and is skipped when that alone is too far. In a part, with a line (rows sorted on
+    numeric QI `dim`) rows are visited outwards from the point's place on it, and the walk ends
+    where the part's cost and that QI's difference exceed the m-th distance found or reach
+    the bound; without one (dim -1), every row of the part is visited."""
     best_d, best_i = np.empty(m), np.empty(m, dtype=np.int64)
     count = 0
-    n = num.shape[0]
-    if dim < 0:
-        left, right, x = -1, 0, 0.0
-        order = np.arange(n)
-    else:
-        x = qnum[dim]
-        lo, hi = 0, n  # the point's place on the line
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if num[order[mid], dim] < x:
-                lo = mid + 1
-            else:
-                hi = mid
-        left, right = lo - 1, lo
-    while left >= 0 or right < n:
-        if dim < 0:
-            low, j = 0.0, order[right]
-            right += 1
-        else:
-            low_left = x - num[order[left], dim] if left >= 0 else np.inf
-            low_right = num[order[right], dim] - x if right < n else np.inf
-            if low_left <= low_right:
-                low, j = low_left, order[left]
-                left -= 1
-            else:
-                low, j = low_right, order[right]
-                right += 1
-            if low >= bound or (count == m and low > best_d[m - 1]):
-                break
-        if not free[j]:
+    for p in range(len(starts) - 1):
+        base = 0.0  # the part's categorical heights: a lower bound of its rows' distances
+        if reps[p] >= 0:
+            for b in range(cat.shape[1]):
+                base += height[b, lca[b, qcat[b], cat[reps[p], b]]]
+            base *= 1.0 - 1e-12  # rounding: never above a distance summed in another order
+        if base >= bound or (count == m and base > best_d[m - 1]):
             continue
-        d = 0.0
-        for a in range(num.shape[1]):
-            d += abs(qnum[a] - num[j, a])
-        for b in range(cat.shape[1]):
-            d += height[b, lca[b, qcat[b], cat[j, b]]]
-        if d < bound:
-            count = _insert(best_d, best_i, count, d, j)
+        first, end = starts[p], starts[p + 1]
+        if dim < 0:
+            left, right, x = first - 1, first, 0.0
+        else:
+            x = qnum[dim]
+            lo, hi = first, end  # the point's place on the part's line
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if num[order[mid], dim] < x:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            left, right = lo - 1, lo
+        while left >= first or right < end:
+            if dim < 0:
+                low, j = base, order[right]
+                right += 1
+            else:
+                low_left = x - num[order[left], dim] if left >= first else np.inf
+                low_right = num[order[right], dim] - x if right < end else np.inf
+                if low_left <= low_right:
+                    low, j = low_left, order[left]
+                    left -= 1
+                else:
+                    low, j = low_right, order[right]
+                    right += 1
+                low += base
+                if low >= bound or (count == m and low > best_d[m - 1]):
+                    break
+            if not free[j]:
+                continue
+            d = 0.0
+            for a in range(num.shape[1]):
+                d += abs(qnum[a] - num[j, a])
+            for b in range(cat.shape[1]):
+                d += height[b, lca[b, qcat[b], cat[j, b]]]
+            if d < bound:
+                count = _insert(best_d, best_i, count, d, j)
     return best_i[:count], best_d[:count]
 
 
@@ -652,7 +690,8 @@ def merge_failing(
     cnum, ccat = centres(qi, gid, groups)
     alive = np.zeros(groups, dtype=bool)
     alive[list(members)] = True
-    line = _line(cnum)
+    line = _line(cnum)  # centres move as they merge: one part, kept sorted on the line
+    one = whole(len(cnum))
     queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
     heapq.heapify(queue)
     while failing:
@@ -663,7 +702,7 @@ def merge_failing(
             continue  # merged away, or grown since (queued again with its new size)
         alive[g] = False  # merged away below in any case
         near = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, alive, np.inf,
-                     min(_CANDIDATES, len(members) - 1), *line[:2])[0].tolist()  # fmt: skip
+                     min(_CANDIDATES, len(members) - 1), *line[:2], *one)[0].tolist()  # fmt: skip
         into, ok = near[0], False
         for h in near:
             if holds(np.concatenate([members[h], members[g]])):
