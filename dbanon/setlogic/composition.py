@@ -270,6 +270,9 @@ def _measure(
                       coalesce(sum(members) FILTER (WHERE pv < %(l)s), 0)
                FROM (SELECT p.members,
                             CASE WHEN p.old = -1 THEN cardinality(u.shown)
+                                 -- the set kept every value of the class (its subset):
+                                 WHEN cardinality(p.vals) = cardinality(u.vals)
+                                      THEN cardinality(u.shown)
                                  ELSE (SELECT count(*) FROM unnest(u.shown) x
                                        WHERE x = ANY (p.vals)) END AS pr,
                             CASE WHEN p.old <> -1 THEN coalesce(cardinality(p.vals), 0)
@@ -540,8 +543,11 @@ def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
         "AS vals FROM {cls} c"
         if not mapped
         else "SELECT p.gid, coalesce(p.old, -1) AS old, p.members, CASE WHEN NOT {sensitive} "
-        "THEN NULL WHEN p.old IS NULL THEN c.vals ELSE ARRAY(SELECT v FROM unnest(c.vals) v "
-        "WHERE v = ANY (os.vals) ORDER BY 1) END AS vals "  # c.vals: distinct already
+        "THEN NULL WHEN p.old IS NULL THEN c.vals "
+        # both sorted and distinct: the smaller, when the other holds it (a class kept whole)
+        "WHEN os.vals @> c.vals THEN c.vals WHEN c.vals @> os.vals THEN os.vals "
+        "ELSE ARRAY(SELECT v FROM unnest(c.vals) v WHERE v = ANY (os.vals) ORDER BY 1) END "
+        "AS vals "
         "FROM (SELECT n.gid, n.old, count(*) FILTER (WHERE n.mapped) AS members "
         "FROM {joined} n WHERE n.gid IS NOT NULL GROUP BY n.gid, n.old) p "
         "JOIN {cls} c USING (gid) LEFT JOIN {old_sets} os ON os.vid = p.old"
