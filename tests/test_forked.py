@@ -67,9 +67,10 @@ def test_split_large_gives_the_same_groups_on_every_core(seed: int, monkeypatch)
     def holds(rows: np.ndarray) -> bool:  # a promise some splits keep and others do not
         return len(np.unique(tag[rows])) >= 2 + (seed % 2)
 
+    serial = persist.split_large(gid.copy(), cluster, holds, k)
     monkeypatch.setattr(forked, "LEAST", 10**9)
-    here = persist.split_large(gid.copy(), cluster, holds, k)
+    here = persist.split_large(gid.copy(), cluster, holds, k, forked=True)
     monkeypatch.setattr(forked, "LEAST", 1)
-    spread = persist.split_large(gid.copy(), cluster, holds, k)
-    assert (here == spread).all()
+    spread = persist.split_large(gid.copy(), cluster, holds, k, forked=True)
+    assert (here == spread).all() and (here == serial).all()
     assert here.max() + 1 > 400  # some splits were kept

@@ -386,7 +386,8 @@ def persist_groups(
 ) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
-    they cannot be grouped on their own); with `history`, groups also keep the intersection
+    they cannot be grouped on their own), from those rows alone (`split_large` runs it in
+    forked workers); with `history`, groups also keep the intersection
     promise for every persisting row a merge can help; with `replace_moved` (methods whose
     groups gather near rows) rows that moved far from their group are placed again, but not
     rows known `unchanged` since (their fingerprint): a refresh of an unchanged source keeps
@@ -443,15 +444,18 @@ def persist_groups(
     keep = np.zeros(int(merged.max(initial=-1)) + 1, dtype=bool)
     keep[merged[whole]] = True
     keep[merged[~whole]] = False
-    return split_large(merged, cluster, holds, k, keep)
+    return split_large(merged, cluster, holds, k, keep, forked=True)
 
 
 def split_large(
-    gid: np.ndarray, cluster: Cluster, holds: Holds, k: int, keep: np.ndarray | None = None
-) -> np.ndarray:
+    gid: np.ndarray, cluster: Cluster, holds: Holds, k: int, keep: np.ndarray | None = None,
+    forked: bool = False,
+) -> np.ndarray:  # fmt: skip
     """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
     when every part keeps the promise (models and guard): merges of earlier refreshes are
-    undone where the intersection allows it, so information loss need not only grow."""
+    undone where the intersection allows it, so information loss need not only grow. With
+    `forked`, the attempts run on every core: `cluster` and `holds` must then answer from
+    the rows alone (a shared random generator would draw differently than in one process)."""
     sizes = np.bincount(gid)
     order = np.argsort(gid, kind="stable")
     bounds = np.r_[0, np.cumsum(sizes)]
@@ -473,7 +477,8 @@ def split_large(
         return sub
 
     # Each group's split reads only its own rows: the attempts run on every core.
-    splits = forked_map(split, [order[bounds[g] : bounds[g + 1]] for g in tried])
+    groups = [order[bounds[g] : bounds[g + 1]] for g in tried]
+    splits = forked_map(split, groups) if forked else [split(rows) for rows in groups]
     for g, sub in zip(tried, splits, strict=True):
         if sub is None:
             continue
