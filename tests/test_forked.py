@@ -5,6 +5,9 @@ returns must not depend on how many workers ran them, nor on which finished firs
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -42,6 +45,23 @@ def test_an_error_in_a_worker_reaches_the_caller() -> None:
     with pytest.raises(ValueError, match="row 700"):
         forked.forked_map(fn, list(range(1000)), least=1)
     assert forked._WORK is None
+
+
+@several
+def test_workers_end_quietly_under_the_callers_signal_handlers() -> None:
+    """The CLI raises on SIGTERM (one line, exit 143); a pool ends its workers with SIGTERM."""
+    script = (
+        "import signal, sys\n"
+        "from dbanon.algorithms.forked import forked_map\n"
+        "def on(s, f): raise SystemExit('handler ran in ' + str(s))\n"
+        "signal.signal(signal.SIGTERM, on)\n"
+        "items = list(range(-500, 500))\n"
+        "assert forked_map(abs, items, least=1) == [abs(i) for i in items]\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
 
 
 def test_few_items_run_here() -> None:

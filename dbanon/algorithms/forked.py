@@ -26,8 +26,11 @@ def cores() -> int:
 
 
 def _quiet() -> None:
-    """A worker leaves an interrupt to its parent, which reports it in one line."""
+    """A worker leaves an interrupt to its parent, which reports it in one line, and ends
+    quietly when the pool is done with it (SIGTERM): the parent's own handlers would raise
+    in it and print a traceback."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run(span: tuple[int, int]) -> list[Any]:
