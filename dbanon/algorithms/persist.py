@@ -463,7 +463,6 @@ def split_large(
     large = sizes >= 2 * k
     if keep is not None:
         large &= ~keep[: len(sizes)]
-    tried = np.flatnonzero(large).tolist()
 
     def split(rows: np.ndarray) -> np.ndarray | None:
         """The algorithm's parts of a group's rows (0..p-1), when every part holds."""
@@ -476,13 +475,12 @@ def split_large(
             return None
         return sub
 
-    # Each group's split reads only its own rows: the attempts run on every core.
-    groups = [order[bounds[g] : bounds[g + 1]] for g in tried]
+    # Each group's split reads only its own rows, so the attempts may run on every core.
+    groups = [order[bounds[g] : bounds[g + 1]] for g in np.flatnonzero(large).tolist()]
     splits = forked_map(split, groups) if forked else [split(rows) for rows in groups]
-    for g, sub in zip(tried, splits, strict=True):
+    for rows, sub in zip(groups, splits, strict=True):
         if sub is None:
             continue
-        rows = order[bounds[g] : bounds[g + 1]]
         for p in range(1, int(sub.max()) + 1):
             gid[rows[sub == p]] = nxt
             nxt += 1
@@ -597,7 +595,7 @@ def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
             left, right = lo - 1, lo
         while left >= first or right < end:
             if dim < 0:
-                low, j = base, order[right]
+                j = order[right]
                 right += 1
             else:
                 low_left = x - num[order[left], dim] if left >= first else np.inf
