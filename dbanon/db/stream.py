@@ -22,7 +22,6 @@ from psycopg import sql
 CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
 # Keys are short: the blob starts at this many bytes per expected row and grows as needed.
 _KEY_BYTES = 16
-_WIDE = 1 << 26  # a text chunk wider than this as a fixed-width array is decoded value by value
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
 KINDS = ("float8", "text", "key")
 
@@ -142,25 +141,20 @@ class _Column:
         self.n += m
 
     def _codes(self, buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Codes of a chunk's text values: distinct values found with np.unique over the chunk
-        as a fixed-width byte array, so only distinct values become Python strings."""
-        width = max(int(lens.max(initial=0)), 1)
-        if len(lens) * width > _WIDE:  # a few very long values: decode one by one
-            raw = buf.tobytes()
-            values = [None if n < 0 else raw[o : o + n].decode() for o, n in zip(
-                offs.tolist(), lens.tolist(), strict=True)]  # fmt: skip
-            return np.fromiter(
-                (self.index.setdefault(v, len(self.index)) for v in values), np.int32, len(values)
-            )
-        fixed = np.ascontiguousarray(_k().gather(buf, offs, lens, width)).view(f"S{width}").ravel()
-        distinct, inverse = np.unique(fixed, return_inverse=True)
-        code = np.array(
-            [self.index.setdefault(v.decode(), len(self.index)) for v in distinct.tolist()],
-            dtype=np.int32,
-        )
-        out = code[inverse.reshape(-1)]
-        if (lens < 0).any():  # NULL and '' look alike as fixed-width bytes
-            out[lens < 0] = self.index.setdefault(None, len(self.index))
+        """Codes of a chunk's text values: distinct values told apart by a hash of their bytes
+        in compiled code, so only distinct values become Python strings; new ones are numbered
+        in the order of their bytes (NULL after them), as a sort of the chunk would."""
+        local, first = _k().dedupe(buf, offs, lens)
+        n = lens[first]
+        raw = _k().concat(buf, offs[first], n).tobytes()
+        ends = np.cumsum(n).tolist()
+        distinct = [raw[e - w : e] for e, w in zip(ends, n.tolist(), strict=True)]
+        for v in sorted(set(distinct)):
+            self.index.setdefault(v.decode(), len(self.index))
+        code = np.array([self.index[v.decode()] for v in distinct], dtype=np.int32)
+        out = code[local] if len(code) else np.zeros(len(local), dtype=np.int32)
+        if (local < 0).any():
+            out[local < 0] = self.index.setdefault(None, len(self.index))
         return out
 
     def result(self) -> np.ndarray | Coded | Keys:
@@ -186,6 +180,8 @@ def copy_columns(
     `progress` hears the rows received so far after each chunk."""
     cols = [_Column(k, rows) for k in kinds]
     nf = len(kinds)
+    # The stream since the last chunk was parsed (appending each message, a row, to a
+    # bytearray is cheaper than keeping the messages: each holds a buffer of the driver's).
     pending = bytearray()
     header = True
     finished = False
@@ -205,7 +201,7 @@ def copy_columns(
                 ext = int.from_bytes(pending[15:19], "big")
                 del pending[: 19 + ext]
                 header = False
-            buf = np.frombuffer(bytes(pending), dtype=np.uint8)
+            buf = np.frombuffer(pending, dtype=np.uint8)  # no copy: parsed, then let go
             pos = 0
             while not finished:
                 cap = max(len(buf) // (2 + 4 * nf), 1)
@@ -221,7 +217,7 @@ def copy_columns(
                 finished = state == 1
                 if rows < cap:
                     break
-            del pending[:pos]
+            pending = pending[pos:]  # a new bytearray: the chunk's is not resized under `buf`
             if progress is not None:
                 progress(cols[0].n)
     return [c.result() for c in cols]

@@ -1,0 +1,181 @@
+"""Rows written from arrays with one binary COPY, a chunk of rows at a time.
+
+A publish holds what it releases as arrays: keys and columns as the bytes COPY sent them, group
+labels as one byte string per group, ids as integers. `copy_rows` writes rows whose fields are
+drawn from those without a Python object per row or value: each field is an entry of a
+`Dictionary` (byte strings one after another), its hex text, an int4, or a text[] of entries,
+looked up per row directly or through a per-row index (a row's group). Rows go in the order
+given (a secret permutation, a subset), so nothing is sorted on the server to shuffle them and
+nothing is joined to find them. The binary format writes each value as its type's own binary
+form: bytes streamed out of a column in binary go back into a column of the same type as they
+came, whatever the type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from dbanon.db import copykernels as _k
+from dbanon.db.copykernels import BYTES, HEX, INT4, NULL_INT, PACKED, TEXTS
+from dbanon.db.stream import _HEADER, Keys
+
+STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
+
+
+@dataclass(frozen=True)
+class Dictionary:
+    """Byte strings one after another: entry e is data[starts[e]:starts[e] + lens[e]], NULL
+    where lens[e] < 0."""
+
+    starts: np.ndarray  # int64
+    lens: np.ndarray  # int32
+    data: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return len(self.lens)
+
+    @classmethod
+    def of_keys(cls, keys: Keys) -> Dictionary:
+        """A streamed column (Keys: bytes as they came, -1 for NULL), one entry per row."""
+        lens = np.ascontiguousarray(keys.lens, dtype=np.int32)
+        starts = np.zeros(len(lens), dtype=np.int64)
+        np.cumsum(np.maximum(lens[:-1], 0), out=starts[1:])
+        return cls(starts, lens, np.ascontiguousarray(keys.blob, dtype=np.uint8))
+
+    @classmethod
+    def of(cls, values: Sequence[str | bytes | None]) -> Dictionary:
+        """Entries from Python values (few: labels, distinct values): text as UTF-8."""
+        raw = [None if v is None else v.encode() if isinstance(v, str) else v for v in values]
+        lens = np.array([-1 if b is None else len(b) for b in raw], dtype=np.int32)
+        starts = np.zeros(len(lens), dtype=np.int64)
+        np.cumsum(np.maximum(lens[:-1], 0), out=starts[1:])
+        blob = b"".join(b for b in raw if b is not None)
+        return cls(starts, lens, np.frombuffer(blob, dtype=np.uint8).copy())
+
+
+__all__ = ["BYTES", "HEX", "INT4", "NULL_INT", "TEXTS", "Dictionary", "Field", "copy_rows"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column of the rows: per row, values[via[row]] (values[row] without `via`; the row
+    itself without `values`), read as `kind` says: an entry of `dictionary` (BYTES, or HEX: its
+    bytes as hex text), an int4 (INT4; NULL_INT for NULL), or the text[] of the entries of
+    `dictionary` that `elements` lists for it (TEXTS: offsets, entry ids)."""
+
+    kind: int
+    values: np.ndarray | None = None
+    via: np.ndarray | None = None
+    dictionary: Dictionary | None = None
+    elements: tuple[np.ndarray, np.ndarray] | None = None
+    const: int | None = None  # an INT4 field with this value in every row
+    null: int | None = None  # an INT4 field's value that stands for NULL (else NULL_INT)
+    width: int = 1  # the fields it stands for (PACKED: several, packed once per group)
+
+    @classmethod
+    def entries(cls, dictionary: Dictionary, values: np.ndarray | None = None,
+                via: np.ndarray | None = None) -> Field:  # fmt: skip
+        return cls(BYTES, values, via, dictionary)
+
+    @classmethod
+    def int4(cls, values: np.ndarray, via: np.ndarray | None = None,
+             null: int | None = None) -> Field:  # fmt: skip
+        return cls(INT4, values, via, null=null)
+
+    @classmethod
+    def constant(cls, value: int) -> Field:
+        return cls(INT4, const=value)
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """The field's value (entry id or integer) for each of these rows."""
+        if self.const is not None:
+            return np.full(len(rows), self.const, dtype=np.int64)
+        at = rows if self.via is None else self.via[rows]
+        out = at if self.values is None else self.values[at]
+        if self.null is not None:
+            out = np.where(out == self.null, NULL_INT, out)
+        return out
+
+
+_EMPTY = Dictionary(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint8))
+
+
+def copy_rows(
+    conn: psycopg.Connection, command: sql.Composable, fields: Sequence[Field],
+    rows: np.ndarray,
+) -> None:  # fmt: skip
+    """`command` (a COPY ... FROM STDIN (FORMAT BINARY)) fed with one row per entry of `rows`
+    (row numbers, in the order written), each row's fields as `fields` say. Fields looked up
+    through one per-row index (a row's group) side by side are packed once per group, so
+    that a row in random order reads one place for them."""
+    fields = _per_group(fields)
+    dicts = [f.dictionary or _EMPTY for f in fields]
+    kinds = np.array([f.kind for f in fields], dtype=np.int64)
+    width = np.array([f.width for f in fields], dtype=np.int64)
+    fdict = np.arange(len(fields), dtype=np.int64)
+    # one array type each (C order, writeable), as the compiled kernel takes a tuple of them
+    starts = tuple(np.require(d.starts, np.int64, ["C", "W"]) for d in dicts)
+    lens = tuple(np.require(d.lens, np.int32, ["C", "W"]) for d in dicts)
+    data = tuple(np.require(d.data, np.uint8, ["C", "W"]) for d in dicts)
+    lists = [f.elements for f in fields if f.elements is not None]
+    if len(lists) > 1:
+        raise ValueError("copy_rows: at most one text[] field")
+    offs, elems = lists[0] if lists else _NO_LIST
+    offs = np.ascontiguousarray(offs, dtype=np.int64)
+    elems = np.ascontiguousarray(elems, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    with conn.cursor() as cur, cur.copy(command) as copy:
+        copy.write(_HEADER)
+        for lo in range(0, len(rows), STEP):
+            part = rows[lo : lo + STEP]
+            vals = np.empty((len(part), len(fields)), dtype=np.int64)
+            for j, f in enumerate(fields):
+                vals[:, j] = f.at(part)
+            copy.write(_k.pack_rows(kinds, width, fdict, vals, starts, lens, data, offs, elems,
+                                    _k.HEX_DIGITS).tobytes())  # fmt: skip
+        copy.write(b"\xff\xff")
+
+
+_NO_LIST = (np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _per_group(fields: Sequence[Field]) -> list[Field]:
+    """The fields, each run of two or more side by side read through the same per-row index
+    (`via`) replaced by one PACKED field: their values packed once per index entry."""
+    out: list[Field] = []
+    i = 0
+    while i < len(fields):
+        via = fields[i].via
+        j = i + 1
+        while via is not None and j < len(fields) and fields[j].via is via and (
+                fields[j].kind not in (TEXTS, PACKED)):  # fmt: skip
+            j += 1
+        run = fields[i:j]
+        if len(run) < 2 or fields[i].kind in (TEXTS, PACKED):
+            out.append(fields[i])
+            i += 1
+            continue
+        # what `via` can point at: every field's values (or dictionary entries) hold as many
+        entries = min(len(f.values) if f.values is not None else len(f.dictionary or _EMPTY)
+                      for f in run)  # fmt: skip
+        dicts = [f.dictionary or _EMPTY for f in run]
+        kinds = np.array([f.kind for f in run], dtype=np.int64)
+        width = np.ones(len(run), dtype=np.int64)
+        vals = np.empty((entries, len(run)), dtype=np.int64)
+        for c, f in enumerate(run):
+            vals[:, c] = np.arange(entries) if f.values is None else f.values
+        starts, lens, data = _k.pack_fields(
+            kinds, width, np.arange(len(run), dtype=np.int64), vals,
+            tuple(np.require(d.starts, np.int64, ["C", "W"]) for d in dicts),
+            tuple(np.require(d.lens, np.int32, ["C", "W"]) for d in dicts),
+            tuple(np.require(d.data, np.uint8, ["C", "W"]) for d in dicts),
+            *_NO_LIST, _k.HEX_DIGITS,
+        )  # fmt: skip
+        out.append(Field(PACKED, None, via, Dictionary(starts, lens, data), width=len(run)))
+        i = j
+    return out
