@@ -371,6 +371,20 @@ def _measured(conn: psycopg.Connection, table: str, rid: int, releases: list[lis
     return out
 
 
+def random_releases(rng: random.Random, people: list[int], count: int) -> list[list[list[int]]]:
+    """`count` releases of the people, each a random partition into classes of 1-6."""
+    out = []
+    for _ in range(count):
+        order = rng.sample(people, len(people))
+        classes, at = [], 0
+        while at < len(order):
+            size = rng.randint(1, 6)
+            classes.append(order[at : at + size])
+            at += size
+        out.append(classes)
+    return out
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_the_measure_of_random_releases_agrees_with_the_attacker(
     conn: psycopg.Connection, seed: int
@@ -381,15 +395,7 @@ def test_the_measure_of_random_releases_agrees_with_the_attacker(
     rng = random.Random(seed)
     people = list(range(1, rng.randint(12, 40)))
     values = {p: rng.choice(["a", "b", "c", "d", None]) for p in people}
-    releases = []
-    for _ in range(4):
-        order = rng.sample(people, len(people))
-        classes, at = [], 0
-        while at < len(order):
-            size = rng.randint(1, 6)
-            classes.append(order[at : at + size])
-            at += size
-        releases.append(classes)
+    releases = random_releases(rng, people, 4)
     make_table(conn, "h", f"random{seed}", [("id", "int"), ("dx", "text")],
                list(values.items()))  # fmt: skip
     k, ell = rng.randint(2, 4), rng.randint(1, 3)

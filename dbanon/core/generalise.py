@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from psycopg import sql
@@ -85,6 +86,11 @@ def base_type(col: Column) -> str:
 
 def range_type(col: Column) -> str:
     return RANGE_TYPES.get(base_type(col), "numrange")
+
+
+def element_type(col: Column) -> str:
+    """The type of the bounds of the column's range type (numeric, date...)."""
+    return _ELEMENT_TYPES[range_type(col)]
 
 
 def _check_form(form: str) -> None:
@@ -230,22 +236,33 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
 
 
-def _by_group(gid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row order sorting by group, start of each group in it, the group ids present)."""
-    order = np.argsort(gid, kind="stable")
-    sg = gid[order]
-    starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else np.zeros(0, int)
-    return order, starts, sg[starts]
+@dataclass(frozen=True)
+class GroupIndex:
+    """Rows sorted by group, once for every column labelled: the row order that sorts them,
+    where each group starts in it, and the group ids present (sorted)."""
+
+    order: np.ndarray
+    starts: np.ndarray
+    present: np.ndarray
+
+    @classmethod
+    def of(cls, gid: np.ndarray) -> GroupIndex:
+        gid = np.asarray(gid)
+        order = np.argsort(gid, kind="stable")
+        sg = gid[order]
+        starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else (
+            np.zeros(0, dtype=np.int64))  # fmt: skip
+        return cls(order, starts, sg[starts])
 
 
 def group_labels(
-    h: Hierarchy, codes: np.ndarray, gid: np.ndarray, as_set: bool
+    h: Hierarchy, codes: np.ndarray, index: GroupIndex, as_set: bool
 ) -> tuple[np.ndarray, list[str]]:
-    """(group ids present, the released label of each): the label of the lowest common
-    ancestor of the group's leaves in `h`, or with `as_set` (a column without a hierarchy,
-    `h` its flat one) the value, the set of values present, or `*` for all of them."""
-    gid = np.asarray(gid)
-    order, starts, present = _by_group(gid)
+    """(label id of each group of `index`, the labels): the label of the lowest common
+    ancestor of the group's leaves in `h` (ids: hierarchy nodes, labels: h.labels), or with
+    `as_set` (a column without a hierarchy, `h` its flat one) the value, the set of values
+    present, or `*` for all of them (ids into the distinct labels made)."""
+    order, starts = index.order, index.starts
     leaves = np.asarray(codes)[order]
     if not as_set:
         # Balanced trees: the LCA of a group is at the lowest level where its ancestors agree.
@@ -255,8 +272,8 @@ def group_labels(
             col = anc[:, lv]
             agree = np.maximum.reduceat(col, starts) == np.minimum.reduceat(col, starts)
             level = np.where(agree, lv, level)
-        nodes = anc[starts, level] if len(starts) else np.zeros(0, int)
-        return present, [h.labels[int(n)] for n in nodes]
+        nodes = anc[starts, level] if len(starts) else np.zeros(0, np.int64)
+        return np.asarray(nodes, dtype=np.int64), list(h.labels)
     # Distinct (group, leaf) pairs, sorted: each group's values are one run of them.
     group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(leaves)]))
     width = int(leaves.max()) + 1 if len(leaves) else 1
@@ -267,21 +284,18 @@ def group_labels(
     # value_set's form, each element quoted once and the elements in the order of their text
     quoted = [_element(v) for v in names]
     rank = {node: i for i, node in enumerate(sorted(range(len(names)), key=names.__getitem__))}
-    labels = []
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
+    made: dict[str, int] = {}
+    ids = np.empty(len(starts), dtype=np.int64)
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
         if b - a == 1:
-            labels.append(names[value[a]])
+            label = names[value[a]]
         elif b - a == domain:
-            labels.append(WHOLE)
+            label = WHOLE
         else:
             members = sorted(value[a:b], key=rank.__getitem__)
-            labels.append("{" + ",".join([quoted[v] for v in members]) + "}")
-    return present, labels
-
-
-def groups_present(gid: np.ndarray) -> np.ndarray:
-    """The group ids that occur, sorted: the order `group_labels` gives its labels in."""
-    return _distinct(np.asarray(gid))
+            label = "{" + ",".join([quoted[v] for v in members]) + "}"
+        ids[i] = made.setdefault(label, len(made))
+    return ids, list(made)
 
 
 def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -302,13 +316,12 @@ def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(new, starts, dtype=np.int64)
 
 
-def value_set_loss(codes: np.ndarray, gid: np.ndarray, domain: int) -> float:
+def value_set_loss(codes: np.ndarray, index: GroupIndex, domain: int) -> float:
     """Mean over rows of (values in the row's group - 1) / (domain - 1): the loss of a column
-    released as value sets (0 when the column has one value)."""
-    codes, gid = np.asarray(codes, dtype=np.int64), np.asarray(gid, dtype=np.int64)
-    if not len(gid) or domain <= 1:
+    released as value sets (0 when the column has one value); `index` groups the rows."""
+    codes = np.asarray(codes, dtype=np.int64)
+    if not len(codes) or domain <= 1:
         return 0.0
-    order, starts, _ = _by_group(gid)
-    covered = values_per_group(codes[order], starts)
-    sizes = np.diff(np.r_[starts, len(gid)])
-    return float(((covered - 1) / (domain - 1) * sizes).sum() / len(gid))
+    covered = values_per_group(codes[index.order], index.starts)
+    sizes = np.diff(np.r_[index.starts, len(codes)])
+    return float(((covered - 1) / (domain - 1) * sizes).sum() / len(codes))

@@ -37,7 +37,7 @@ from dbanon.lifecycle.verify import verify
 from dbanon.methods.base import BuildContext, Resolved
 from dbanon.metrics.risk import at_publish as risk_at_publish
 from dbanon.models import sizes
-from dbanon.setlogic import composition
+from dbanon.setlogic import composition, grouped_map
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def _publish(
         )
         if measured:
             lap("exposure")
-        grouped = new_rows(conn, r)
+        grouped = ctx.mapped if ctx.mapped is not None else new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
         say("keeping the group map")
         source_fingerprint = fingerprint(conn, r.source)
@@ -301,8 +301,16 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     return composition.new_rows(conn, r.source, r.key, sens, stage, r.released_columns)
 
 
+Rows = composition.Rows | grouped_map.Mapped  # a run's rows: staged in SQL, or as arrays
+
+
+def _guard(rows: Rows) -> Any:
+    """The module that measures and stores these rows: in SQL, or from arrays."""
+    return grouped_map if isinstance(rows, grouped_map.Mapped) else composition
+
+
 def compose(
-    conn: psycopg.Connection, r: Resolved, rows: composition.Rows | None, allow: bool
+    conn: psycopg.Connection, r: Resolved, rows: Rows | None, allow: bool
 ) -> composition.Composition | None:
     """Measure what intersecting this release with the earlier ones leaves a persisting row;
     refuse the run when that breaks the promised k, l (p) or spread ((θ,k)'s categories),
@@ -310,10 +318,11 @@ def compose(
     if rows is None or r.release_id is None:
         return None
     needed = composition.values_needed(r.models)
+    guard = _guard(rows)
     spread = None if rows.measured else composition.spread_of(
-        conn, r.models, lambda: composition.released_tags(conn, rows)
+        conn, r.models, lambda: guard.released_tags(conn, rows)
     )
-    found = composition.measure(conn, r.release_id, rows, r.k or 1, needed, spread)
+    found = guard.measure(conn, r.release_id, rows, r.k or 1, needed, spread)
     if found is None or allow or not (
         found.rows_below_k or found.rows_below_l or found.rows_below_categories
     ):
@@ -381,12 +390,12 @@ def carry_map(
     return {"by": "none", "kept": 0}
 
 
-def keep_map(conn: psycopg.Connection, rows: composition.Rows | None, release_id: int) -> None:
+def keep_map(conn: psycopg.Connection, rows: Rows | None, release_id: int) -> None:
     """Store this run's private row-to-group map. A run without groups (another method since
     a --replace) leaves the map as it is: consumers still hold the grouped releases, and a
     later grouping run is measured against them."""
     if rows is not None:
-        composition.store(conn, release_id, rows)
+        _guard(rows).store(conn, release_id, rows)
 
 
 def _create_schema(conn: psycopg.Connection, schema: str) -> None:

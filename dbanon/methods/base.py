@@ -146,6 +146,9 @@ class BuildContext:
     lap: Callable[[str], None]
     build_names: Mapping[str, str]  # object name -> its build name in the private store
     built: list[Built] = field(default_factory=list)
+    # The run's rows as arrays, for the map and the intersection guard, from a build that
+    # holds them (dbanon.setlogic.grouped_map.Mapped); else they are read from `group_map`.
+    mapped: Any = None
 
     def build_name(self, obj: str) -> str:
         return self.build_names[obj]

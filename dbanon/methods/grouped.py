@@ -1,12 +1,15 @@
-"""The shared path of array methods that group rows (k-member, Mondrian):
+"""The shared path of array methods that group rows (k-member, Mondrian, (θ,k)):
 
-stream key, QI (and sensitive) columns out with COPY into numpy arrays; the algorithm returns a
-group id per row (pure code); the ids stream back with COPY into a temporary staging table; one
-CREATE TABLE AS joins source and ids and generalises every QI per group — numeric and date QIs to
-their [min, max] (text or typed range, dbanon.core.generalise), categorical ones to the label of
-their lowest common ancestor, or without a hierarchy to the set of values present (labelled once per
-group in numpy and staged, see `stage_labels`) — then the sensitive and `--keep` columns as they
-are, never the row key nor any other column, rows in random order.
+stream key, QI (and sensitive) columns out with COPY into numpy arrays, with what the release and
+the map need of each row (dbanon.methods.grouped_rows); the algorithm returns a group id per row
+(pure code); every group is labelled once and the release written from the arrays with one
+binary COPY — numeric and date QIs as their group's [min, max] (text or typed range,
+dbanon.core.generalise), categorical ones as the label of their lowest common ancestor, or
+without a hierarchy the set of values present — then the sensitive and `--keep` columns as they
+are, never the row key nor any other column, rows in secret random order. The map and the
+intersection guard read the same arrays (dbanon.setlogic.grouped_map). On a refresh the
+policy keeps persisting rows in their groups (persist), releases groups whole (sealed) or
+regroups.
 """
 
 from __future__ import annotations
@@ -25,18 +28,16 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import History, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
-from dbanon.core.hierarchy import Hierarchy
-from dbanon.db import catalog
 from dbanon.db.catalog import Column
-from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
-from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
+from dbanon.errors import DbanonError
 from dbanon.methods.base import BuildContext, Method, Option
+from dbanon.methods.grouped_rows import codes, encode, extract, extract_rows, mapped, write_release
 from dbanon.metrics.loss import loss_report
 from dbanon.setlogic import composition
 
-STAGE = sql.Identifier("dbanon_stage")  # (key, gid) of this run; dropped at commit
-LABELS = sql.Identifier("dbanon_group_labels")  # (gid, label of each categorical QI)
+# What the methods import from here as before (the experiments hash their modules' sources).
+__all__ = ["codes", "encode", "extract"]
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -71,103 +72,6 @@ RANGES = Option(
 )
 
 
-def codes(values: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
-    """Integer codes of sensitive values (NULL a value of its own) and the value of each code."""
-    coded = Coded.of(values)
-    return coded.codes, coded.values
-
-
-def encode(r: Resolved, col: Column, values: Coded) -> tuple[np.ndarray, Hierarchy]:
-    """Leaf ids of a categorical QI's values in its hierarchy (a flat one without); a value
-    the hierarchy lacks is an error naming every missing value. Looked up once per distinct
-    value."""
-    h = r.hierarchies.get(col.name) or Hierarchy.flat(col.name, values.values)
-    leaves: dict[str | None, int] = dict(h.leaves)
-    leaf = np.array([leaves.get(v, -1) for v in values.values], dtype=np.int32)
-    if (leaf < 0).any():
-        missing = sorted((v for v, x in zip(values.values, leaf, strict=True) if x < 0), key=str)
-        raise DbanonError(
-            f"values of column {quote_ident(col.name)} are not in hierarchy {quote_name(h.name)}: "
-            f"{offenders(missing)}"
-        )
-    return leaf[values.codes], h
-
-
-def extract(
-    conn: psycopg.Connection,
-    r: Resolved,
-    with_sensitive: bool,
-    stream: tuple[sql.Composable, str] | None = None,
-) -> tuple[Keys, QIArrays, np.ndarray | None]:
-    """`extract_with` without what a refresh reads of the latest release."""
-    return extract_with(conn, r, with_sensitive, stream)[:3]  # type: ignore[return-value]
-
-
-def extract_with(
-    conn: psycopg.Connection,
-    r: Resolved,
-    with_sensitive: bool,
-    stream: tuple[sql.Composable, str] | None = None,
-    prior: composition.Prior | None = None,
-) -> tuple[Keys, QIArrays, np.ndarray | None, list[Any]]:
-    """Stream key, QI (and sensitive) columns out with COPY and encode them for the algorithms.
-
-    Nothing is held per value as a Python object (dbanon.db.stream): keys stay bytes, numeric
-    QIs float64, categorical ones codes. The sensitive column comes as an object array of its
-    values (None for NULL): as text, or as `stream` says (an expression over the source's
-    columns and its COPY type, text or float8). With `prior` (a refresh), the same scan reads
-    what the latest release's map holds of each row: its columns come last, as streamed."""
-    exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
-    kinds = ["key"]
-    for col in r.qi:
-        if r.is_categorical(col):
-            exprs.append(sql.SQL("{}::text").format(col.ident))
-            kinds.append("text")
-        elif col.kind == catalog.DATE:
-            exprs.append(sql.SQL("extract(epoch FROM {})::float8").format(col.ident))
-            kinds.append("float8")
-        else:
-            exprs.append(sql.SQL("{}::float8").format(col.ident))
-            kinds.append("float8")
-    if with_sensitive:
-        expr, kind = stream or (sql.SQL("{}::text").format(r.sensitive[0].ident), "text")
-        exprs.append(expr)
-        kinds.append(kind)
-    names = [sql.SQL("{} AS {}").format(e, sql.Identifier(f"c{i}")) for i, e in enumerate(exprs)]
-    query: sql.Composable = sql.SQL("SELECT {} FROM {} s").format(
-        sql.SQL(", ").join([*names, *(prior.columns() if prior else [])]), r.source.ident
-    )
-    if prior is not None:
-        query = prior.wrap(query, len(kinds))
-        kinds = [*kinds, *prior.kinds()]
-    keys, *values = copy_columns(
-        conn, query, kinds, r.rows,
-        lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
-    )  # fmt: skip
-    extra = values[len(values) - len(prior.kinds()):] if prior is not None else []
-    values = values[: len(values) - len(extra)]
-    sensitive = _objects(values.pop()) if with_sensitive else None
-    numeric, categorical = [], []
-    for col, vals in zip(r.qi, values, strict=True):
-        if r.is_categorical(col):
-            assert isinstance(vals, Coded)
-            categorical.append(encode(r, col, vals))
-        else:
-            numeric.append(vals)
-    assert isinstance(keys, Keys)
-    return keys, QIArrays.build(numeric, categorical, n=len(keys)), sensitive, extra
-
-
-def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
-    """A streamed column as an object array of its values, None for NULL (what methods'
-    `encode_sensitive` receive)."""
-    if isinstance(column, Coded):
-        return column.objects()
-    out = np.asarray(column, dtype=object)
-    out[np.isnan(np.asarray(column, dtype=np.float64))] = None
-    return out
-
-
 def generalised(r: Resolved, col: Column) -> sql.Composable:
     """Aggregate expression that generalises a QI column over one group: a numeric or date
     QI's [min, max]. The grouping methods label categorical QIs per group in numpy
@@ -184,127 +88,6 @@ def generalised(r: Resolved, col: Column) -> sql.Composable:
         ).format(c=col.ident)
     low, high = (sql.SQL("{}({})").format(sql.SQL(f), col.ident) for f in ("min", "max"))
     return generalise.closed_range(col, low, high, r.options["ranges"])
-
-
-def stage_labels(
-    conn: psycopg.Connection, r: Resolved, qi: QIArrays, gid: np.ndarray
-) -> dict[str, float]:
-    """Label every group's categorical QIs once (generalise.group_labels: the LCA in the
-    hierarchy the publish resolved, or the set of values for a column without one) and COPY
-    (gid, labels) into LABELS, which `materialise` joins: no per-row or per-group function
-    call, and no read of the catalog's hierarchy map, so re-imported (churned) hierarchies
-    cannot slow a publish. Returns the loss of each column released as value sets."""
-    cats = [c for c in r.qi if r.is_categorical(c)]
-    cols = [sql.SQL("{} text").format(sql.Identifier(f"l{j}")) for j in range(len(cats))]
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} (gid int4{}) ON COMMIT DROP").format(
-            LABELS, sql.SQL("").join(sql.SQL(", {}").format(c) for c in cols)
-        )
-    )
-    present, columns, losses = generalise.groups_present(gid), [], {}
-    for j, col in enumerate(cats):
-        as_set = col.name not in r.hierarchies
-        groups, labels = generalise.group_labels(qi.hierarchies[j], qi.cat[:, j], gid, as_set)
-        columns.append(labels)
-        if as_set:
-            domain = len(qi.hierarchies[j].leaves)
-            losses[col.name] = generalise.value_set_loss(qi.cat[:, j], gid, domain)
-    with (
-        conn.cursor() as cur,
-        cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(LABELS)) as copy,
-    ):
-        copy.set_types(["int4"] + ["text"] * len(cats))
-        for row in zip(present.tolist(), *columns, strict=True):
-            copy.write_row(row)
-    conn.execute(sql.SQL("ANALYZE {}").format(LABELS))
-    return losses
-
-
-ROWS = sql.Identifier("dbanon_rows")  # the stage joined once with the source
-MAP_ROWS = sql.Identifier("dbanon_map_rows")  # ROWS as composition reads a run's rows
-# ROWS' own columns, named apart from any source column's.
-_OWN = {c: sql.Identifier(f"dbanon {c}") for c in ("key", "gid", "w", "t", "fp")}
-
-
-def stage_rows(conn: psycopg.Connection, r: Resolved, stage: sql.Identifier) -> None:
-    """Join the stage with the source once, into ROWS: each row's key, group and waiting
-    block, the source columns the release shows (numeric QIs, sensitive, kept) and what the
-    private map keeps of it (its tagged sensitive value, the fingerprint of its released
-    columns). The release and the map are both written from it (MAP_ROWS, a view with
-    composition.Rows' column names), so no second join of a million rows."""
-    nums = [c for c in r.qi if not r.is_categorical(c)]
-    cols = [*nums, *r.sensitive, *r.keep]
-    has_w = "w" in composition.columns_of(conn, stage)
-    own = dict(_OWN)
-    mapped = composition.has_map(conn, r.release_id)
-    if mapped:  # and what the latest map holds of each row (composition.OLD), joined once
-        own.update({c: sql.Identifier(f"dbanon {c}") for c in composition.OLD})
-    old = sql.SQL(", m.key IS NOT NULL AS {}, m.vid AS {}, m.sid AS {}").format(
-        *(own[c] for c in composition.OLD)) if mapped else sql.SQL("")  # fmt: skip
-    conn.execute(
-        sql.SQL(
-            "CREATE TEMP TABLE {rows} ON COMMIT DROP AS SELECT st.key AS {key}, st.gid AS {gid}, "
-            "{w} AS {w_}, {t} AS {t_}, {fp} AS {fp_}{old}{cols} "
-            "FROM {stage} st JOIN {src} s ON s.{k}::text = st.key{join}"
-        ).format(
-            rows=ROWS, key=_OWN["key"], gid=_OWN["gid"],
-            w=sql.SQL("st.w" if has_w else "NULL::int4"), w_=_OWN["w"],
-            t=composition.tag(r.sensitive[0] if r.sensitive else None), t_=_OWN["t"],
-            fp=composition.fingerprint(r.released_columns), fp_=_OWN["fp"], old=old,
-            cols=sql.SQL("").join(sql.SQL(", s.{}").format(c.ident) for c in cols),
-            stage=stage, src=r.source.ident, k=r.key.ident,
-            join=sql.SQL(" LEFT JOIN {} m ON m.key = st.key").format(
-                composition.table(r.release_id)) if mapped else sql.SQL(""),  # fmt: skip
-        )  # fmt: skip
-    )
-    analyze_stage(conn, ROWS)
-    conn.execute(
-        sql.SQL("CREATE TEMP VIEW {} AS SELECT {} FROM {}").format(
-            MAP_ROWS,
-            sql.SQL(", ").join(sql.SQL("{} AS {}").format(v, sql.Identifier(c))
-                               for c, v in own.items()),  # fmt: skip
-            ROWS,
-        )
-    )
-
-
-def materialise(
-    conn: psycopg.Connection, r: Resolved, stage: sql.Identifier, build: sql.Identifier
-) -> None:
-    """CREATE the release table from the stage joined with the source (ROWS, `stage_rows`)
-    and the staged labels, in one statement: numeric and date QIs generalised by one GROUP BY
-    gid, categorical ones joined from LABELS (`stage_labels`)."""
-    stage_rows(conn, r, stage)
-    cats = [c for c in r.qi if r.is_categorical(c)]
-    nums = [c for c in r.qi if not r.is_categorical(c)]
-    label = {c.name: sql.Identifier(f"l{j}") for j, c in enumerate(cats)}
-    out = [
-        sql.SQL("l.{} AS {}").format(label[c.name], c.ident)
-        if c.name in label
-        else sql.SQL("g.{}").format(c.ident)
-        for c in r.qi
-    ] + [sql.SQL("rows.{}").format(c.ident) for c in [*r.sensitive, *r.keep]]
-    # ROWS is read twice (its groups' ranges, then every row) rather than through a CTE of
-    # it, which materialised a million rows once more (0.8 s).
-    groups = sql.SQL("")
-    if nums:
-        groups = sql.SQL(
-            "JOIN (SELECT {gid}, {gen} FROM {rows} WHERE {gid} IS NOT NULL GROUP BY {gid}) g "
-            "ON g.{gid} = rows.{gid} "
-        ).format(
-            gid=_OWN["gid"], rows=ROWS,
-            gen=sql.SQL(", ").join(
-                sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in nums
-            ),
-        )  # fmt: skip
-    conn.execute(
-        sql.SQL(
-            "CREATE TABLE {build} AS SELECT {out} FROM {rows} rows {groups}"
-            "JOIN {labels} l ON l.gid = rows.{gid} WHERE rows.{gid} IS NOT NULL "
-            "ORDER BY random()"
-        ).format(build=build, out=sql.SQL(", ").join(out), rows=ROWS, groups=groups,
-                 labels=LABELS, gid=_OWN["gid"])  # fmt: skip
-    )
 
 
 def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None:
@@ -504,20 +287,22 @@ class GroupingMethod(Method):
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
         with_sensitive = self.uses_sensitive(r)
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
-        prior = (composition.prior(conn, r.release_id, r.key, r.released_columns,
-                                   r.sensitive[0] if r.sensitive else None)
-                 if policy in ("persist", "sealed") else None)  # fmt: skip
-        keys, qi, sensitive, extra = extract_with(conn, r, with_sensitive,
-                                                  self.sensitive_stream(r), prior)  # fmt: skip
+        # One scan reads the rows, what the release and the map need of them and what the
+        # latest map held of each (every policy: the guard measures every run against it).
+        prior = composition.prior(conn, r.release_id, r.key, r.released_columns,
+                                  r.sensitive[0] if r.sensitive else None)  # fmt: skip
+        ex = extract_rows(conn, r, with_sensitive, self.sensitive_stream(r), prior)
+        qi, keys, sensitive = ex.qi, ex.keys, ex.sensitive
         if with_sensitive:
             sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
         previous, sealed, figures, block, hist = None, None, {}, None, None
         before = None
-        if prior is not None:  # one scan read the rows and what the latest release held of them
-            before = composition.previous_of(conn, prior.release_id, extra[0], extra[1])
-            if r.sensitive:
-                hist = history_of(conn, r, extra[3], extra[2])
+        if ex.before is not None and ex.state is not None and policy in ("persist", "sealed"):
+            assert r.release_id is not None and ex.old is not None
+            before = composition.previous_of(conn, r.release_id, ex.before, ex.state)
+            if ex.tags is not None:
+                hist = history_of(conn, r, ex.tags, ex.old.vid)
         if policy in ("persist", "sealed"):
             if policy == "sealed":
                 sealed = before
@@ -568,17 +353,11 @@ class GroupingMethod(Method):
         loss = loss_report(shown_qi, shown_gid, sets)
         ctx.lap("cluster")
         ctx.say("materialising the release")
-        stage = STAGE
-        conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(stage)
-        )
-        copy_in_ids(conn, stage, keys, staged(gid, block))
-        if withheld.any():  # withheld rows stay in the stage (the map keeps them)
-            stage_blocks(conn, stage)
-        analyze_stage(conn, stage)
-        value_sets = stage_labels(conn, r, shown_qi, shown_gid)
         built = ctx.made(r.objects[0])
-        materialise(conn, r, stage, r.stored(built))
+        released = np.where(withheld, -1, gid)
+        value_sets = write_release(conn, r, r.stored(built), ex, shown_qi, released)
+        wait = None if block is None else np.where(withheld, block, -1)
+        ctx.mapped = mapped(ex, released, wait)  # the map and the guard read the same rows
         ctx.lap("materialise")
         metrics: dict[str, Any] = {**loss.as_dict(), **figures}
         if value_sets:  # columns without a hierarchy, released as the values present
@@ -586,9 +365,6 @@ class GroupingMethod(Method):
         if previous is not None:
             metrics["persisting_rows"] = int((previous >= 0).sum())  # unchanged ones
         return metrics
-
-    def group_map(self, r: Resolved) -> sql.Composable:
-        return MAP_ROWS
 
 
     @staticmethod

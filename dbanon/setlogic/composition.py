@@ -452,15 +452,22 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     million rows 650 MB and its writing the dearest step of a publish). The new map is written
     into fresh tables and swapped in for the old ones; the key is not indexed: every reader
     joins the whole map by hash."""
-    fresh = _fresh(release_id)
-    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh[None], COLUMNS))
-    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["sets"], SETS))
-    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["shown"], SHOWN))
+    fresh = fresh_tables(conn, release_id)
     if rows.measured:
         _store_measured(conn, release_id, rows, fresh)
     else:
         _store_grouped(conn, release_id, rows, fresh)
-    _swap_in(conn, release_id, fresh)  # after every read of the old map above
+    swap_in(conn, release_id, fresh)  # after every read of the old map above
+
+
+def fresh_tables(conn: psycopg.Connection, release_id: int) -> dict[str | None, sql.Identifier]:
+    """The empty tables a new map is written into (its rows, sets and shown values), to be
+    swapped in for the old ones once written (`swap_in`)."""
+    fresh = _fresh(release_id)
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh[None], COLUMNS))
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["sets"], SETS))
+    conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["shown"], SHOWN))
+    return fresh
 
 
 def _store_measured(
@@ -659,33 +666,47 @@ class Previous:
 
 @dataclass(frozen=True)
 class Prior:
-    """What a refresh's extract reads of the latest release beside the source's columns, in the
-    same scan (a LEFT JOIN of the map on the key): per row its map group (-1: none), the state
-    of its fingerprint (1 unchanged, 0 changed or not in the map, -1 mapped before the map kept
-    fingerprints), its set of plausible values (-1: none) and, with a sensitive column, its tag
-    now. `wrap` turns the extract's query into one that adds them."""
+    """What a grouping method's extract reads for the map beside the source's columns, in the
+    same scan: each row's fingerprint (md5 of its released columns, as 16 bytes) and, with a
+    sensitive column, its tag now; and when the release has a map (`mapped`), what the latest
+    release held of the row, by a LEFT JOIN of the map on the key: its map group (-1: none),
+    the state of its fingerprint (1 unchanged, 0 changed or not in the map, -1 mapped before
+    the map kept fingerprints), its set of plausible values (-1: none), whether the map holds
+    it (1 or 0) and what its group showed (-1: none). `wrap` turns the extract's query into one
+    that adds them, in the order `kinds` gives."""
 
-    release_id: int
+    release_id: int | None
+    mapped: bool
     key: Column
     released: list[Column]
     sensitive: Column | None
 
     def kinds(self) -> list[str]:
-        return ["float8", "float8", "float8"] + (["text"] if self.sensitive else [])
+        return ["key", *(["text"] if self.sensitive else []), *(["float8"] * 5 if self.mapped
+                                                                else [])]  # fmt: skip
 
     def wrap(self, query: sql.Composable, width: int) -> sql.Composable:
         """`query` (the extract's `width` columns named c0.. with `columns()` after them, c0 the
-        key as text) with this release's columns added after its own."""
-        cols = [sql.Identifier(f"c{i}") for i in range(width)]
-        return sql.SQL(
-            "SELECT {cols}, coalesce(m.gid, -1)::float8, "
+        key as text) with what the map needs added after its own."""
+        cols = [sql.SQL("x.{}").format(sql.Identifier(f"c{i}")) for i in range(width)]
+        cols.append(sql.SQL("decode(x.dbanon_fp, 'hex')"))
+        if self.sensitive:
+            cols.append(sql.SQL("x.dbanon_tag"))
+        if not self.mapped:
+            return sql.SQL("SELECT {} FROM ({}) x").format(sql.SQL(", ").join(cols), query)
+        assert self.release_id is not None
+        cols.append(sql.SQL(
+            "coalesce(m.gid, -1)::float8, "
             "(CASE WHEN m.key IS NULL THEN 0 WHEN m.fp IS NULL THEN -1 WHEN m.fp = x.dbanon_fp "
-            "THEN 1 ELSE 0 END)::float8, coalesce(m.vid, -1)::float8{tag} "
-            "FROM ({query}) x LEFT JOIN {map} m ON m.release_id = {rid} AND m.key = x.c0"
+            "THEN 1 ELSE 0 END)::float8, coalesce(m.vid, -1)::float8, "
+            "(m.key IS NOT NULL)::int::float8, coalesce(m.sid, -1)::float8"
+        ))  # fmt: skip
+        return sql.SQL(
+            "SELECT {cols} FROM ({query}) x LEFT JOIN {map} m "
+            "ON m.release_id = {rid} AND m.key = x.c0"
         ).format(
-            cols=sql.SQL(", ").join(sql.SQL("x.{}").format(c) for c in cols),
-            tag=sql.SQL(", x.dbanon_tag") if self.sensitive else sql.SQL(""),
-            query=query, map=table(self.release_id), rid=sql.Literal(self.release_id),
+            cols=sql.SQL(", ").join(cols), query=query, map=table(self.release_id),
+            rid=sql.Literal(self.release_id),
         )  # fmt: skip
 
     def columns(self) -> list[sql.Composable]:
@@ -699,12 +720,9 @@ class Prior:
 def prior(
     conn: psycopg.Connection, release_id: int | None, key: Column, released: list[Column],
     sensitive: Column | None,
-) -> Prior | None:  # fmt: skip
-    """The Prior of a release that has a map; None on a first run."""
-    if not has_map(conn, release_id):
-        return None
-    assert release_id is not None
-    return Prior(release_id, key, released, sensitive)
+) -> Prior:  # fmt: skip
+    """The Prior of a release: with its map's columns when it has a map."""
+    return Prior(release_id, has_map(conn, release_id), key, released, sensitive)
 
 
 def previous_of(conn: psycopg.Connection, release_id: int, gid: np.ndarray,
@@ -954,11 +972,11 @@ def rekey(
             "FROM {part} m JOIN ({pairs}) p ON p.old = m.key"
         ).format(fresh=fresh[None], part=table(release_id), pairs=pairs)
     ).rowcount
-    _swap_in(conn, release_id, fresh)
+    swap_in(conn, release_id, fresh)
     return Rekeyed(by, int(kept), int(before) - int(kept))
 
 
-def _swap_in(
+def swap_in(
     conn: psycopg.Connection, release_id: int, fresh: dict[str | None, sql.Identifier]
 ) -> None:
     """The fresh tables become the release's map (the old ones dropped), analysed for the

@@ -1,0 +1,451 @@
+"""The intersection guard and the private map of a grouping release, from the run's arrays.
+
+A grouping method (k-member, Mondrian, (θ,k)) holds every row's key, group, tagged sensitive
+value and fingerprint once it has grouped its rows, and its extract read what the latest map
+holds of each row in the same scan. So the measure of what intersecting the releases leaves a
+persisting row, and the new map, are computed here in numpy, and each table of the map is
+written with one binary COPY: no staging of the run's rows, no join of them with the source or
+the old map, no GROUP BY of a million rows. The figures and the map's layout are those of
+dbanon.setlogic.composition, whose docstring defines them and whose SQL measures the other
+methods:
+- a class's values are its rows' tags; a persisting row's plausible values are the values of
+  its set in the map (its `vid`) that its new class holds, its plausible rows the rows of the
+  class whose value is one of them; a row without a set (new, or no sensitive column) keeps
+  its whole class;
+- each distinct set is written once (sets: `vid`, `vals`), each group's values with repeats
+  once (shown: `sid`, the group), and a row the release withholds that the map held keeps its
+  old set and what its group showed, under new ids, in its waiting block.
+Elements are written sorted by their text (code points): a set's elements are compared as a
+set everywhere (containment, membership), never by their order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import ClassVar
+
+import numpy as np
+import psycopg
+from numba import njit
+from psycopg import sql
+
+from dbanon.db.rows import HEX, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.stream import Coded, Keys, copy_columns
+from dbanon.models.base import Spread
+from dbanon.setlogic import composition
+from dbanon.setlogic.composition import Composition
+
+
+@dataclass(frozen=True)
+class OldMap:
+    """What the latest map holds of each of this run's rows, as the extract read it."""
+
+    mapped: np.ndarray  # bool: the row is in the map
+    vid: np.ndarray  # int: its set of plausible values (-1: none)
+    sid: np.ndarray  # int: what its group showed (-1: none)
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """This run's rows, in the order of its arrays: what the guard and the map need."""
+
+    measured: ClassVar[bool] = False  # the guard measures them (composition.Rows.measured)
+
+    keys: Keys
+    gid: np.ndarray  # int: the row's group in this release; -1: withheld
+    wait: np.ndarray | None  # int: a withheld row's waiting block (-1: none)
+    tags: Coded | None  # each row's tagged sensitive value; None without a sensitive column
+    fp: Keys  # 16 bytes per row: the md5 of its released columns
+    old: OldMap | None  # None: the release has no map yet
+    # the classes and pairs, computed once for the measure and the store (by release id)
+    runs: dict = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Sets:
+    """Sets of value codes: set s holds elems[offs[s]:offs[s + 1]]."""
+
+    offs: np.ndarray  # int64, one more than the sets
+    elems: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.offs) - 1
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.offs)
+
+    def take(self, which: np.ndarray) -> Sets:
+        """Sets which[0], which[1], ... of these."""
+        which = np.asarray(which, dtype=np.int64)
+        lens = self.offs[which + 1] - self.offs[which]
+        offs = np.zeros(len(which) + 1, dtype=np.int64)
+        np.cumsum(lens, out=offs[1:])
+        at = np.repeat(self.offs[which] - offs[:-1], lens) + np.arange(offs[-1])
+        return Sets(offs, self.elems[at])
+
+    def owner(self) -> np.ndarray:
+        """The set each element belongs to."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes())
+
+
+def _concat(a: Sets, b: Sets) -> Sets:
+    return Sets(np.r_[a.offs, a.offs[-1] + b.offs[1:]], np.r_[a.elems, b.elems])
+
+
+_NO_SETS = Sets(np.zeros(1, np.int64), np.zeros(0, np.int64))
+
+
+def _aligned(wanted: np.ndarray, found: np.ndarray, sets: Sets) -> tuple[np.ndarray, Sets]:
+    """For each id wanted, whether `found` (sorted, with `sets`) holds it, and its set (empty
+    where it does not: a set the map lost keeps no value, as composition's LEFT JOIN reads
+    it)."""
+    ok, at = _found(wanted, found)
+    return ok, _concat(sets, Sets(np.zeros(2, np.int64), _NO_SETS.elems)).take(
+        np.where(ok, at, len(sets)))
+
+class Codes:
+    """Tag codes: this run's (in the order of its Coded values), then tags that only earlier
+    releases hold, numbered as they are met."""
+
+    def __init__(self, tags: Coded) -> None:
+        self.tags: list[str] = [str(t) for t in tags.values]
+        self.index = {t: i for i, t in enumerate(self.tags)}
+
+    def of(self, tags: Coded) -> np.ndarray:
+        """The codes of another column of tags."""
+        at = np.array([self._code(str(t)) for t in tags.values], dtype=np.int64)
+        return at[tags.codes] if len(at) else np.zeros(len(tags.codes), dtype=np.int64)
+
+    def _code(self, tag: str) -> int:
+        if tag not in self.index:
+            self.index[tag] = len(self.tags)
+            self.tags.append(tag)
+        return self.index[tag]
+
+    def rank(self) -> np.ndarray:
+        """Each code's place when the tags are sorted by their text."""
+        order = np.array(sorted(range(len(self.tags)), key=self.tags.__getitem__), np.int64)
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        return rank
+
+
+def read_sets(conn: psycopg.Connection, rel: sql.Composable, ids: np.ndarray,
+              codes: Codes) -> tuple[np.ndarray, Sets]:  # fmt: skip
+    """Sets of a map's table `rel` ((id, text[]): its sets, or what its groups showed) by id,
+    as codes: the ids asked for that it holds, sorted, and their sets (elements as stored,
+    repeats kept). One COPY of their elements: no Python object per element."""
+    ids = np.unique(np.asarray(ids, dtype=np.int64))
+    none = np.zeros(0, np.int64)
+    if not len(ids):
+        return none, Sets(np.zeros(1, np.int64), none)
+    got, ords, tags = copy_columns(
+        conn,
+        sql.SQL(
+            "SELECT s.id::float8, e.o::float8, e.t FROM {} AS s (id, vals) "
+            "LEFT JOIN LATERAL unnest(s.vals) WITH ORDINALITY AS e (t, o) ON true "
+            "WHERE s.id = ANY({})"
+        ).format(rel, sql.Literal(ids.tolist())),
+        ["float8", "float8", "text"],
+    )
+    assert isinstance(tags, Coded)
+    sid, at = np.asarray(got, dtype=np.int64), np.asarray(ords)
+    order = np.lexsort((at, sid))
+    sid, at, elems = sid[order], at[order], codes.of(tags)[order]
+    found = np.unique(sid)
+    real = ~np.isnan(at)  # an empty set reads as one row without an element
+    offs = np.zeros(len(found) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(np.searchsorted(found, sid[real]), minlength=len(found)), out=offs[1:])
+    return found, Sets(offs, elems[real])
+
+
+@njit(cache=True)
+def _set_ids(offs: np.ndarray, elems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(id of each set, the first set of each id): equal sets (same elements in the same
+    order) share an id. Sets are hashed, and sets with one hash compared element by
+    element, so no two different sets ever share an id."""
+    n = len(offs) - 1
+    h = np.empty(n, np.uint64)
+    for i in range(n):
+        x = np.uint64(14695981039346656037)
+        for e in range(offs[i], offs[i + 1]):
+            x = (x ^ np.uint64(elems[e] + 1)) * np.uint64(1099511628211)
+        h[i] = (x ^ np.uint64(offs[i + 1] - offs[i])) * np.uint64(1099511628211)
+    order = np.argsort(h, kind="mergesort")
+    ids = np.empty(n, np.int64)
+    first = np.empty(n, np.int64)
+    count = 0
+    i = 0
+    while i < n:
+        j = i
+        while j < n and h[order[j]] == h[order[i]]:
+            j += 1
+        base = count
+        for a in range(i, j):
+            s = order[a]
+            found = -1
+            for c in range(base, count):
+                t = first[c]
+                ln = offs[s + 1] - offs[s]
+                if ln != offs[t + 1] - offs[t]:
+                    continue
+                same = True
+                for e in range(ln):
+                    if elems[offs[s] + e] != elems[offs[t] + e]:
+                        same = False
+                        break
+                if same:
+                    found = c
+                    break
+            if found < 0:
+                first[count] = s
+                found = count
+                count += 1
+            ids[s] = found
+        i = j
+    return ids, first[:count]
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The run's classes and (class, old set) pairs, computed once for measure and store."""
+
+    codes: Codes | None  # None without a sensitive column
+    released: np.ndarray  # the rows released (gid >= 0)
+    pair_gid: np.ndarray  # per pair of (class, old set): its class
+    pair_old: np.ndarray  # its old set (-1: none)
+    members: np.ndarray  # its rows that the map held
+    pair_of_row: np.ndarray  # per released row, its pair
+    class_size: np.ndarray  # per pair, the rows of its class
+    kept: Sets | None  # per pair: the values its rows keep, by rank (None: no sensitive)
+    plausible: np.ndarray  # per pair: rows of its class holding one of them
+    shown: Sets | None  # per group id: its rows' values with repeats, by rank
+
+
+def _distinct_pairs(a: np.ndarray, b: np.ndarray, width: int
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """(keys a * width + b, sorted and distinct; how many rows hold each; each row's key's
+    place): counted in one bincount where the keys are few enough, else by a sort."""
+    key = a.astype(np.int64) * width + b
+    space = (int(a.max()) + 1) * width if len(a) else 0
+    if space <= max(2 * len(a), 1 << 20):
+        counts = np.bincount(key, minlength=space)
+        keys = np.flatnonzero(counts)
+        place = np.cumsum(counts > 0, dtype=np.int64) - 1
+        return keys, counts[keys], place[key].astype(np.int32)
+    keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    return keys, counts, inverse.reshape(-1).astype(np.int32)
+
+
+def _run(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
+    if release_id not in rows.runs:
+        rows.runs[release_id] = _classes(conn, release_id, rows)
+    return rows.runs[release_id]
+
+
+def _classes(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
+    gid = np.asarray(rows.gid)
+    released = np.flatnonzero(gid >= 0).astype(np.int32)
+    g = gid[released].astype(np.int32)
+    sizes = np.bincount(g) if len(g) else np.zeros(0, np.int64)
+    old = rows.old
+    mapped = old.mapped[released] if old is not None else np.zeros(len(g), dtype=bool)
+    vid = (np.asarray(old.vid)[released].astype(np.int32) if old is not None and rows.tags
+           is not None else np.full(len(g), -1, dtype=np.int32))  # fmt: skip
+    span = int(vid.max()) + 2 if len(vid) else 1
+    pkeys, _, pair_of_row = _distinct_pairs(g, vid + 1, span)
+    del vid
+    pair_gid, pair_old = pkeys // span, pkeys % span - 1
+    members = np.bincount(pair_of_row, weights=mapped, minlength=len(pkeys)).astype(np.int64)
+    del mapped
+    class_size = sizes[pair_gid].astype(np.int64)
+    if rows.tags is None:
+        return _Run(None, released, pair_gid, pair_old, members, pair_of_row, class_size,
+                    None, class_size, None)  # fmt: skip
+    codes = Codes(rows.tags)
+    with_old = pair_old >= 0
+    wanted = np.unique(pair_old[with_old])
+    _, old_sets = _aligned(wanted, *read_sets(conn, composition.sets_of(conn, release_id),
+                                              wanted, codes))  # fmt: skip
+    rank = codes.rank()
+    width = len(codes.tags)
+    # Each class's values (distinct, by rank) with their rows, and its values with repeats.
+    ckeys, ccount, _ = _distinct_pairs(g, rank[np.asarray(rows.tags.codes)[released]], width)
+    del g
+    cls_gid = ckeys // width
+    cls_code = np.argsort(rank)[ckeys % width]
+    cls_offs = np.searchsorted(cls_gid, np.arange(len(sizes) + 1))
+    classes = Sets(cls_offs.astype(np.int64), cls_code)
+    shown = Sets(np.r_[0, np.cumsum(sizes)].astype(np.int64),
+                 np.repeat(cls_code.astype(np.int32), ccount))  # fmt: skip
+    # Each pair's candidate values: its old set's, or without one its class's own.
+    source = _concat(classes, old_sets)
+    which = np.where(with_old, len(classes) + np.searchsorted(wanted, pair_old), pair_gid)
+    cand = source.take(which)
+    owner = cand.owner()
+    # A candidate is kept when the class holds it; those rows of the class are plausible.
+    ckey = pair_gid[owner] * width + rank[cand.elems]
+    at = np.minimum(np.searchsorted(ckeys, ckey), max(len(ckeys) - 1, 0))
+    held = ckeys[at] == ckey if len(ckeys) else np.zeros(len(ckey), dtype=bool)
+    kept_owner, kept_code = owner[held], cand.elems[held]
+    order = np.lexsort((rank[kept_code], kept_owner))
+    kept_owner, kept_code = kept_owner[order], kept_code[order]
+    offs = np.zeros(len(pkeys) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kept_owner, minlength=len(pkeys)), out=offs[1:])
+    plausible = np.bincount(owner[held], weights=ccount[at[held]], minlength=len(pkeys))
+    return _Run(codes, released, pair_gid, pair_old, members, pair_of_row, class_size,
+                Sets(offs, kept_code), plausible.astype(np.int64), shown)  # fmt: skip
+
+
+def measure(conn: psycopg.Connection, release_id: int, rows: Mapped, k: int,
+            values_needed: int, spread: Spread | None = None) -> Composition | None:  # fmt: skip
+    """composition.measure's figures for these rows (None on a first run)."""
+    if rows.old is None:
+        return None
+    run = _run(conn, release_id, rows)
+    return _figures(run, k, values_needed, spread)
+
+
+def _figures(run: _Run, k: int, values_needed: int, spread: Spread | None) -> Composition:
+    judged = run.members > 0
+    members, pr = run.members[judged], run.plausible[judged]
+    with_old = run.pair_old[judged] >= 0
+    pv = run.kept.sizes()[judged] if run.kept is not None else np.zeros(len(pr), np.int64)
+    out = Composition(
+        int(members.sum()),
+        int(pr.min()) if len(pr) else None,
+        int(pv[with_old].min()) if with_old.any() else None,
+        int(members[pr < k].sum()),
+        int(members[with_old & (pv < values_needed)].sum()),
+    )
+    if spread is None:
+        return out
+    fewest, below = _categories(run, spread)
+    return replace(out, min_plausible_categories=fewest, rows_below_categories=below)
+
+
+def _categories(run: _Run, spread: Spread) -> tuple[int | None, int]:
+    """composition._categories: per pair with an old set, the categories its kept values fill
+    to their need; the fewest, and the rows of pairs below the spread's least."""
+    assert run.codes is not None and run.kept is not None
+    cats = sorted(set(spread.category.values()), key=str)
+    index = {c: i for i, c in enumerate(cats)}
+    need = np.array([spread.need[c] for c in cats], dtype=np.int64)
+    values = [composition.value_of(t) for t in run.codes.tags]
+    category = np.array([index[spread.category[v]] if v in spread.category else -1
+                         for v in values], dtype=np.int64)  # fmt: skip
+    pairs = np.flatnonzero(run.pair_old >= 0)
+    if not len(pairs):
+        return None, 0
+    kept = run.kept.take(pairs)
+    owner, cat = kept.owner(), category[kept.elems]
+    ok = cat >= 0
+    width = len(cats) + 1
+    counts = np.bincount(owner[ok] * width + cat[ok], minlength=len(pairs) * width)
+    counts = counts.reshape(len(pairs), width)[:, : len(cats)]
+    filled = ((counts > 0) & (counts >= need)).sum(axis=1)
+    members = run.members[pairs]
+    return int(filled.min()), int(members[filled < spread.least].sum())
+
+
+def released_tags(conn: psycopg.Connection, rows: Mapped) -> dict[str, int]:
+    """composition.released_tags for these rows: the release's rows per tagged value."""
+    if rows.tags is None:
+        return {}
+    tag = np.asarray(rows.tags.codes)[np.asarray(rows.gid) >= 0]
+    n = np.bincount(tag, minlength=len(rows.tags.values))
+    return {str(t): int(c) for t, c in zip(rows.tags.values, n.tolist(), strict=True) if c}
+
+
+def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
+    """Replace the release's map by this run's, as composition.store lays it out: fresh tables
+    written by COPY, then swapped in for the old ones."""
+    run = _run(conn, release_id, rows)
+    del rows.runs[release_id]  # the map is replaced: its figures are the measure's no more
+    fresh = composition.fresh_tables(conn, release_id)
+    gid = np.asarray(rows.gid, dtype=np.int64)
+    n = len(gid)
+    old = rows.old
+    held = (np.flatnonzero((gid < 0) & old.mapped) if old is not None
+            else np.zeros(0, dtype=np.int64))  # fmt: skip
+    codes = run.codes
+    # The sets: each pair's kept values, and the old set of each row held back, once each.
+    vid = np.full(n, _NULL32, dtype=np.int32)
+    sid = np.full(n, _NULL32, dtype=np.int32)
+    sid[run.released] = gid[run.released]
+    set_rows: Sets | None = None
+    held_shown: tuple[np.ndarray, Sets] | None = None
+    if codes is not None and run.kept is not None and run.shown is not None:
+        assert old is not None or not len(held)
+        rank = codes.rank()
+        held_vid = np.asarray(old.vid, dtype=np.int64)[held] if len(held) else held
+        wanted = np.unique(held_vid[held_vid >= 0])
+        ids, sets = read_sets(conn, composition.sets_of(conn, release_id), wanted, codes)
+        every = _concat(run.kept, _by_rank(sets, rank))
+        set_id, first = _set_ids(every.offs, every.elems)
+        set_rows = every.take(first)
+        vid[run.released] = set_id[run.pair_of_row]
+        has, at = _found(held_vid, ids)
+        vid[held[has]] = set_id[len(run.kept) + at[has]]
+        held_sid = np.asarray(old.sid, dtype=np.int64)[held] if len(held) else held
+        sids, shown = read_sets(conn, composition.shown_in(conn, release_id),
+                                held_sid[held_sid >= 0], codes)  # fmt: skip
+        base = len(run.shown)  # after every group id of this release
+        has, at = _found(held_sid, sids)
+        sid[held[has]] = base + at[has]
+        held_shown = (base + np.arange(len(sids)), _by_rank(shown, rank))
+    map_gid = gid.astype(np.int32)
+    if len(held):
+        wait = np.asarray(rows.wait, dtype=np.int64)[held] if rows.wait is not None else (
+            np.full(len(held), -1, dtype=np.int64))  # fmt: skip
+        map_gid[held] = np.where(wait >= 0, -2 - wait, -1)
+    copy_rows(
+        conn, sql.SQL("COPY {} (release_id, key, gid, vid, sid, fp) FROM STDIN (FORMAT BINARY)"
+                      ).format(fresh[None]),
+        [Field.constant(release_id), Field.entries(Dictionary.of_keys(rows.keys)),
+         Field.int4(map_gid), _int4(vid), _int4(sid),
+         Field(HEX, dictionary=Dictionary.of_keys(rows.fp))],
+        np.r_[run.released, held],
+    )  # fmt: skip
+    if codes is not None and set_rows is not None and run.shown is not None:
+        tags = Dictionary.of(codes.tags)
+        _copy_sets(conn, fresh["sets"], np.arange(len(set_rows)), set_rows, tags)
+        present = np.flatnonzero(run.shown.sizes() > 0)
+        _copy_sets(conn, fresh["shown"], present, run.shown.take(present), tags)
+        if held_shown is not None and len(held_shown[0]):
+            _copy_sets(conn, fresh["shown"], held_shown[0], held_shown[1], tags)
+    composition.swap_in(conn, release_id, fresh)
+
+
+_NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL, in an int32 array
+
+
+def _int4(values: np.ndarray) -> Field:
+    """An int4 field of int32 ids, NULL where _NULL32."""
+    return Field.int4(values, null=_NULL32)
+
+
+def _found(ids: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per id, whether `found` (sorted) holds it, and where."""
+    at = np.searchsorted(found, ids)
+    ok = (ids >= 0) & (at < len(found))
+    ok[ok] = found[at[ok]] == ids[ok]
+    return ok, at
+
+
+def _by_rank(sets: Sets, rank: np.ndarray) -> Sets:
+    """The same sets, each one's elements sorted by their text."""
+    owner = sets.owner()
+    order = np.lexsort((rank[sets.elems], owner))
+    return Sets(sets.offs, sets.elems[order])
+
+
+def _copy_sets(conn: psycopg.Connection, table: sql.Identifier, ids: np.ndarray, sets: Sets,
+               tags: Dictionary) -> None:  # fmt: skip
+    """Rows (id, text[]) of a map's sets or shown values."""
+    copy_rows(
+        conn, sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(table),
+        [Field.int4(np.asarray(ids, dtype=np.int64)),
+         Field(TEXTS, dictionary=tags, elements=(sets.offs, sets.elems))],
+        np.arange(len(sets)),
+    )  # fmt: skip

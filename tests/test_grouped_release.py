@@ -1,0 +1,79 @@
+"""A grouping release written from arrays (dbanon.methods.grouped_rows) shows each group's true
+bounds and every released column as the source holds it.
+
+A group's bounds are its least and greatest values even where a float8 cannot tell its values
+apart (numerics of 20 digits, bigints beyond 2^53: the algorithm reads them as float8); a
+released column of a type without a binary form (aclitem) is released as the source holds it;
+and the rows come in an order that is not the source's. Each check reads the released relation
+with plain SQL."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import psycopg
+import pytest
+from helpers import cli_json, make_table
+from psycopg import sql
+
+
+@pytest.mark.parametrize("method", ["mondrian", "kmember"])
+def test_bounds_are_exact_beyond_float8(conn: psycopg.Connection, dsn: str, method: str) -> None:
+    """40 numerics a step of 1e-10 apart around 1.2e9 (one float8 for them all) and 40 bigints
+    around 2^53 in one group of 40: the release shows [least,greatest] of each exactly."""
+    base, big = "1234567890.0123456789", 2**53 + 1
+    rows = [(i, f"{base[:-2]}{(89 + 37 * i) % 100:02d}", big + (17 * i) % 40, "x")
+            for i in range(40)]  # fmt: skip
+    make_table(conn, "src", "exact", [("id", "int"), ("n", "numeric"), ("b", "bigint"),
+                                      ("s", "text")], rows)  # fmt: skip
+    conn.commit()
+    code, out = cli_json(dsn, "publish", f"ex_{method}", "--source", "src.exact", "--key", "id",
+                         "--qi", "n,b", "--k", "40", "--algorithm", method,
+                         "--target", f"rel.ex_{method}")  # fmt: skip
+    assert code == 0, out
+    got = conn.execute(sql.SQL("SELECT DISTINCT n, b FROM {}").format(
+        sql.Identifier("rel", f"ex_{method}"))).fetchall()  # fmt: skip
+    values = sorted(Decimal(r[1]) for r in rows)
+    low, high = (format(v.normalize(), "f") for v in (values[0], values[-1]))
+    assert got == [(f"[{low},{high}]", f"[{big},{big + 39}]")], got
+
+
+def test_a_column_without_a_binary_form_is_released_as_it_is(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """A --keep column of type aclitem (no binary send or receive) comes out as the source
+    holds it, in a column of its type; the sensitive column as it is too."""
+    make_table(conn, "src", "acl", [("id", "int"), ("age", "int"), ("dx", "text"),
+                                    ("acl", "aclitem")],
+               [(i, 20 + i % 30, "abc"[i % 3], ["=r", "=rw", "=arwd"][i % 3] + "/postgres")
+                for i in range(60)])  # fmt: skip
+    conn.commit()
+    code, out = cli_json(dsn, "publish", "acl", "--source", "src.acl", "--key", "id", "--qi",
+                         "age", "--sensitive", "dx", "--keep", "acl", "--allow-identifying",
+                         "acl", "--k", "3", "--algorithm", "mondrian", "--target", "rel.acl")
+    assert code == 0, out
+    kinds = dict(conn.execute(
+        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = 'rel.acl'::regclass AND attnum > 0").fetchall())  # fmt: skip
+    assert kinds["acl"] == "aclitem" and kinds["dx"] == "text"
+    released = conn.execute("SELECT dx, acl::text FROM rel.acl ORDER BY 2, 1").fetchall()
+    source = conn.execute("SELECT dx, acl::text FROM src.acl ORDER BY 2, 1").fetchall()
+    assert released == source
+
+
+def test_rows_are_not_in_the_source_order(conn: psycopg.Connection, dsn: str) -> None:
+    """2,000 rows, each its own marker (kept): the release's physical order is a permutation
+    far from the source's (a rank correlation near 0)."""
+    make_table(conn, "src", "order", [("id", "int"), ("age", "int"), ("mark", "int")],
+               [(i, i // 10, i) for i in range(2000)])  # fmt: skip
+    conn.commit()
+    code, out = cli_json(dsn, "publish", "ord", "--source", "src.order", "--key", "id", "--qi",
+                         "age", "--keep", "mark", "--allow-identifying", "mark", "--k", "5",
+                         "--algorithm", "mondrian", "--target", "rel.ord")  # fmt: skip
+    assert code == 0, out
+    marks = [r[0] for r in conn.execute("SELECT mark FROM rel.ord")]
+    assert sorted(marks) == list(range(2000))
+    n = len(marks)
+    mean = (n - 1) / 2
+    cov = sum((i - mean) * (m - mean) for i, m in enumerate(marks)) / n
+    assert abs(cov / ((n * n - 1) / 12)) < 0.1
