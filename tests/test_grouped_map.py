@@ -27,11 +27,11 @@ def _arrays(conn: psycopg.Connection, table: str, rid: int, gid: dict[int, int],
     """This run's rows of `table` (id, dx) as a grouping build holds them: groups, tags,
     fingerprints, and what the map holds of each row (read here as the extract reads it)."""
     rows = conn.execute(sql.SQL(
-        "SELECT id, coalesce('v:' || dx::text, 'n'), decode(md5(ROW(dx)::text), 'hex') "
+        "SELECT id, coalesce('v:' || dx::text, 'n'), "
+        "('x' || left(md5(ROW(dx)::text), 16))::bit(64)::int8 "
         "FROM {} ORDER BY id").format(sql.SQL(table))).fetchall()  # fmt: skip
     ids = [r[0] for r in rows]
-    fp = Keys(np.frombuffer(b"".join(r[2] for r in rows), dtype=np.uint8).copy(),
-              np.full(len(rows), 16, dtype=np.int32))  # fmt: skip
+    fp = np.array([r[2] for r in rows], dtype=np.int64)
     old = None
     if composition.has_map(conn, rid):
         held = {k: (v, s) for k, v, s in conn.execute(sql.SQL(

@@ -77,3 +77,37 @@ def test_rows_are_not_in_the_source_order(conn: psycopg.Connection, dsn: str) ->
     mean = (n - 1) / 2
     cov = sum((i - mean) * (m - mean) for i, m in enumerate(marks)) / n
     assert abs(cov / ((n * n - 1) / 12)) < 0.1
+
+
+@pytest.mark.parametrize("values", [20, 100])  # a set's values as bits of one integer, or not
+def test_value_sets_are_the_values_their_rows_hold(
+    conn: psycopg.Connection, dsn: str, values: int
+) -> None:
+    """A categorical QI without a hierarchy is released per group as its value, `*` or the
+    set of its values: the rows showing a label hold exactly the values it names (rows matched
+    by a kept marker), quoting and all."""
+    odd = ["a,b", 'q"t', "x y", "{z}", "NULL", "é"]
+    rows = [(i, (odd + [f"v{j:03d}" for j in range(values)])[(i * 7919) % (values + 6)], i)
+            for i in range(600)]  # fmt: skip
+    make_table(conn, "src", f"sets{values}", [("id", "int"), ("code", "text"),
+                                               ("mark", "int")], rows)  # fmt: skip
+    conn.commit()
+    name = f"sets{values}"
+    code, out = cli_json(dsn, "publish", name, "--source", f"src.{name}", "--key", "id",
+                         "--qi", "code", "--keep", "mark", "--allow-identifying", "mark",
+                         "--k", "4", "--algorithm", "mondrian", "--target", f"rel.{name}")
+    assert code == 0, out
+    value_of = {i: v for i, v, _ in rows}
+    shown: dict[str, set[str]] = {}
+    for label, mark in conn.execute(sql.SQL("SELECT code, mark FROM {}").format(
+            sql.Identifier("rel", name))):  # fmt: skip
+        shown.setdefault(label, set()).add(value_of[mark])
+    domain = {v for _, v, _ in rows}
+    for label, held in shown.items():
+        if label == "*":
+            assert held <= domain
+        elif label.startswith("{") and held != {label}:  # a set, as text[] reads it
+            named = conn.execute("SELECT %s::text[]", [label]).fetchone()[0]
+            assert set(named) == held and len(named) > 1, (label, held)
+        else:  # one value (a value may look like a set: "{z}" alone is itself)
+            assert held == {label}, (label, held)

@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from dbanon.db import rows
-from dbanon.db.rows import HEX, NULL_INT, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.rows import HEX, HEX8, NULL_INT, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Keys, copy_columns
 
 WORDS = ["", "a", "é", "Ünïcødé ✓", "x" * 300, "tab\there", "13021", "{1,2}", "\"q\""]
@@ -25,6 +25,7 @@ def _fields(n: int, groups: int, rng: np.random.Generator) -> tuple[list[Field],
     per_row = [None if i % 11 == 0 else WORDS[i % len(WORDS)] + str(i) for i in range(n)]
     ints = rng.integers(-(2**31), 2**31, n)
     ints[::13] = NULL_INT
+    fps = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
     raw = rng.integers(0, 256, (n, 16)).astype(np.uint8)
     hexed = Dictionary(np.arange(n, dtype=np.int64) * 16, np.full(n, 16, np.int32), raw.ravel())
     tags = Dictionary.of(WORDS)
@@ -41,6 +42,7 @@ def _fields(n: int, groups: int, rng: np.random.Generator) -> tuple[list[Field],
         Field(HEX, dictionary=hexed),
         Field(TEXTS, which, gid, tags, (offs, elems)),
         Field.int4(np.arange(n)),  # the row's number, to read them back in the order written
+        Field(HEX8, fps),
     ]
     want = [
         [labels[g] for g in gid],
@@ -51,6 +53,7 @@ def _fields(n: int, groups: int, rng: np.random.Generator) -> tuple[list[Field],
         [bytes(r).hex() for r in raw],
         [None if which[g] < 0 else [WORDS[e] for e in lists[g]] for g in gid],
         list(range(n)),
+        [int(x).to_bytes(8, "big", signed=True).hex() for x in fps],
     ]
     return fields, want
 
@@ -64,9 +67,9 @@ def test_every_field_kind_reads_back(
     rng = np.random.default_rng(3)
     n, groups = 500, 37
     fields, want = _fields(n, groups, rng)
-    assert len(rows._per_group(fields)) == len(fields) - 1  # the first two packed as one
+    assert len(rows._per_group(fields, n)) == len(fields) - 1  # the first two packed as one
     conn.execute("CREATE TEMP TABLE r (l text, g int4, w text, i int4, c int4, h text, t text[], "
-                 "n int4)")  # fmt: skip
+                 "n int4, x text)")  # fmt: skip
     order = rng.permutation(n)[: n - 20]  # rows in any order, some not at all
     copy_rows(conn, sql.SQL("COPY r FROM STDIN (FORMAT BINARY)"), fields, order)
     got = conn.execute("SELECT * FROM r ORDER BY n").fetchall()

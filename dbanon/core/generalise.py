@@ -23,7 +23,7 @@ column groups, sorts and exports as it reads.
   tests it), or `*` when the group holds every value of the column. A set claims exactly what
   is there; a shared prefix (`130**`) would claim values the group lacks, and is a hierarchy's
   job. Its loss is (values covered - 1) / (values of the column - 1), 0 for one value, 1 for
-  `*` (`value_set_loss`). Both are computed per group from leaf codes in numpy
+  `*` (`set_loss`). Both are computed per group from leaf codes in numpy
   (`group_labels`), once per group, never per row, and without reading the catalog.
 `--ranges typed` releases PostgreSQL ranges for consumers who compute with them (`@>`,
 `lower()`, `&&`): the same intervals, the whole domain being the unbounded range `(,)`. A column
@@ -229,13 +229,6 @@ def _element(v: str) -> str:
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _distinct(a: np.ndarray) -> np.ndarray:
-    """The sorted distinct values of an integer array (a sort: cheaper than np.unique's
-    hashing on large arrays)."""
-    a = np.sort(a, kind="stable")
-    return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
-
-
 @dataclass(frozen=True)
 class GroupIndex:
     """Rows sorted by group, once for every column labelled: the row order that sorts them,
@@ -248,7 +241,7 @@ class GroupIndex:
     @classmethod
     def of(cls, gid: np.ndarray) -> GroupIndex:
         gid = np.asarray(gid)
-        order = np.argsort(gid, kind="stable")
+        order = np.argsort(gid, kind="stable").astype(np.int32)
         sg = gid[order]
         starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else (
             np.zeros(0, dtype=np.int64))  # fmt: skip
@@ -257,45 +250,70 @@ class GroupIndex:
 
 def group_labels(
     h: Hierarchy, codes: np.ndarray, index: GroupIndex, as_set: bool
-) -> tuple[np.ndarray, list[str]]:
-    """(label id of each group of `index`, the labels): the label of the lowest common
-    ancestor of the group's leaves in `h` (ids: hierarchy nodes, labels: h.labels), or with
-    `as_set` (a column without a hierarchy, `h` its flat one) the value, the set of values
-    present, or `*` for all of them (ids into the distinct labels made)."""
+) -> tuple[np.ndarray, list[str], np.ndarray | None]:
+    """(label id of each group of `index`, the labels, and with `as_set` the values each group
+    covers): the label of the lowest common ancestor of the group's leaves in `h` (ids:
+    hierarchy nodes, labels: h.labels), or with `as_set` (a column without a hierarchy, `h`
+    its flat one) the value, the set of values present, or `*` for all of them (ids into the
+    distinct labels made, each made once)."""
     order, starts = index.order, index.starts
     leaves = np.asarray(codes)[order]
     if not as_set:
-        # Balanced trees: the LCA of a group is at the lowest level where its ancestors agree.
-        anc = h.ancestor_table()[leaves]
-        level = np.full(len(starts), h.height, dtype=np.int64)
-        for lv in range(h.height - 1, -1, -1):
-            col = anc[:, lv]
-            agree = np.maximum.reduceat(col, starts) == np.minimum.reduceat(col, starts)
-            level = np.where(agree, lv, level)
-        nodes = anc[starts, level] if len(starts) else np.zeros(0, np.int64)
-        return np.asarray(nodes, dtype=np.int64), list(h.labels)
+        # Balanced trees: the LCA of a group is at the lowest level where its ancestors agree
+        # (one level's ancestors of every row at a time: no table of rows x levels).
+        table = h.ancestor_table()
+        nodes = np.zeros(len(starts), dtype=np.int64)  # every group agrees at the root
+        found = np.zeros(len(starts), dtype=bool)
+        for lv in range(h.height + 1):
+            col = table[leaves, lv]
+            agree = ~found & (np.maximum.reduceat(col, starts) == np.minimum.reduceat(col, starts)
+                              ) if len(starts) else found  # fmt: skip
+            nodes[agree] = col[starts[agree]]
+            found |= agree
+        return nodes, list(h.labels), None
+    top = int(leaves.max()) + 1 if len(leaves) else 0
+    if top <= 64:  # each group's values as the bits of one integer: a label per distinct set
+        masks = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), leaves.astype(np.uint64)),
+                                       starts) if len(starts) else np.zeros(0, np.uint64)
+        distinct, ids = np.unique(masks, return_inverse=True)
+        sets = [[v for v in range(top) if int(m) >> v & 1] for m in distinct.tolist()]
+        covered = np.array([len(x) for x in sets], dtype=np.int64)[ids.reshape(-1)]
+        return ids.reshape(-1).astype(np.int64), [_set_label(h, x) for x in sets], covered
     # Distinct (group, leaf) pairs, sorted: each group's values are one run of them.
-    group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(leaves)]))
+    pairs = np.repeat(np.arange(len(starts), dtype=np.int64), np.diff(np.r_[starts, len(leaves)]))
     width = int(leaves.max()) + 1 if len(leaves) else 1
-    pairs = _distinct(group.astype(np.int64) * width + leaves)
+    pairs *= width
+    pairs += leaves
+    pairs.sort()
+    pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]] if len(pairs) else pairs
     owner, value = pairs // width, (pairs % width).tolist()
     bounds = np.r_[0, np.flatnonzero(np.diff(owner)) + 1, len(pairs)].tolist()
-    domain, names = len(h.leaves), h.labels
-    # value_set's form, each element quoted once and the elements in the order of their text
-    quoted = [_element(v) for v in names]
-    rank = {node: i for i, node in enumerate(sorted(range(len(names)), key=names.__getitem__))}
     made: dict[str, int] = {}
     ids = np.empty(len(starts), dtype=np.int64)
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
-        if b - a == 1:
-            label = names[value[a]]
-        elif b - a == domain:
-            label = WHOLE
-        else:
-            members = sorted(value[a:b], key=rank.__getitem__)
-            label = "{" + ",".join([quoted[v] for v in members]) + "}"
-        ids[i] = made.setdefault(label, len(made))
-    return ids, list(made)
+        ids[i] = made.setdefault(_set_label(h, value[a:b]), len(made))
+    return ids, list(made), np.diff(np.asarray(bounds, dtype=np.int64))
+
+
+def _set_label(h: Hierarchy, values: list[int]) -> str:
+    """The released label of a group of these distinct leaves of a flat hierarchy: the value,
+    `*` for all of them, else their set (value_set's form, elements in the order of their
+    text)."""
+    names = h.labels
+    if len(values) == 1:
+        return names[values[0]]
+    if len(values) == len(h.leaves):
+        return WHOLE
+    return "{" + ",".join(_element(names[v]) for v in sorted(values, key=names.__getitem__)) + "}"
+
+
+def set_loss(covered: np.ndarray, index: GroupIndex, rows: int, domain: int) -> float:
+    """Mean over rows of (values in the row's group - 1) / (domain - 1): the loss of a column
+    released as value sets (0 when the column has one value), from each group's values."""
+    if not rows or domain <= 1:
+        return 0.0
+    sizes = np.diff(np.r_[index.starts, rows])
+    return float(((covered - 1) / (domain - 1) * sizes).sum() / rows)
 
 
 def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -314,14 +332,3 @@ def values_per_group(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
     np.not_equal(key[1:], key[:-1], out=new[1:])
     del key
     return np.add.reduceat(new, starts, dtype=np.int64)
-
-
-def value_set_loss(codes: np.ndarray, index: GroupIndex, domain: int) -> float:
-    """Mean over rows of (values in the row's group - 1) / (domain - 1): the loss of a column
-    released as value sets (0 when the column has one value); `index` groups the rows."""
-    codes = np.asarray(codes, dtype=np.int64)
-    if not len(codes) or domain <= 1:
-        return 0.0
-    covered = values_per_group(codes[index.order], index.starts)
-    sizes = np.diff(np.r_[index.starts, len(codes)])
-    return float(((covered - 1) / (domain - 1) * sizes).sum() / len(codes))

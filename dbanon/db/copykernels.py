@@ -1,6 +1,7 @@
-"""The compiled (numba) kernels of dbanon.db.stream: index the fields of a binary COPY chunk,
-gather fixed-width fields, concatenate text bytes, pack (key, id) rows for COPY in. Kept apart
-so that importing the streaming module does not load numba."""
+"""The compiled (numba) kernels of dbanon.db.stream and dbanon.db.rows: index the fields of a
+binary COPY chunk, gather fixed-width fields, concatenate text bytes, code text values, pack rows
+for COPY in. Kept apart so that importing the streaming module does not load numba. The parsing
+kernels release the GIL (nogil): a chunk is parsed in a thread while the next one is read."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def int32(buf: np.ndarray, p: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def scan(
     buf: np.ndarray, pos: int, nf: int, offs: np.ndarray, lens: np.ndarray
 ) -> tuple[int, int, int]:
@@ -53,7 +54,7 @@ def scan(
     return r, pos, 0
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def gather(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, width: int) -> np.ndarray:
     """uint8[rows, width]: each field's bytes, zero-padded (NULL: all zero)."""
     out = np.zeros((len(offs), width), np.uint8)
@@ -63,7 +64,7 @@ def gather(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, width: int) -> n
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def concat(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """The fields' bytes one after another (NULL: none)."""
     total = 0
@@ -121,9 +122,10 @@ def pack(
 
 
 # Field kinds of `pack_rows` (dbanon.db.rows): the bytes of a dictionary entry, an int4, the
-# hex text of an entry's bytes, a text[] of entries, and fields packed already (an entry's
-# bytes as they are, length words included: several fields at once).
-BYTES, INT4, HEX, TEXTS, PACKED = 0, 1, 2, 3, 4
+# hex text of an entry's bytes, a text[] of entries, fields packed already (an entry's bytes
+# as they are, length words included: several fields at once), and the 16 hex digits of an
+# int8 (its big-endian bytes).
+BYTES, INT4, HEX, TEXTS, PACKED, HEX8 = 0, 1, 2, 3, 4, 5
 NULL_INT = -(1 << 63)  # an INT4 field's NULL
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -137,6 +139,8 @@ def _sizes(kind: int, v: np.ndarray, ln: np.ndarray, offs: np.ndarray, elems: np
         x = v[r]
         if kind == INT4:
             out[r] = -1 if x == NULL_INT else 4
+        elif kind == HEX8:
+            out[r] = 16
         elif x < 0:
             out[r] = -1
         elif kind == TEXTS:
@@ -166,6 +170,11 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
             continue
         if kind == INT4:
             put32(out, p, x)
+        elif kind == HEX8:
+            for b in range(8):
+                byte = (x >> (56 - 8 * b)) & 255
+                out[p + 2 * b] = digits[byte >> 4]
+                out[p + 2 * b + 1] = digits[byte & 15]
         elif kind == TEXTS:
             count = offs[x + 1] - offs[x]
             put32(out, p, 1 if count else 0)  # dimensions
@@ -371,7 +380,7 @@ def range_labels(
     return out_starts, out_lens, out[:p]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(local code of each field, -1 for NULL; the first field of each distinct value): a
     chunk's text values told apart by an open-addressing hash of their bytes."""

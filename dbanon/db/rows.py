@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import copykernels as _k
-from dbanon.db.copykernels import BYTES, HEX, INT4, NULL_INT, PACKED, TEXTS
+from dbanon.db.copykernels import BYTES, HEX, HEX8, INT4, NULL_INT, PACKED, TEXTS
 from dbanon.db.stream import _HEADER, Keys
 
 STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
@@ -58,15 +58,16 @@ class Dictionary:
         return cls(starts, lens, np.frombuffer(blob, dtype=np.uint8).copy())
 
 
-__all__ = ["BYTES", "HEX", "INT4", "NULL_INT", "TEXTS", "Dictionary", "Field", "copy_rows"]
+__all__ = ["BYTES", "HEX", "HEX8", "INT4", "NULL_INT", "TEXTS", "Dictionary", "Field", "copy_rows"]
 
 
 @dataclass(frozen=True)
 class Field:
     """One column of the rows: per row, values[via[row]] (values[row] without `via`; the row
     itself without `values`), read as `kind` says: an entry of `dictionary` (BYTES, or HEX: its
-    bytes as hex text), an int4 (INT4; NULL_INT for NULL), or the text[] of the entries of
-    `dictionary` that `elements` lists for it (TEXTS: offsets, entry ids)."""
+    bytes as hex text), an int4 (INT4; NULL_INT for NULL), an int8 as 16 hex digits (HEX8),
+    or the text[] of the entries of `dictionary` that `elements` lists for it (TEXTS:
+    offsets, entry ids)."""
 
     kind: int
     values: np.ndarray | None = None
@@ -113,7 +114,7 @@ def copy_rows(
     (row numbers, in the order written), each row's fields as `fields` say. Fields looked up
     through one per-row index (a row's group) side by side are packed once per group, so
     that a row in random order reads one place for them."""
-    fields = _per_group(fields)
+    fields = _per_group(fields, len(rows))
     dicts = [f.dictionary or _EMPTY for f in fields]
     kinds = np.array([f.kind for f in fields], dtype=np.int64)
     width = np.array([f.width for f in fields], dtype=np.int64)
@@ -128,7 +129,7 @@ def copy_rows(
     offs, elems = lists[0] if lists else _NO_LIST
     offs = np.ascontiguousarray(offs, dtype=np.int64)
     elems = np.ascontiguousarray(elems, dtype=np.int64)
-    rows = np.asarray(rows, dtype=np.int64)
+    rows = np.asarray(rows)
     with conn.cursor() as cur, cur.copy(command) as copy:
         copy.write(_HEADER)
         for lo in range(0, len(rows), STEP):
@@ -144,9 +145,10 @@ def copy_rows(
 _NO_LIST = (np.zeros(1, np.int64), np.zeros(0, np.int64))
 
 
-def _per_group(fields: Sequence[Field]) -> list[Field]:
+def _per_group(fields: Sequence[Field], rows: int) -> list[Field]:
     """The fields, each run of two or more side by side read through the same per-row index
-    (`via`) replaced by one PACKED field: their values packed once per index entry."""
+    (`via`) replaced by one PACKED field: their values packed once per index entry, where the
+    entries are far fewer than the rows (a row's group; not a row's own number)."""
     out: list[Field] = []
     i = 0
     while i < len(fields):
@@ -156,13 +158,13 @@ def _per_group(fields: Sequence[Field]) -> list[Field]:
                 fields[j].kind not in (TEXTS, PACKED)):  # fmt: skip
             j += 1
         run = fields[i:j]
-        if len(run) < 2 or fields[i].kind in (TEXTS, PACKED):
+        # what `via` can point at: every field's values (or dictionary entries) hold as many
+        entries = min((len(f.values) if f.values is not None else len(f.dictionary or _EMPTY)
+                       for f in run), default=0)  # fmt: skip
+        if len(run) < 2 or fields[i].kind in (TEXTS, PACKED) or 2 * entries > rows:
             out.append(fields[i])
             i += 1
             continue
-        # what `via` can point at: every field's values (or dictionary entries) hold as many
-        entries = min(len(f.values) if f.values is not None else len(f.dictionary or _EMPTY)
-                      for f in run)  # fmt: skip
         dicts = [f.dictionary or _EMPTY for f in run]
         kinds = np.array([f.kind for f in run], dtype=np.int64)
         width = np.ones(len(run), dtype=np.int64)

@@ -2,8 +2,8 @@
 
 The binary COPY protocol avoids text parsing on both sides. `copy_columns` reads the raw stream
 in chunks of a few MiB and indexes each chunk's fields in compiled code (numba), then converts
-whole columns at once: no Python object is made per value, and memory beyond the result is one
-chunk. Text columns come back as their distinct values and an int32 code per row; row keys as
+whole columns at once: no Python object is made per value, and memory beyond the result is two
+chunks (one is parsed in a thread, by kernels that release the GIL, while the next is read). Text columns come back as their distinct values and an int32 code per row; row keys as
 one byte blob, written back as they came by `copy_in_ids`. `copy_out` (a list per column,
 decoded by psycopg) stays for small results; `fetch_arrays` reads a few numeric columns of
 many rows as one array value each.
@@ -12,6 +12,7 @@ many rows as one array value each.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
 # Keys are short: the blob starts at this many bytes per expected row and grows as needed.
 _KEY_BYTES = 16
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
-KINDS = ("float8", "text", "key")
+KINDS = ("float8", "int8", "text", "key")
 
 
 def copy_out(
@@ -117,7 +118,7 @@ class _Column:
             raise ValueError(f"column kind must be one of {KINDS}, got {kind!r}")
         self.kind = kind
         self.n = 0
-        dtype = {"float8": np.float64, "text": np.int32, "key": np.int32}[kind]
+        dtype = {"float8": np.float64, "int8": np.int64, "text": np.int32, "key": np.int32}[kind]
         self.out = np.empty(rows, dtype=dtype)  # values, codes, or key lengths
         self.blob = np.empty(_KEY_BYTES * rows if kind == "key" else 0, dtype=np.uint8)
         self.used = 0  # bytes of blob in use
@@ -130,6 +131,8 @@ class _Column:
         if self.kind == "float8":
             part[:] = _k().gather(buf, offs, lens, 8).view(">f8").reshape(-1)
             part[lens < 0] = np.nan
+        elif self.kind == "int8":  # NULL reads as 0
+            part[:] = _k().gather(buf, offs, lens, 8).view(">i8").reshape(-1)
         elif self.kind == "key":
             raw = _k().concat(buf, offs, lens)
             self.blob = _grow(self.blob, self.used, len(raw))
@@ -160,7 +163,7 @@ class _Column:
     def result(self) -> np.ndarray | Coded | Keys:
         """The whole column (views of the arrays filled; no copy)."""
         filled = self.out[: self.n]
-        if self.kind == "float8":
+        if self.kind in ("float8", "int8"):
             return filled
         if self.kind == "text":
             return Coded(list(self.index), filled)
@@ -175,8 +178,9 @@ def copy_columns(
     progress: Callable[[int], None] | None = None,
 ) -> list[np.ndarray | Coded | Keys]:
     """Columns of a query's result, streamed with binary COPY: per `kinds`, a float64 array
-    (NaN for NULL) for "float8", a Coded for "text", Keys for "key". The query must produce
-    float8 and text columns in that order; `rows`, the rows expected, sizes the arrays;
+    (NaN for NULL) for "float8", an int64 array for "int8" (NOT NULL columns), a Coded for
+    "text", Keys for "key". The query must produce
+    float8, int8 and text columns in that order; `rows`, the rows expected, sizes the arrays;
     `progress` hears the rows received so far after each chunk."""
     cols = [_Column(k, rows) for k in kinds]
     nf = len(kinds)
@@ -185,7 +189,9 @@ def copy_columns(
     pending = bytearray()
     header = True
     finished = False
+    job: Future | None = None  # the previous chunk, being parsed while this one is read
     with (
+        ThreadPoolExecutor(max_workers=1) as parser,
         conn.cursor() as cur,
         cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query)) as copy,
     ):
@@ -202,7 +208,7 @@ def copy_columns(
                 del pending[: 19 + ext]
                 header = False
             buf = np.frombuffer(pending, dtype=np.uint8)  # no copy: parsed, then let go
-            pos = 0
+            pos, found = 0, []
             while not finished:
                 cap = max(len(buf) // (2 + 4 * nf), 1)
                 offs = np.empty((cap, nf), np.int32)  # a chunk is far below 2 GiB
@@ -210,17 +216,29 @@ def copy_columns(
                 rows, pos_after, state = _k().scan(buf, pos, nf, offs, lens)
                 if state < 0:
                     raise ValueError("COPY stream: a row with an unexpected number of fields")
-                for f, col in enumerate(cols):
-                    if rows:
-                        col.add(buf, offs[:rows, f], lens[:rows, f])
+                if rows:
+                    found.append((offs[:rows], lens[:rows]))
                 pos = pos_after
                 finished = state == 1
                 if rows < cap:
                     break
+            if job is not None:
+                job.result()  # chunks are added in order
+            job = parser.submit(_add, cols, buf, found)
             pending = pending[pos:]  # a new bytearray: the chunk's is not resized under `buf`
             if progress is not None:
                 progress(cols[0].n)
+        if job is not None:
+            job.result()
     return [c.result() for c in cols]
+
+
+def _add(cols: list[_Column], buf: np.ndarray, found: list[tuple[np.ndarray, np.ndarray]]
+         ) -> None:  # fmt: skip
+    """Add a chunk's rows (`found`: the fields' offsets and lengths, as scanned) to the columns."""
+    for offs, lens in found:
+        for f, col in enumerate(cols):
+            col.add(buf, offs[:, f], lens[:, f])
 
 
 def copy_in_ids(

@@ -17,6 +17,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -30,11 +31,19 @@ from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
 from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
-from dbanon.errors import DbanonError
+from dbanon.errors import DbanonError, quote_name
 from dbanon.methods.base import BuildContext, Method, Option
-from dbanon.methods.grouped_rows import codes, encode, extract, extract_rows, mapped, write_release
+from dbanon.methods.grouped_rows import (
+    codes,
+    encode,
+    extract,
+    extract_rows,
+    label_groups,
+    mapped,
+    write_release,
+)
 from dbanon.metrics.loss import loss_report
-from dbanon.setlogic import composition
+from dbanon.setlogic import composition, grouped_map
 
 # What the methods import from here as before (the experiments hash their modules' sources).
 __all__ = ["codes", "encode", "extract"]
@@ -131,13 +140,15 @@ def history_of(conn: psycopg.Connection, r: Resolved, tags: Coded,
         return None
     vid = np.asarray(vid, dtype=np.int64)
     present = np.unique(vid[vid >= 0])
-    sets = dict(conn.execute(
-        sql.SQL("SELECT vid, vals FROM {} WHERE vid = ANY(%s)").format(
-            composition.sets_of(conn, r.release_id)), [present.tolist()],
-    ).fetchall())  # fmt: skip
-    coded = {t: i for i, t in enumerate(tags.values) if t is not None}
-    values = [np.array(sorted(coded.setdefault(t, len(coded)) for t in sets[v]), dtype=np.int64)
-              for v in present.tolist()]  # fmt: skip
+    codes = grouped_map.Codes(tags)  # the rows' tags' codes, then new ones
+    found, sets = grouped_map.read_sets(conn, composition.sets_of(conn, r.release_id), present,
+                                        codes)  # fmt: skip
+    if not np.array_equal(found, present):
+        raise DbanonError(f"the map of release {quote_name(r.spec.name)} lacks sets of plausible "
+                          "values its rows point at; --regroup starts over")
+    values = [np.unique(sets.elems[a:b]) for a, b in zip(sets.offs[:-1].tolist(),
+                                                          sets.offs[1:].tolist(), strict=True)]
+    coded = codes.index
     hids = np.full(len(vid), -1, dtype=np.int64)
     hids[vid >= 0] = np.searchsorted(present, vid[vid >= 0])
     tag = np.asarray(tags.codes, dtype=np.int64)
@@ -355,7 +366,10 @@ class GroupingMethod(Method):
         ctx.say("materialising the release")
         built = ctx.made(r.objects[0])
         released = np.where(withheld, -1, gid)
-        value_sets = write_release(conn, r, r.stored(built), ex, shown_qi, released)
+        labels, value_sets = label_groups(conn, r, ex, shown_qi, released)
+        ex = replace(ex, qi=None, sensitive=None)  # the QI arrays go before the rows are written
+        qi = shown_qi = sensitive = None  # type: ignore[assignment]
+        write_release(conn, r, r.stored(built), ex, labels, released)
         wait = None if block is None else np.where(withheld, block, -1)
         ctx.mapped = mapped(ex, released, wait)  # the map and the guard read the same rows
         ctx.lap("materialise")

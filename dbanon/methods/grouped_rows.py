@@ -145,15 +145,16 @@ class Extracted:
     """A grouping run's rows, as one extract streamed them (see the module's docstring)."""
 
     keys: Keys
-    qi: QIArrays
+    qi: QIArrays | None  # None once labelled: no QI array outlives the labels (memory)
     sensitive: np.ndarray | None  # the algorithm's sensitive column (None: not streamed)
-    # per numeric QI (in r.qi's order): its value as the release shows it, or its integer
-    texts: list[Keys | np.ndarray]
+    # per numeric QI (in r.qi's order): its value as the release shows it, or (an integer QI)
+    # the span its normalised values were divided by
+    texts: list[Keys | float]
     # per sensitive and kept column: its value in its binary form (None: the tags' values)
     shown: list[Keys | None]
     textual: set[str]  # those of them streamed as text instead (`as_text`)
     tags: Coded | None  # each row's tagged sensitive value (None without one)
-    fp: Keys  # each row's fingerprint (16 bytes)
+    fp: np.ndarray  # int64: each row's fingerprint (composition.fingerprint)
     before: np.ndarray | None  # the map's group of each row (-1: none); None: no map
     state: np.ndarray | None  # its fingerprint's state (composition.Prior)
     old: OldMap | None
@@ -210,13 +211,15 @@ def extract_rows(
     keys, *values = copy_columns(conn, query, [*kinds, *prior.kinds()], r.rows, _say(r))
     head = len(r.qi) + (1 if with_sensitive and not sensitive_text else 0)
     at = head + len(texted) + len(streamed)
-    fp = values[at]
+    fp = np.asarray(values[at])
     tags = values[at + 1] if r.sensitive else None
     if sensitive_text:  # the algorithm's column is the tags' values
         assert isinstance(tags, Coded)
         values.insert(head, untagged(tags))
         head, at = head + 1, at + 1
-    ints = {c.name: np.rint(v).astype(np.int32) for c, v in zip(
+    # An integer QI's values are its normalised ones times its span (QIArrays.build's
+    # divisor), exactly: only that span is kept, no second array of them.
+    ints = {c.name: _span(np.asarray(v)) for c, v in zip(
         r.qi, values[: len(r.qi)], strict=True) if c in nums and c not in texted}  # fmt: skip
     keys, qi, sensitive = _decoded(r, keys, values[:head], with_sensitive)
     given = iter(values[head : head + len(texted)])
@@ -234,6 +237,12 @@ def extract_rows(
                      old)  # type: ignore[arg-type]
 
 
+def _span(values: np.ndarray) -> float:
+    """What QIArrays.build divides a numeric column by (its span, 1 for a constant one)."""
+    span = float(values.max() - values.min()) if len(values) else 0.0
+    return span if span > 0 else 1.0
+
+
 def untagged(tags: Coded) -> Coded:
     """The values tags stand for (composition.value_of: None for NULL), by the same codes."""
     return Coded([composition.value_of(str(t)) for t in tags.values], tags.codes)
@@ -243,34 +252,35 @@ def secret_order(r: Resolved, n: int) -> np.ndarray:
     """The order the release's rows are written in: a permutation drawn from the run's secret
     seed (a fresh secret draw for a method without one)."""
     rng = np.random.default_rng(None if r.seed is None else [int(r.seed), 47])
-    return rng.permutation(n)
+    order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+    rng.shuffle(order)
+    return order
 
 
-def write_release(
-    conn: psycopg.Connection, r: Resolved, target: sql.Identifier, ex: Extracted,
-    qi: QIArrays, gid: np.ndarray,
-) -> dict[str, float]:  # fmt: skip
-    """CREATE the release table and write it with one binary COPY: the rows with gid >= 0, each
-    QI its group's label, then the sensitive and kept columns as streamed, in secret order.
-    `qi`: the QI arrays of the rows released (ex.qi, or its subset where rows wait). Returns
-    the loss of each column released as value sets."""
+def label_groups(
+    conn: psycopg.Connection, r: Resolved, ex: Extracted, qi: QIArrays, gid: np.ndarray
+) -> tuple[list[Field], dict[str, float]]:  # fmt: skip
+    """Every group's label of every QI, as the release's QI fields (`write_release`), and the
+    loss of each column released as value sets. `qi`: the QI arrays of the rows released
+    (ex.qi, or its subset where rows wait); `gid`: each row's group, -1 for a row withheld."""
+    assert ex.qi is not None
     gid = np.asarray(gid, dtype=np.int64)
-    released = np.flatnonzero(gid >= 0)
-    index = generalise.GroupIndex.of(gid[released])
+    shown = gid >= 0
+    index = generalise.GroupIndex.of(gid if shown.all() else gid[shown])
     groups = len(index.present)
-    gpos = np.full(len(gid), -1, dtype=np.int64)  # each row's place among the groups
-    gpos[released[index.order]] = np.repeat(np.arange(groups), np.diff(np.r_[index.starts,
-                                                                            len(released)]))
+    place = np.full(int(index.present[-1]) + 2 if groups else 1, -1, dtype=np.int32)
+    place[index.present] = np.arange(groups)  # and place[-1] = -1: a row withheld
+    gpos = place[gid]  # each row's place among the groups
     typed = r.options.get("ranges") == "typed"
     fields, losses, nums, cats = [], {}, 0, 0
     for col in r.qi:
         if r.is_categorical(col):
             as_set = col.name not in r.hierarchies
             h = qi.hierarchies[cats]
-            ids, labels = generalise.group_labels(h, qi.cat[:, cats], index, as_set)
-            if as_set:
-                losses[col.name] = generalise.value_set_loss(qi.cat[:, cats], index,
-                                                             len(h.leaves))  # fmt: skip
+            ids, labels, covered = generalise.group_labels(h, qi.cat[:, cats], index, as_set)
+            if covered is not None:
+                losses[col.name] = generalise.set_loss(covered, index, len(index.order),
+                                                       len(h.leaves))  # fmt: skip
             fields.append(Field.entries(Dictionary.of(labels), ids, gpos))
             cats += 1
             continue
@@ -281,12 +291,22 @@ def write_release(
             text = Dictionary.of_keys(given)
             _bounds(conn, col, gpos, key, text, lo, hi)
         else:  # integers: their text, made for the bounds alone
-            text = Dictionary(*kernels.int_texts(given[np.r_[lo, hi]].astype(np.int64)))
+            ends = np.rint(key[np.r_[lo, hi]] * given).astype(np.int64)
+            text = Dictionary(*kernels.int_texts(ends))
             lo, hi = np.arange(groups), groups + np.arange(groups)
         starts, lens, data = kernels.range_labels(text.starts, text.lens, text.data, lo, hi,
                                                   typed)  # fmt: skip
         fields.append(Field.entries(Dictionary(starts, lens, data), None, gpos))
         nums += 1
+    return fields, losses
+
+
+def write_release(conn: psycopg.Connection, r: Resolved, target: sql.Identifier, ex: Extracted,
+                  labels: list[Field], gid: np.ndarray) -> None:  # fmt: skip
+    """CREATE the release table and write it with one binary COPY: the rows with gid >= 0, each
+    QI its group's label (`labels`, from `label_groups`), then the sensitive and kept columns
+    as streamed, in secret order."""
+    fields = list(labels)
     for raw in ex.shown:
         if raw is None:  # the tags' values, by their codes
             assert ex.tags is not None
@@ -295,10 +315,11 @@ def write_release(
         else:
             fields.append(Field.entries(Dictionary.of_keys(raw)))
     _create(conn, r, target, ex.textual)
-    order = released[secret_order(r, len(released))]
+    shown = np.asarray(gid) >= 0
+    order = secret_order(r, len(gid)) if shown.all() else np.flatnonzero(shown)[
+        secret_order(r, int(shown.sum()))]  # fmt: skip
     copy_rows(conn, sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(target), fields, order)
-    _retype(conn, r, target, typed, ex.textual)
-    return losses
+    _retype(conn, r, target, r.options.get("ranges") == "typed", ex.textual)
 
 
 def _bounds(conn: psycopg.Connection, col: Column, gpos: np.ndarray, key: np.ndarray,
@@ -356,4 +377,4 @@ def _retype(conn: psycopg.Connection, r: Resolved, target: sql.Identifier, typed
 
 def mapped(ex: Extracted, gid: np.ndarray, wait: np.ndarray | None) -> Mapped:
     """What the map and the intersection guard read of this run (dbanon.setlogic.grouped_map)."""
-    return Mapped(ex.keys, np.asarray(gid, dtype=np.int64), wait, ex.tags, ex.fp, ex.old)
+    return Mapped(ex.keys, np.asarray(gid, dtype=np.int32), wait, ex.tags, ex.fp, ex.old)

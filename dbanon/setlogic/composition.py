@@ -94,6 +94,11 @@ class Composition:
         return out
 
 
+def same_fp(stored: sql.Composable, now: sql.Composable) -> sql.Composable:
+    """Whether a map's fingerprint is `now`'s (a map of an earlier revision kept 32 digits)."""
+    return sql.SQL("left({}, 16) = {}").format(stored, now)
+
+
 def tag(col: Column | None, ref: str = "s") -> sql.Composable:
     if col is None:
         return sql.SQL("NULL::text")
@@ -101,9 +106,11 @@ def tag(col: Column | None, ref: str = "s") -> sql.Composable:
 
 
 def fingerprint(cols: list[Column], ref: str = "s") -> sql.Composable:
-    """md5 of a row's released columns (QIs, sensitive, kept) as text: a map row whose
-    fingerprint is unchanged shows the same in the next release (dbanon.algorithms.sealed)."""
-    return sql.SQL("md5(ROW({})::text)").format(
+    """The first 16 hex digits (64 bits) of the md5 of a row's released columns (QIs,
+    sensitive, kept) as text: a map row whose fingerprint is unchanged shows the same in the
+    next release (dbanon.algorithms.sealed). 64 bits, so that a run holds it as one int8 per
+    row; a map written with whole md5s is compared by their first 16 digits (`same_fp`)."""
+    return sql.SQL("left(md5(ROW({})::text), 16)").format(
         sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(ref), c.ident) for c in cols)
     )
 
@@ -667,7 +674,7 @@ class Previous:
 @dataclass(frozen=True)
 class Prior:
     """What a grouping method's extract reads for the map beside the source's columns, in the
-    same scan: each row's fingerprint (md5 of its released columns, as 16 bytes) and, with a
+    same scan: each row's fingerprint (`fingerprint`, as an int8) and, with a
     sensitive column, its tag now; and when the release has a map (`mapped`), what the latest
     release held of the row, by a LEFT JOIN of the map on the key: its map group (-1: none),
     the state of its fingerprint (1 unchanged, 0 changed or not in the map, -1 mapped before
@@ -682,14 +689,14 @@ class Prior:
     sensitive: Column | None
 
     def kinds(self) -> list[str]:
-        return ["key", *(["text"] if self.sensitive else []), *(["float8"] * 5 if self.mapped
-                                                                else [])]  # fmt: skip
+        return ["int8", *(["text"] if self.sensitive else []), *(["float8"] * 5 if self.mapped
+                                                                 else [])]  # fmt: skip
 
     def wrap(self, query: sql.Composable, width: int) -> sql.Composable:
         """`query` (the extract's `width` columns named c0.. with `columns()` after them, c0 the
         key as text) with what the map needs added after its own."""
         cols = [sql.SQL("x.{}").format(sql.Identifier(f"c{i}")) for i in range(width)]
-        cols.append(sql.SQL("decode(x.dbanon_fp, 'hex')"))
+        cols.append(sql.SQL("('x' || x.dbanon_fp)::bit(64)::int8"))
         if self.sensitive:
             cols.append(sql.SQL("x.dbanon_tag"))
         if not self.mapped:
@@ -697,10 +704,10 @@ class Prior:
         assert self.release_id is not None
         cols.append(sql.SQL(
             "coalesce(m.gid, -1)::float8, "
-            "(CASE WHEN m.key IS NULL THEN 0 WHEN m.fp IS NULL THEN -1 WHEN m.fp = x.dbanon_fp "
+            "(CASE WHEN m.key IS NULL THEN 0 WHEN m.fp IS NULL THEN -1 WHEN {same} "
             "THEN 1 ELSE 0 END)::float8, coalesce(m.vid, -1)::float8, "
             "(m.key IS NOT NULL)::int::float8, coalesce(m.sid, -1)::float8"
-        ))  # fmt: skip
+        ).format(same=same_fp(sql.SQL("m.fp"), sql.SQL("x.dbanon_fp"))))  # fmt: skip
         return sql.SQL(
             "SELECT {cols} FROM ({query}) x LEFT JOIN {map} m "
             "ON m.release_id = {rid} AND m.key = x.c0"
@@ -762,11 +769,12 @@ def previous_release(
         conn,
         sql.SQL(
             "SELECT t.gid::float8, m.gid::float8, "
-            "CASE WHEN m.fp IS NULL THEN -1 WHEN m.fp = {fp} THEN 1 ELSE 0 END::float8 "
+            "CASE WHEN m.fp IS NULL THEN -1 WHEN {same} THEN 1 ELSE 0 END::float8 "
             "FROM {rows} t "
             "JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
             "JOIN {src} s ON s.{key}::text = t.key"
-        ).format(fp=fingerprint(released), rows=rows, map=map_of(conn, release_id),
+        ).format(same=same_fp(sql.SQL("m.fp"), fingerprint(released)), rows=rows,
+                 map=map_of(conn, release_id),
                  rid=sql.Literal(release_id), src=source.ident, key=key.ident),  # fmt: skip
         ["float8", "float8", "float8"],
     )
@@ -801,10 +809,11 @@ def previous_cells(
     with conn.cursor() as cur:
         cur.execute(
             sql.SQL(
-                "SELECT t.gid, m.gid, m.fp IS NOT DISTINCT FROM {fp}, m.vid, m.sid "
+                "SELECT t.gid, m.gid, coalesce({same}, false), m.vid, m.sid "
                 "FROM {rows} t JOIN {map} m ON m.key = t.key "
                 "JOIN {src} s ON s.{key}::text = t.key"
-            ).format(fp=fingerprint(released), rows=rows, map=table(release_id),
+            ).format(same=same_fp(sql.SQL("m.fp"), fingerprint(released)), rows=rows,
+                     map=table(release_id),
                      src=source.ident, key=key.ident)  # fmt: skip
         )
         for at, g, unchanged, v, sh in cur:

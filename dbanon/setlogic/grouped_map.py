@@ -29,7 +29,7 @@ import psycopg
 from numba import njit
 from psycopg import sql
 
-from dbanon.db.rows import HEX, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.rows import HEX8, NULL_INT, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.models.base import Spread
 from dbanon.setlogic import composition
@@ -55,7 +55,7 @@ class Mapped:
     gid: np.ndarray  # int: the row's group in this release; -1: withheld
     wait: np.ndarray | None  # int: a withheld row's waiting block (-1: none)
     tags: Coded | None  # each row's tagged sensitive value; None without a sensitive column
-    fp: Keys  # 16 bytes per row: the md5 of its released columns
+    fp: np.ndarray  # int64 per row: its fingerprint (composition.fingerprint)
     old: OldMap | None  # None: the release has no map yet
     # the classes and pairs, computed once for the measure and the store (by release id)
     runs: dict = field(default_factory=dict, compare=False, repr=False)
@@ -222,17 +222,23 @@ class _Run:
     shown: Sets | None  # per group id: its rows' values with repeats, by rank
 
 
-def _distinct_pairs(a: np.ndarray, b: np.ndarray, width: int
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """(keys a * width + b, sorted and distinct; how many rows hold each; each row's key's
-    place): counted in one bincount where the keys are few enough, else by a sort."""
+def _distinct_pairs(a: np.ndarray, b: np.ndarray, width: int, places: bool = True
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:  # fmt: skip
+    """(keys a * width + b, sorted and distinct; how many rows hold each; with `places`, each
+    row's key's place): counted in one bincount where the keys are few enough, else by a
+    sort."""
     key = a.astype(np.int64) * width + b
     space = (int(a.max()) + 1) * width if len(a) else 0
     if space <= max(2 * len(a), 1 << 20):
         counts = np.bincount(key, minlength=space)
         keys = np.flatnonzero(counts)
+        if not places:
+            return keys, counts[keys], None
         place = np.cumsum(counts > 0, dtype=np.int64) - 1
         return keys, counts[keys], place[key].astype(np.int32)
+    if not places:
+        keys, counts = np.unique(key, return_counts=True)
+        return keys, counts, None
     keys, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
     return keys, counts, inverse.reshape(-1).astype(np.int32)
 
@@ -253,7 +259,9 @@ def _classes(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
     vid = (np.asarray(old.vid)[released].astype(np.int32) if old is not None and rows.tags
            is not None else np.full(len(g), -1, dtype=np.int32))  # fmt: skip
     span = int(vid.max()) + 2 if len(vid) else 1
-    pkeys, _, pair_of_row = _distinct_pairs(g, vid + 1, span)
+    pkeys, _, places = _distinct_pairs(g, vid + 1, span)
+    assert places is not None
+    pair_of_row = places
     del vid
     pair_gid, pair_old = pkeys // span, pkeys % span - 1
     members = np.bincount(pair_of_row, weights=mapped, minlength=len(pkeys)).astype(np.int64)
@@ -270,7 +278,8 @@ def _classes(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
     rank = codes.rank()
     width = len(codes.tags)
     # Each class's values (distinct, by rank) with their rows, and its values with repeats.
-    ckeys, ccount, _ = _distinct_pairs(g, rank[np.asarray(rows.tags.codes)[released]], width)
+    ckeys, ccount, _ = _distinct_pairs(g, rank[np.asarray(rows.tags.codes)[released]], width,
+                                       places=False)  # fmt: skip
     del g
     cls_gid = ckeys // width
     cls_code = np.argsort(rank)[ckeys % width]
@@ -278,23 +287,43 @@ def _classes(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
     classes = Sets(cls_offs.astype(np.int64), cls_code)
     shown = Sets(np.r_[0, np.cumsum(sizes)].astype(np.int64),
                  np.repeat(cls_code.astype(np.int32), ccount))  # fmt: skip
-    # Each pair's candidate values: its old set's, or without one its class's own.
-    source = _concat(classes, old_sets)
-    which = np.where(with_old, len(classes) + np.searchsorted(wanted, pair_old), pair_gid)
-    cand = source.take(which)
+    # A pair without an old set keeps its class's values, all its rows plausible; one with a
+    # set keeps the set's values its class holds, the rows of the class holding them.
+    own = np.flatnonzero(~with_old)
+    narrowed, plausible = _narrowed(np.flatnonzero(with_old), pair_gid, pair_old, wanted,
+                                    old_sets, ckeys, ccount, rank, width)  # fmt: skip
+    kept_of_own = classes.take(pair_gid[own])
+    lens = np.zeros(len(pkeys), dtype=np.int64)
+    lens[own] = kept_of_own.sizes()
+    lens[with_old] = narrowed.sizes()
+    offs = np.zeros(len(pkeys) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offs[1:])
+    elems = np.empty(offs[-1], dtype=np.int64)
+    for which, part in ((own, kept_of_own), (np.flatnonzero(with_old), narrowed)):
+        elems[np.repeat(offs[which] - part.offs[:-1], part.sizes()) + np.arange(
+            len(part.elems))] = part.elems  # fmt: skip
+    plausible_all = class_size.copy()
+    plausible_all[with_old] = plausible
+    return _Run(codes, released, pair_gid, pair_old, members, pair_of_row, class_size,
+                Sets(offs, elems), plausible_all, shown)  # fmt: skip
+
+
+def _narrowed(pairs: np.ndarray, pair_gid: np.ndarray, pair_old: np.ndarray,
+              wanted: np.ndarray, old_sets: Sets, ckeys: np.ndarray, ccount: np.ndarray,
+              rank: np.ndarray, width: int) -> tuple[Sets, np.ndarray]:  # fmt: skip
+    """For these pairs (with an old set each): the values of the set their class holds, by
+    rank, and how many rows of the class hold one of them."""
+    cand = old_sets.take(np.searchsorted(wanted, pair_old[pairs]))
     owner = cand.owner()
-    # A candidate is kept when the class holds it; those rows of the class are plausible.
-    ckey = pair_gid[owner] * width + rank[cand.elems]
+    ckey = pair_gid[pairs][owner] * width + rank[cand.elems]
     at = np.minimum(np.searchsorted(ckeys, ckey), max(len(ckeys) - 1, 0))
     held = ckeys[at] == ckey if len(ckeys) else np.zeros(len(ckey), dtype=bool)
     kept_owner, kept_code = owner[held], cand.elems[held]
     order = np.lexsort((rank[kept_code], kept_owner))
-    kept_owner, kept_code = kept_owner[order], kept_code[order]
-    offs = np.zeros(len(pkeys) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(kept_owner, minlength=len(pkeys)), out=offs[1:])
-    plausible = np.bincount(owner[held], weights=ccount[at[held]], minlength=len(pkeys))
-    return _Run(codes, released, pair_gid, pair_old, members, pair_of_row, class_size,
-                Sets(offs, kept_code), plausible.astype(np.int64), shown)  # fmt: skip
+    offs = np.zeros(len(pairs) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(kept_owner, minlength=len(pairs)), out=offs[1:])
+    plausible = np.bincount(kept_owner, weights=ccount[at[held]], minlength=len(pairs))
+    return Sets(offs, kept_code[order]), plausible.astype(np.int64)
 
 
 def measure(conn: psycopg.Connection, release_id: int, rows: Mapped, k: int,
@@ -364,49 +393,54 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
     del rows.runs[release_id]  # the map is replaced: its figures are the measure's no more
     fresh = composition.fresh_tables(conn, release_id)
     gid = np.asarray(rows.gid, dtype=np.int64)
-    n = len(gid)
     old = rows.old
     held = (np.flatnonzero((gid < 0) & old.mapped) if old is not None
             else np.zeros(0, dtype=np.int64))  # fmt: skip
     codes = run.codes
     # The sets: each pair's kept values, and the old set of each row held back, once each.
-    vid = np.full(n, _NULL32, dtype=np.int32)
-    sid = np.full(n, _NULL32, dtype=np.int32)
-    sid[run.released] = gid[run.released]
+    set_id = None  # per pair (then per held row, after them)
+    held_vid = np.full(len(held), _NULL32, dtype=np.int32)
+    held_sid = np.full(len(held), _NULL32, dtype=np.int32)
     set_rows: Sets | None = None
     held_shown: tuple[np.ndarray, Sets] | None = None
     if codes is not None and run.kept is not None and run.shown is not None:
         assert old is not None or not len(held)
         rank = codes.rank()
-        held_vid = np.asarray(old.vid, dtype=np.int64)[held] if len(held) else held
-        wanted = np.unique(held_vid[held_vid >= 0])
+        old_vid = np.asarray(old.vid, dtype=np.int64)[held] if len(held) else held
+        wanted = np.unique(old_vid[old_vid >= 0])
         ids, sets = read_sets(conn, composition.sets_of(conn, release_id), wanted, codes)
         every = _concat(run.kept, _by_rank(sets, rank))
         set_id, first = _set_ids(every.offs, every.elems)
         set_rows = every.take(first)
-        vid[run.released] = set_id[run.pair_of_row]
-        has, at = _found(held_vid, ids)
-        vid[held[has]] = set_id[len(run.kept) + at[has]]
-        held_sid = np.asarray(old.sid, dtype=np.int64)[held] if len(held) else held
+        has, at = _found(old_vid, ids)
+        held_vid[has] = set_id[len(run.kept) + at[has]]
+        old_sid = np.asarray(old.sid, dtype=np.int64)[held] if len(held) else held
         sids, shown = read_sets(conn, composition.shown_in(conn, release_id),
-                                held_sid[held_sid >= 0], codes)  # fmt: skip
+                                old_sid[old_sid >= 0], codes)  # fmt: skip
         base = len(run.shown)  # after every group id of this release
-        has, at = _found(held_sid, sids)
-        sid[held[has]] = base + at[has]
+        has, at = _found(old_sid, sids)
+        held_sid[has] = base + at[has]
         held_shown = (base + np.arange(len(sids)), _by_rank(shown, rank))
-    map_gid = gid.astype(np.int32)
-    if len(held):
+    command = sql.SQL("COPY {} (release_id, key, gid, vid, sid, fp) FROM STDIN (FORMAT BINARY)"
+                      ).format(fresh[None])  # fmt: skip
+    keys = Dictionary.of_keys(rows.keys)
+    fp = np.asarray(rows.fp)
+    # The released rows, each field read through the row's number or its pair: no array of
+    # the map's rows is made.
+    copy_rows(conn, command, [
+        Field.constant(release_id), Field.entries(keys, run.released),
+        Field.int4(gid, run.released),
+        Field.constant(NULL_INT) if set_id is None else Field.int4(set_id, run.pair_of_row),
+        Field.int4(gid, run.released), Field(HEX8, fp, run.released),
+    ], np.arange(len(run.released)))  # fmt: skip
+    if len(held):  # rows left out that the map held: in their waiting block (or -1)
         wait = np.asarray(rows.wait, dtype=np.int64)[held] if rows.wait is not None else (
             np.full(len(held), -1, dtype=np.int64))  # fmt: skip
-        map_gid[held] = np.where(wait >= 0, -2 - wait, -1)
-    copy_rows(
-        conn, sql.SQL("COPY {} (release_id, key, gid, vid, sid, fp) FROM STDIN (FORMAT BINARY)"
-                      ).format(fresh[None]),
-        [Field.constant(release_id), Field.entries(Dictionary.of_keys(rows.keys)),
-         Field.int4(map_gid), _int4(vid), _int4(sid),
-         Field(HEX, dictionary=Dictionary.of_keys(rows.fp))],
-        np.r_[run.released, held],
-    )  # fmt: skip
+        copy_rows(conn, command, [
+            Field.constant(release_id), Field.entries(keys, held),
+            Field.int4(np.where(wait >= 0, -2 - wait, -1)), _int4(held_vid), _int4(held_sid),
+            Field(HEX8, fp, held),
+        ], np.arange(len(held)))  # fmt: skip
     if codes is not None and set_rows is not None and run.shown is not None:
         tags = Dictionary.of(codes.tags)
         _copy_sets(conn, fresh["sets"], np.arange(len(set_rows)), set_rows, tags)
