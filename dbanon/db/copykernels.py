@@ -454,3 +454,55 @@ def int_texts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if x == 0:
                 break
     return starts, lens, out
+
+
+@njit(cache=True, nogil=True)
+def _key_hash(blob: np.ndarray, s: int, n: int) -> np.uint64:
+    h = np.uint64(14695981039346656037)
+    for b in range(n):
+        h = (h ^ np.uint64(blob[s + b])) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def match_keys(blob: np.ndarray, lens: np.ndarray, other_blob: np.ndarray,
+               other_lens: np.ndarray) -> np.ndarray:  # fmt: skip
+    """For each key (blob, lens: bytes one after another, -1 NULL), the place of the equal key
+    among the others (-1: none); the others' keys are distinct."""
+    m = len(other_lens)
+    size = 16
+    while size < 2 * m:
+        size *= 2
+    mask = size - 1
+    table = np.full(size, -1, np.int64)
+    starts = np.empty(m, np.int64)
+    p = 0
+    for j in range(m):
+        starts[j] = p
+        n = max(other_lens[j], 0)
+        slot = np.int64(_key_hash(other_blob, p, n) & np.uint64(mask))
+        while table[slot] >= 0:
+            slot = (slot + 1) & mask
+        table[slot] = j
+        p += n
+    out = np.full(len(lens), -1, np.int64)
+    p = 0
+    for i in range(len(lens)):
+        n = lens[i]
+        if n < 0:
+            continue
+        slot = np.int64(_key_hash(blob, p, n) & np.uint64(mask))
+        while table[slot] >= 0:
+            j = table[slot]
+            if other_lens[j] == n:
+                same = True
+                for b in range(n):
+                    if other_blob[starts[j] + b] != blob[p + b]:
+                        same = False
+                        break
+                if same:
+                    out[i] = j
+                    break
+            slot = (slot + 1) & mask
+        p += n
+    return out

@@ -3,10 +3,11 @@
 The binary COPY protocol avoids text parsing on both sides. `copy_columns` reads the raw stream
 in chunks of a few MiB and indexes each chunk's fields in compiled code (numba), then converts
 whole columns at once: no Python object is made per value, and memory beyond the result is two
-chunks (one is parsed in a thread, by kernels that release the GIL, while the next is read). Text columns come back as their distinct values and an int32 code per row; row keys as
-one byte blob, written back as they came by `copy_in_ids`. `copy_out` (a list per column,
-decoded by psycopg) stays for small results; `fetch_arrays` reads a few numeric columns of
-many rows as one array value each.
+chunks (one is parsed in a thread, by kernels that release the GIL, while the next is read).
+Text columns come back as their distinct values and an int32 code per row; row keys as one byte
+blob, written back as they came by `copy_in_ids`. `copy_out` (a list per column, decoded by
+psycopg) stays for small results; `fetch_arrays` reads a few numeric columns of many rows as one
+array value each.
 """
 
 from __future__ import annotations

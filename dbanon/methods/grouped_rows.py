@@ -1,21 +1,21 @@
-"""A grouping method's rows: streamed out once with everything the release and the map need,
-and the release written back from them with one binary COPY.
+"""A grouping method's rows: streamed out once with everything the release and the map need, and
+the release written back from them with one binary COPY.
 
-The extract (one COPY of the source, joined with the release's map when it has one) brings
-each row's key, QIs (for the algorithm), the text of its numeric QIs as the release shows
-them, its sensitive and `--keep` columns in their own binary form, its fingerprint and tag
-(dbanon.setlogic.composition.Prior) and what the map held of it. Once the algorithm has
-grouped the rows, every group is labelled once — a numeric or date QI by the text of its
-least and greatest rows (`[36,39]`, or the value alone), a categorical one by its hierarchy's
-LCA or the set of values present (dbanon.core.generalise) — and the release is written row by
-row from those labels and the streamed bytes, in an order drawn from the run's secret seed:
-no staging table, no join with the source, no sort to shuffle. Nothing else leaves the
-arrays: never the key, never a column nobody declared.
+The extract (one COPY of the source) brings each row's key, QIs (for the algorithm), the text of
+its numeric QIs as the release shows them, its sensitive and `--keep` columns in their own
+binary form, its fingerprint and tag (dbanon.setlogic.composition.Prior), and what the map held
+of it (read apart, matched by key). Once the algorithm has grouped the rows, every group is
+labelled once — a numeric or date QI by the text of its least and greatest rows (`[36,39]`, or
+the value alone), a categorical one by its hierarchy's LCA or the set of values present
+(dbanon.core.generalise) — and the release is written row by row from those labels and the
+streamed bytes, in an order drawn from the run's secret seed: no staging table, no join with the
+source, no sort to shuffle. Nothing else leaves the arrays: never the key, never a column nobody
+declared.
 
 A group's bounds are found by the float8 the algorithm reads, which orders integers, floats,
-dates and times exactly; where two values one float8 cannot tell apart tie at a bound (a
-numeric of many digits, a bigint beyond 2^53), the server orders that group's tied values in
-their own type, so a group's bounds are always its true least and greatest values.
+dates and times exactly; where two values one float8 cannot tell apart tie at a bound (a numeric
+of many digits, a bigint beyond 2^53), the server orders that group's tied values in their own
+type, so a group's bounds are always its true least and greatest values.
 """
 
 from __future__ import annotations
@@ -229,10 +229,21 @@ def extract_rows(
              for j in range(len(shown_columns(r)))]  # fmt: skip
     at += 2 if r.sensitive else 1
     before = state = old = None
-    if prior.mapped:
-        gid, state, vid, mapped, sid = (np.asarray(v) for v in values[at : at + 5])
-        before = gid.astype(np.int64)
-        old = OldMap(mapped > 0, vid.astype(np.int64), sid.astype(np.int64))
+    if prior.mapped:  # what the latest map holds of each row, matched by key
+        assert r.release_id is not None
+        held = composition.read_map(conn, r.release_id)
+        at = kernels.match_keys(keys.blob, keys.lens, held.keys.blob, held.keys.lens)
+        mapped = at >= 0
+        where = np.where(mapped, at, 0)
+
+        def of(column: np.ndarray) -> np.ndarray:
+            return np.where(mapped, column[where] if len(column) else -1, -1)
+
+        before = of(held.gid)
+        old = OldMap(mapped, of(held.vid).astype(np.int32), of(held.sid).astype(np.int32))
+        # 1: unchanged since; 0: changed, or new; -1: mapped before fingerprints were kept
+        state = np.where(~mapped, 0, np.where(~held.has_fp[where] if len(at) else mapped, -1,
+                                              (held.fp[where] == fp).astype(np.int64)))
     return Extracted(keys, qi, sensitive, texts, shown, textual, tags, fp, before, state,
                      old)  # type: ignore[arg-type]
 

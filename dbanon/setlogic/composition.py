@@ -674,47 +674,28 @@ class Previous:
 @dataclass(frozen=True)
 class Prior:
     """What a grouping method's extract reads for the map beside the source's columns, in the
-    same scan: each row's fingerprint (`fingerprint`, as an int8) and, with a
-    sensitive column, its tag now; and when the release has a map (`mapped`), what the latest
-    release held of the row, by a LEFT JOIN of the map on the key: its map group (-1: none),
-    the state of its fingerprint (1 unchanged, 0 changed or not in the map, -1 mapped before
-    the map kept fingerprints), its set of plausible values (-1: none), whether the map holds
-    it (1 or 0) and what its group showed (-1: none). `wrap` turns the extract's query into one
-    that adds them, in the order `kinds` gives."""
+    same scan: each row's fingerprint (`fingerprint`, as an int8) and, with a sensitive column,
+    its tag now. What the latest map holds of each row is read apart (`read_map`) and matched
+    by key in the run's arrays: a join of the map in the scan cost more than both. `wrap`
+    turns the extract's query into one that adds them, in the order `kinds` gives."""
 
     release_id: int | None
-    mapped: bool
+    mapped: bool  # the release has a map
     key: Column
     released: list[Column]
     sensitive: Column | None
 
     def kinds(self) -> list[str]:
-        return ["int8", *(["text"] if self.sensitive else []), *(["float8"] * 5 if self.mapped
-                                                                 else [])]  # fmt: skip
+        return ["int8", *(["text"] if self.sensitive else [])]
 
     def wrap(self, query: sql.Composable, width: int) -> sql.Composable:
-        """`query` (the extract's `width` columns named c0.. with `columns()` after them, c0 the
-        key as text) with what the map needs added after its own."""
+        """`query` (the extract's `width` columns named c0.. with `columns()` after them) with
+        what the map needs added after its own."""
         cols = [sql.SQL("x.{}").format(sql.Identifier(f"c{i}")) for i in range(width)]
         cols.append(sql.SQL("('x' || x.dbanon_fp)::bit(64)::int8"))
         if self.sensitive:
             cols.append(sql.SQL("x.dbanon_tag"))
-        if not self.mapped:
-            return sql.SQL("SELECT {} FROM ({}) x").format(sql.SQL(", ").join(cols), query)
-        assert self.release_id is not None
-        cols.append(sql.SQL(
-            "coalesce(m.gid, -1)::float8, "
-            "(CASE WHEN m.key IS NULL THEN 0 WHEN m.fp IS NULL THEN -1 WHEN {same} "
-            "THEN 1 ELSE 0 END)::float8, coalesce(m.vid, -1)::float8, "
-            "(m.key IS NOT NULL)::int::float8, coalesce(m.sid, -1)::float8"
-        ).format(same=same_fp(sql.SQL("m.fp"), sql.SQL("x.dbanon_fp"))))  # fmt: skip
-        return sql.SQL(
-            "SELECT {cols} FROM ({query}) x LEFT JOIN {map} m "
-            "ON m.release_id = {rid} AND m.key = x.c0"
-        ).format(
-            cols=sql.SQL(", ").join(cols), query=query, map=table(self.release_id),
-            rid=sql.Literal(self.release_id),
-        )  # fmt: skip
+        return sql.SQL("SELECT {} FROM ({}) x").format(sql.SQL(", ").join(cols), query)
 
     def columns(self) -> list[sql.Composable]:
         """What the extract's own SELECT over `s` adds for `wrap` (its fingerprint, tag)."""
@@ -728,8 +709,41 @@ def prior(
     conn: psycopg.Connection, release_id: int | None, key: Column, released: list[Column],
     sensitive: Column | None,
 ) -> Prior:  # fmt: skip
-    """The Prior of a release: with its map's columns when it has a map."""
+    """The Prior of a release (`mapped` when it has a map)."""
     return Prior(release_id, has_map(conn, release_id), key, released, sensitive)
+
+
+@dataclass(frozen=True)
+class MapRows:
+    """The latest map of a release as arrays, one entry per map row: its key, group, set of
+    plausible values (-1: none), what its group showed (-1: none) and fingerprint (its first 64
+    bits; `has_fp` False for a row mapped before the map kept fingerprints)."""
+
+    keys: Keys
+    gid: np.ndarray
+    vid: np.ndarray
+    sid: np.ndarray
+    fp: np.ndarray
+    has_fp: np.ndarray
+
+
+def read_map(conn: psycopg.Connection, release_id: int) -> MapRows:
+    """The release's map, by one binary COPY."""
+    import numpy as np
+
+    from dbanon.db.stream import copy_columns
+
+    keys, gid, vid, sid, fp, has_fp = copy_columns(
+        conn,
+        sql.SQL(
+            "SELECT key, gid::float8, coalesce(vid, -1)::float8, coalesce(sid, -1)::float8, "
+            "coalesce(('x' || left(fp, 16))::bit(64)::int8, 0), (fp IS NOT NULL)::int::float8 "
+            "FROM {}"
+        ).format(table(release_id)),
+        ["key", "float8", "float8", "float8", "int8", "float8"],
+    )
+    as_int = (np.asarray(v).astype(np.int64) for v in (gid, vid, sid))
+    return MapRows(keys, *as_int, np.asarray(fp), np.asarray(has_fp) > 0)  # type: ignore[arg-type]
 
 
 def previous_of(conn: psycopg.Connection, release_id: int, gid: np.ndarray,
