@@ -381,6 +381,23 @@ def range_labels(
 
 
 @njit(cache=True, nogil=True)
+def _key_hash(blob: np.ndarray, s: int, n: int) -> np.uint64:
+    """FNV-1a of n bytes of blob from s."""
+    h = np.uint64(14695981039346656037)
+    for b in range(n):
+        h = (h ^ np.uint64(blob[s + b])) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True, nogil=True)
+def _same_bytes(a: np.ndarray, s: int, b: np.ndarray, t: int, n: int) -> bool:
+    for x in range(n):  # noqa: SIM110 - compiled: no generators
+        if a[s + x] != b[t + x]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(local code of each field, -1 for NULL; the first field of each distinct value): a
     chunk's text values told apart by an open-addressing hash of their bytes."""
@@ -398,11 +415,8 @@ def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndar
         if ln < 0:
             codes[i] = -1
             continue
-        h = np.uint64(14695981039346656037)
         o = offs[i]
-        for b in range(ln):
-            h = (h ^ np.uint64(buf[o + b])) * np.uint64(1099511628211)
-        slot = np.int64(h & np.uint64(mask))
+        slot = np.int64(_key_hash(buf, o, ln) & np.uint64(mask))
         while True:
             c = table[slot]
             if c < 0:
@@ -412,15 +426,9 @@ def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndar
                 d += 1
                 break
             j = first[c]
-            if lens[j] == ln:
-                same = True
-                for b in range(ln):
-                    if buf[offs[j] + b] != buf[o + b]:
-                        same = False
-                        break
-                if same:
-                    codes[i] = c
-                    break
+            if lens[j] == ln and _same_bytes(buf, offs[j], buf, o, ln):
+                codes[i] = c
+                break
             slot = (slot + 1) & mask
     return codes, first[:d]
 
@@ -457,14 +465,6 @@ def int_texts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @njit(cache=True, nogil=True)
-def _key_hash(blob: np.ndarray, s: int, n: int) -> np.uint64:
-    h = np.uint64(14695981039346656037)
-    for b in range(n):
-        h = (h ^ np.uint64(blob[s + b])) * np.uint64(1099511628211)
-    return h
-
-
-@njit(cache=True, nogil=True)
 def match_keys(blob: np.ndarray, lens: np.ndarray, other_blob: np.ndarray,
                other_lens: np.ndarray) -> np.ndarray:  # fmt: skip
     """For each key (blob, lens: bytes one after another, -1 NULL), the place of the equal key
@@ -494,15 +494,9 @@ def match_keys(blob: np.ndarray, lens: np.ndarray, other_blob: np.ndarray,
         slot = np.int64(_key_hash(blob, p, n) & np.uint64(mask))
         while table[slot] >= 0:
             j = table[slot]
-            if other_lens[j] == n:
-                same = True
-                for b in range(n):
-                    if other_blob[starts[j] + b] != blob[p + b]:
-                        same = False
-                        break
-                if same:
-                    out[i] = j
-                    break
+            if other_lens[j] == n and _same_bytes(other_blob, starts[j], blob, p, n):
+                out[i] = j
+                break
             slot = (slot + 1) & mask
         p += n
     return out
