@@ -26,10 +26,13 @@ def _arrays(conn: psycopg.Connection, table: str, rid: int, gid: dict[int, int],
             wait: dict[int, int]) -> Mapped:  # fmt: skip
     """This run's rows of `table` (id, dx) as a grouping build holds them: groups, tags,
     fingerprints, and what the map holds of each row (read here as the extract reads it)."""
+    source = catalog.relation(conn, table)
+    dx = [catalog.columns(conn, source)["dx"]]
+    kind = composition.fingerprint_kind(conn, source, dx)  # as the SQL path makes it
     rows = conn.execute(sql.SQL(
-        "SELECT id, coalesce('v:' || dx::text, 'n'), "
-        "('x' || left(md5(ROW(dx)::text), 16))::bit(64)::int8 "
-        "FROM {} ORDER BY id").format(sql.SQL(table))).fetchall()  # fmt: skip
+        "SELECT id, coalesce('v:' || dx::text, 'n'), ('x' || right({}, 16))::bit(64)::int8 "
+        "FROM {} s ORDER BY id").format(composition.fingerprint(dx, "s", kind),
+                                        sql.SQL(table))).fetchall()  # fmt: skip
     ids = [r[0] for r in rows]
     fp = np.array([r[2] for r in rows], dtype=np.int64)
     old = None
@@ -42,7 +45,7 @@ def _arrays(conn: psycopg.Connection, table: str, rid: int, gid: dict[int, int],
                      np.array([-1 if a is None or a[1] is None else a[1] for a in at]))
     return Mapped(Keys.of([str(i) for i in ids]), np.array([gid.get(i, -1) for i in ids]),
                   np.array([wait.get(i, -1) for i in ids]), Coded.of([r[1] for r in rows]),
-                  fp, old)  # fmt: skip
+                  fp, old, kind)  # fmt: skip
 
 
 def _staged(conn: psycopg.Connection, table: str, gid: dict[int, int],

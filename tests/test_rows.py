@@ -10,7 +10,7 @@ import pytest
 from psycopg import sql
 
 from dbanon.db import rows
-from dbanon.db.rows import HEX, HEX8, NULL_INT, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.rows import HEX, HEX8, NULL_INT, RHEX8, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Keys, copy_columns
 
 WORDS = ["", "a", "é", "Ünïcødé ✓", "x" * 300, "tab\there", "13021", "{1,2}", "\"q\""]
@@ -43,6 +43,7 @@ def _fields(n: int, groups: int, rng: np.random.Generator) -> tuple[list[Field],
         Field(TEXTS, which, gid, tags, (offs, elems)),
         Field.int4(np.arange(n)),  # the row's number, to read them back in the order written
         Field(HEX8, fps),
+        Field(RHEX8, fps),
     ]
     want = [
         [labels[g] for g in gid],
@@ -54,6 +55,7 @@ def _fields(n: int, groups: int, rng: np.random.Generator) -> tuple[list[Field],
         [None if which[g] < 0 else [WORDS[e] for e in lists[g]] for g in gid],
         list(range(n)),
         [int(x).to_bytes(8, "big", signed=True).hex() for x in fps],
+        ["r" + int(x).to_bytes(8, "big", signed=True).hex() for x in fps],
     ]
     return fields, want
 
@@ -69,7 +71,7 @@ def test_every_field_kind_reads_back(
     fields, want = _fields(n, groups, rng)
     assert len(rows._per_group(fields, n)) == len(fields) - 1  # the first two packed as one
     conn.execute("CREATE TEMP TABLE r (l text, g int4, w text, i int4, c int4, h text, t text[], "
-                 "n int4, x text)")  # fmt: skip
+                 "n int4, x text, y text)")  # fmt: skip
     order = rng.permutation(n)[: n - 20]  # rows in any order, some not at all
     copy_rows(conn, sql.SQL("COPY r FROM STDIN (FORMAT BINARY)"), fields, order)
     got = conn.execute("SELECT * FROM r ORDER BY n").fetchall()

@@ -124,8 +124,8 @@ def pack(
 # Field kinds of `pack_rows` (dbanon.db.rows): the bytes of a dictionary entry, an int4, the
 # hex text of an entry's bytes, a text[] of entries, fields packed already (an entry's bytes
 # as they are, length words included: several fields at once), and the 16 hex digits of an
-# int8 (its big-endian bytes).
-BYTES, INT4, HEX, TEXTS, PACKED, HEX8 = 0, 1, 2, 3, 4, 5
+# int8 (its big-endian bytes), alone or after an `r`.
+BYTES, INT4, HEX, TEXTS, PACKED, HEX8, RHEX8 = 0, 1, 2, 3, 4, 5, 6
 NULL_INT = -(1 << 63)  # an INT4 field's NULL
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -139,8 +139,8 @@ def _sizes(kind: int, v: np.ndarray, ln: np.ndarray, offs: np.ndarray, elems: np
         x = v[r]
         if kind == INT4:
             out[r] = -1 if x == NULL_INT else 4
-        elif kind == HEX8:
-            out[r] = 16
+        elif kind >= HEX8:  # HEX8, RHEX8
+            out[r] = 16 if kind == HEX8 else 17
         elif x < 0:
             out[r] = -1
         elif kind == TEXTS:
@@ -170,7 +170,10 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
             continue
         if kind == INT4:
             put32(out, p, x)
-        elif kind == HEX8:
+        elif kind >= HEX8:  # HEX8, RHEX8
+            if kind == RHEX8:
+                out[p] = 114  # r
+                p += 1
             for b in range(8):
                 byte = (x >> (56 - 8 * b)) & 255
                 out[p + 2 * b] = digits[byte >> 4]

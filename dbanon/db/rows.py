@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import copykernels as _k
-from dbanon.db.copykernels import BYTES, HEX, HEX8, INT4, NULL_INT, PACKED, TEXTS
+from dbanon.db.copykernels import BYTES, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
 from dbanon.db.stream import _HEADER, Keys
 
 STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
@@ -58,14 +58,16 @@ class Dictionary:
         return cls(starts, lens, np.frombuffer(blob, dtype=np.uint8).copy())
 
 
-__all__ = ["BYTES", "HEX", "HEX8", "INT4", "NULL_INT", "TEXTS", "Dictionary", "Field", "copy_rows"]
+__all__ = ["BYTES", "HEX", "HEX8", "INT4", "NULL_INT", "RHEX8", "TEXTS", "Dictionary", "Field",
+           "copy_rows"]  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Field:
     """One column of the rows: per row, values[via[row]] (values[row] without `via`; the row
     itself without `values`), read as `kind` says: an entry of `dictionary` (BYTES, or HEX: its
-    bytes as hex text), an int4 (INT4; NULL_INT for NULL), an int8 as 16 hex digits (HEX8),
+    bytes as hex text), an int4 (INT4; NULL_INT for NULL), an int8 as 16 hex digits (HEX8;
+    RHEX8: after an `r`),
     or the text[] of the entries of `dictionary` that `elements` lists for it (TEXTS:
     offsets, entry ids)."""
 

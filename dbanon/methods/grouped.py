@@ -300,7 +300,7 @@ class GroupingMethod(Method):
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
         # One scan reads the rows, what the release and the map need of them and what the
         # latest map held of each (every policy: the guard measures every run against it).
-        prior = composition.prior(conn, r.release_id, r.key, r.released_columns,
+        prior = composition.prior(conn, r.source, r.release_id, r.key, r.released_columns,
                                   r.sensitive[0] if r.sensitive else None)  # fmt: skip
         ex = extract_rows(conn, r, with_sensitive, self.sensitive_stream(r), prior)
         qi, keys, sensitive = ex.qi, ex.keys, ex.sensitive

@@ -155,6 +155,7 @@ class Extracted:
     textual: set[str]  # those of them streamed as text instead (`as_text`)
     tags: Coded | None  # each row's tagged sensitive value (None without one)
     fp: np.ndarray  # int64: each row's fingerprint (composition.fingerprint)
+    fp_kind: str  # how it was made (composition.RECORD, MD5)
     before: np.ndarray | None  # the map's group of each row (-1: none); None: no map
     state: np.ndarray | None  # its fingerprint's state (composition.Prior)
     old: OldMap | None
@@ -212,6 +213,8 @@ def extract_rows(
     head = len(r.qi) + (1 if with_sensitive and not sensitive_text else 0)
     at = head + len(texted) + len(streamed)
     fp = np.asarray(values[at])
+    md5 = np.asarray(values[at + 1]) if prior.legacy else None
+    at += 1 if prior.legacy else 0
     tags = values[at + 1] if r.sensitive else None
     if sensitive_text:  # the algorithm's column is the tags' values
         assert isinstance(tags, Coded)
@@ -241,11 +244,18 @@ def extract_rows(
 
         before = of(held.gid)
         old = OldMap(mapped, of(held.vid).astype(np.int32), of(held.sid).astype(np.int32))
-        # 1: unchanged since; 0: changed, or new; -1: mapped before fingerprints were kept
-        state = np.where(~mapped, 0, np.where(~held.has_fp[where] if len(at) else mapped, -1,
-                                              (held.fp[where] == fp).astype(np.int64)))
-    return Extracted(keys, qi, sensitive, texts, shown, textual, tags, fp, before, state,
-                     old)  # type: ignore[arg-type]
+        # 1: unchanged since; 0: changed, or new; -1: mapped before fingerprints were kept.
+        # A map row's fingerprint is compared with this run's of its own kind.
+        state = np.zeros(len(at), dtype=np.int64)
+        if len(held.fp):
+            stored, record, has = held.fp[where], held.record[where], held.has_fp[where]
+            if prior.kind == composition.RECORD:
+                same = np.where(record, stored == fp, False if md5 is None else stored == md5)
+            else:
+                same = ~record & (stored == fp)
+            state = np.where(~mapped, 0, np.where(~has, -1, same.astype(np.int64)))
+    return Extracted(keys, qi, sensitive, texts, shown, textual, tags, fp, prior.kind, before,
+                     state, old)  # type: ignore[arg-type]
 
 
 def _span(values: np.ndarray) -> float:
@@ -388,4 +398,5 @@ def _retype(conn: psycopg.Connection, r: Resolved, target: sql.Identifier, typed
 
 def mapped(ex: Extracted, gid: np.ndarray, wait: np.ndarray | None) -> Mapped:
     """What the map and the intersection guard read of this run (dbanon.setlogic.grouped_map)."""
-    return Mapped(ex.keys, np.asarray(gid, dtype=np.int32), wait, ex.tags, ex.fp, ex.old)
+    return Mapped(ex.keys, np.asarray(gid, dtype=np.int32), wait, ex.tags, ex.fp, ex.old,
+                  ex.fp_kind)

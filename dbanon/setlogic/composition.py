@@ -94,25 +94,58 @@ class Composition:
         return out
 
 
-def same_fp(stored: sql.Composable, now: sql.Composable) -> sql.Composable:
-    """Whether a map's fingerprint is `now`'s (a map of an earlier revision kept 32 digits)."""
-    return sql.SQL("left({}, 16) = {}").format(stored, now)
-
-
 def tag(col: Column | None, ref: str = "s") -> sql.Composable:
     if col is None:
         return sql.SQL("NULL::text")
     return sql.SQL("coalesce('v:' || {}.{}::text, 'n')").format(sql.Identifier(ref), col.ident)
 
 
-def fingerprint(cols: list[Column], ref: str = "s") -> sql.Composable:
-    """The first 16 hex digits (64 bits) of the md5 of a row's released columns (QIs,
-    sensitive, kept) as text: a map row whose fingerprint is unchanged shows the same in the
-    next release (dbanon.algorithms.sealed). 64 bits, so that a run holds it as one int8 per
-    row; a map written with whole md5s is compared by their first 16 digits (`same_fp`)."""
-    return sql.SQL("left(md5(ROW({})::text), 16)").format(
-        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(ref), c.ident) for c in cols)
-    )
+# How a map row's fingerprint of its released columns was made, told by its text: `r` and the
+# 16 hex digits of hash_record_extended (the columns' own hash functions, as hash partitioning
+# uses them: no text output of the row, half the cost of the md5 of ROW()::text), or hex digits
+# of that md5 (the first 16 since revision 0011's whole 32 were cut), where a column has no hash
+# function (json, point) or the server none of records (PostgreSQL 13).
+RECORD, MD5 = "record", "md5"
+
+
+def _row(cols: list[Column], ref: str) -> sql.Composable:
+    return sql.SQL("ROW({})").format(
+        sql.SQL(", ").join(sql.SQL("{}.{}").format(sql.Identifier(ref), c.ident) for c in cols))
+
+
+def fingerprint(cols: list[Column], ref: str = "s", kind: str = MD5) -> sql.Composable:
+    """The fingerprint of a row's released columns (QIs, sensitive, kept) as `kind` makes it
+    (RECORD, MD5): a map row whose fingerprint is unchanged shows the same in the next release
+    (dbanon.algorithms.sealed). 64 bits, so that a run holds it as one int8 per row."""
+    if kind == RECORD:
+        return sql.SQL("'r' || lpad(to_hex(hash_record_extended({}, 0)), 16, '0')").format(
+            _row(cols, ref))  # fmt: skip
+    return sql.SQL("left(md5({}::text), 16)").format(_row(cols, ref))
+
+
+def fingerprint_kind(conn: psycopg.Connection, source: Relation, cols: list[Column]) -> str:
+    """RECORD when the server hashes records and every column has a hash function (asked of
+    one row of NULLs of their types: the lookup fails for a type without one), else MD5."""
+    if conn.info.server_version < 140000:
+        return MD5
+    try:
+        with conn.transaction():
+            conn.execute(sql.SQL(
+                "SELECT hash_record_extended({}, 0) FROM (SELECT) d LEFT JOIN {} s ON false"
+            ).format(_row(cols, "s"), source.ident)).fetchall()  # fmt: skip
+    except psycopg.errors.UndefinedFunction:
+        return MD5
+    return RECORD
+
+
+def same_fp(stored: sql.Composable, cols: list[Column], kind: str,
+            ref: str = "s") -> sql.Composable:  # fmt: skip
+    """Whether a map row's fingerprint (`stored`, of either kind) is that of the row now."""
+    md5 = sql.SQL("left({}, 16) = {}").format(stored, fingerprint(cols, ref, MD5))
+    if kind != RECORD:
+        return md5  # an `r` fingerprint is never a prefix of an md5's hex digits
+    return sql.SQL("CASE WHEN left({s}, 1) = 'r' THEN {s} = {rec} ELSE {md5} END").format(
+        s=stored, rec=fingerprint(cols, ref, RECORD), md5=md5)  # fmt: skip
 
 
 NEW = sql.Identifier("dbanon_new_rows")  # this run's rows, read by measure and store
@@ -169,7 +202,7 @@ def new_rows(
     the unit kept in the map) is read with every source row, released or not (see the
     module's note); a plain stage names the rows it withheld with gid NULL, and (column w)
     the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
-    fp = fingerprint(released)
+    fp = fingerprint(released, kind=fingerprint_kind(conn, source, released))
     columns = columns_of(conn, stage)
     if {"key", "gid", "w", "t", "fp"} <= set(columns) and isinstance(stage, sql.Identifier):
         # joined with the source already, as the release was built (and with the map)
@@ -674,50 +707,65 @@ class Previous:
 @dataclass(frozen=True)
 class Prior:
     """What a grouping method's extract reads for the map beside the source's columns, in the
-    same scan: each row's fingerprint (`fingerprint`, as an int8) and, with a sensitive column,
-    its tag now. What the latest map holds of each row is read apart (`read_map`) and matched
-    by key in the run's arrays: a join of the map in the scan cost more than both. `wrap`
-    turns the extract's query into one that adds them, in the order `kinds` gives."""
+    same scan: each row's fingerprint (of `kind`, its 64 bits as an int8; with `legacy`, its md5
+    kind too, to compare with a map written before), and with a sensitive column its tag now.
+    What the latest map holds of each row is read apart (`read_map`) and matched by key in the
+    run's arrays: a join of the map in the scan cost more than both. `wrap` turns the
+    extract's query into one that adds them, in the order `kinds` gives."""
 
     release_id: int | None
     mapped: bool  # the release has a map
     key: Column
     released: list[Column]
     sensitive: Column | None
+    kind: str = MD5
+    legacy: bool = False  # the map holds fingerprints of the md5 kind, this run makes RECORD
 
     def kinds(self) -> list[str]:
-        return ["int8", *(["text"] if self.sensitive else [])]
+        return ["int8", *(["int8"] if self.legacy else []),
+                *(["text"] if self.sensitive else [])]  # fmt: skip
 
     def wrap(self, query: sql.Composable, width: int) -> sql.Composable:
         """`query` (the extract's `width` columns named c0.. with `columns()` after them) with
         what the map needs added after its own."""
         cols = [sql.SQL("x.{}").format(sql.Identifier(f"c{i}")) for i in range(width)]
-        cols.append(sql.SQL("('x' || x.dbanon_fp)::bit(64)::int8"))
+        cols.append(sql.SQL("('x' || right(x.dbanon_fp, 16))::bit(64)::int8"))
+        if self.legacy:
+            cols.append(sql.SQL("('x' || x.dbanon_md5)::bit(64)::int8"))
         if self.sensitive:
             cols.append(sql.SQL("x.dbanon_tag"))
         return sql.SQL("SELECT {} FROM ({}) x").format(sql.SQL(", ").join(cols), query)
 
     def columns(self) -> list[sql.Composable]:
-        """What the extract's own SELECT over `s` adds for `wrap` (its fingerprint, tag)."""
-        out = [sql.SQL("{} AS dbanon_fp").format(fingerprint(self.released))]
+        """What the extract's own SELECT over `s` adds for `wrap` (fingerprints, tag)."""
+        out = [sql.SQL("{} AS dbanon_fp").format(fingerprint(self.released, kind=self.kind))]
+        if self.legacy:
+            out.append(sql.SQL("{} AS dbanon_md5").format(fingerprint(self.released, kind=MD5)))
         if self.sensitive:
             out.append(sql.SQL("{} AS dbanon_tag").format(tag(self.sensitive)))
         return out
 
 
 def prior(
-    conn: psycopg.Connection, release_id: int | None, key: Column, released: list[Column],
-    sensitive: Column | None,
+    conn: psycopg.Connection, source: Relation, release_id: int | None, key: Column,
+    released: list[Column], sensitive: Column | None,
 ) -> Prior:  # fmt: skip
-    """The Prior of a release (`mapped` when it has a map)."""
-    return Prior(release_id, has_map(conn, release_id), key, released, sensitive)
+    """The Prior of a release (`mapped` when it has a map; `legacy` when that map holds md5
+    fingerprints and this run makes record ones)."""
+    mapped = has_map(conn, release_id)
+    kind = fingerprint_kind(conn, source, released)
+    legacy = mapped and kind == RECORD and bool(conn.execute(sql.SQL(
+        "SELECT EXISTS (SELECT 1 FROM {} WHERE left(fp, 1) <> 'r')").format(
+            table(release_id))).fetchone()[0])  # type: ignore[arg-type]  # fmt: skip
+    return Prior(release_id, mapped, key, released, sensitive, kind, legacy)
 
 
 @dataclass(frozen=True)
 class MapRows:
     """The latest map of a release as arrays, one entry per map row: its key, group, set of
-    plausible values (-1: none), what its group showed (-1: none) and fingerprint (its first 64
-    bits; `has_fp` False for a row mapped before the map kept fingerprints)."""
+    plausible values (-1: none), what its group showed (-1: none) and fingerprint (its 64 bits;
+    `has_fp` False for a row mapped before the map kept fingerprints, `record` True for one of
+    the RECORD kind)."""
 
     keys: Keys
     gid: np.ndarray
@@ -725,6 +773,7 @@ class MapRows:
     sid: np.ndarray
     fp: np.ndarray
     has_fp: np.ndarray
+    record: np.ndarray
 
 
 def read_map(conn: psycopg.Connection, release_id: int) -> MapRows:
@@ -733,17 +782,19 @@ def read_map(conn: psycopg.Connection, release_id: int) -> MapRows:
 
     from dbanon.db.stream import copy_columns
 
-    keys, gid, vid, sid, fp, has_fp = copy_columns(
+    keys, gid, vid, sid, fp, has_fp, record = copy_columns(
         conn,
         sql.SQL(
             "SELECT key, gid::float8, coalesce(vid, -1)::float8, coalesce(sid, -1)::float8, "
-            "coalesce(('x' || left(fp, 16))::bit(64)::int8, 0), (fp IS NOT NULL)::int::float8 "
-            "FROM {}"
+            "coalesce(('x' || CASE WHEN left(fp, 1) = 'r' THEN substr(fp, 2, 16) "
+            "ELSE left(fp, 16) END)::bit(64)::int8, 0), (fp IS NOT NULL)::int::float8, "
+            "(left(fp, 1) = 'r')::int::float8 FROM {}"
         ).format(table(release_id)),
-        ["key", "float8", "float8", "float8", "int8", "float8"],
+        ["key", "float8", "float8", "float8", "int8", "float8", "float8"],
     )
     as_int = (np.asarray(v).astype(np.int64) for v in (gid, vid, sid))
-    return MapRows(keys, *as_int, np.asarray(fp), np.asarray(has_fp) > 0)  # type: ignore[arg-type]
+    return MapRows(keys, *as_int, np.asarray(fp), np.asarray(has_fp) > 0,  # type: ignore[arg-type]
+                   np.nan_to_num(np.asarray(record)) > 0)  # fmt: skip
 
 
 def previous_of(conn: psycopg.Connection, release_id: int, gid: np.ndarray,
@@ -787,8 +838,8 @@ def previous_release(
             "FROM {rows} t "
             "JOIN {map} m ON m.release_id = {rid} AND m.key = t.key "
             "JOIN {src} s ON s.{key}::text = t.key"
-        ).format(same=same_fp(sql.SQL("m.fp"), fingerprint(released)), rows=rows,
-                 map=map_of(conn, release_id),
+        ).format(same=same_fp(sql.SQL("m.fp"), released, fingerprint_kind(conn, source, released)),
+                 rows=rows, map=map_of(conn, release_id),
                  rid=sql.Literal(release_id), src=source.ident, key=key.ident),  # fmt: skip
         ["float8", "float8", "float8"],
     )
@@ -826,8 +877,9 @@ def previous_cells(
                 "SELECT t.gid, m.gid, coalesce({same}, false), m.vid, m.sid "
                 "FROM {rows} t JOIN {map} m ON m.key = t.key "
                 "JOIN {src} s ON s.{key}::text = t.key"
-            ).format(same=same_fp(sql.SQL("m.fp"), fingerprint(released)), rows=rows,
-                     map=table(release_id),
+            ).format(same=same_fp(sql.SQL("m.fp"), released,
+                                  fingerprint_kind(conn, source, released)),
+                     rows=rows, map=table(release_id),
                      src=source.ident, key=key.ident)  # fmt: skip
         )
         for at, g, unchanged, v, sh in cur:

@@ -29,7 +29,7 @@ import psycopg
 from numba import njit
 from psycopg import sql
 
-from dbanon.db.rows import HEX8, NULL_INT, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.rows import HEX8, NULL_INT, RHEX8, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.models.base import Spread
 from dbanon.setlogic import composition
@@ -57,6 +57,7 @@ class Mapped:
     tags: Coded | None  # each row's tagged sensitive value; None without a sensitive column
     fp: np.ndarray  # int64 per row: its fingerprint (composition.fingerprint)
     old: OldMap | None  # None: the release has no map yet
+    fp_kind: str = "md5"  # how `fp` was made (composition.RECORD, MD5)
     # the classes and pairs, computed once for the measure and the store (by release id)
     runs: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -431,7 +432,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
         Field.constant(release_id), Field.entries(keys, run.released),
         Field.int4(gid, run.released),
         Field.constant(NULL_INT) if set_id is None else Field.int4(set_id, run.pair_of_row),
-        Field.int4(gid, run.released), Field(HEX8, fp, run.released),
+        Field.int4(gid, run.released), Field(_fp_kind(rows), fp, run.released),
     ], np.arange(len(run.released)))  # fmt: skip
     if len(held):  # rows left out that the map held: in their waiting block (or -1)
         wait = np.asarray(rows.wait, dtype=np.int64)[held] if rows.wait is not None else (
@@ -439,7 +440,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
         copy_rows(conn, command, [
             Field.constant(release_id), Field.entries(keys, held),
             Field.int4(np.where(wait >= 0, -2 - wait, -1)), _int4(held_vid), _int4(held_sid),
-            Field(HEX8, fp, held),
+            Field(_fp_kind(rows), fp, held),
         ], np.arange(len(held)))  # fmt: skip
     if codes is not None and set_rows is not None and run.shown is not None:
         tags = Dictionary.of(codes.tags)
@@ -457,6 +458,11 @@ _NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL, in an int32 array
 def _int4(values: np.ndarray) -> Field:
     """An int4 field of int32 ids, NULL where _NULL32."""
     return Field.int4(values, null=_NULL32)
+
+
+def _fp_kind(rows: Mapped) -> int:
+    """The field kind that writes the rows' fingerprints as their kind's text."""
+    return RHEX8 if rows.fp_kind == composition.RECORD else HEX8
 
 
 def _found(ids: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
