@@ -121,9 +121,10 @@ def pack(
 
 
 # Field kinds of `pack_rows` (dbanon.db.rows): the bytes of a dictionary entry, an int4, the
-# hex text of an entry's bytes, a text[] of entries, and fields packed already (an entry's
-# bytes as they are, length words included: several fields at once).
-BYTES, INT4, HEX, TEXTS, PACKED = 0, 1, 2, 3, 4
+# hex text of an entry's bytes, a text[] of entries, fields packed already (an entry's bytes
+# as they are, length words included: several fields at once), and a fixed-width value (entry
+# e is data[e * w:(e + 1) * w], w = lens[0]: a column of numbers without an offset per row).
+BYTES, INT4, HEX, TEXTS, PACKED, FIXED = 0, 1, 2, 3, 4, 5
 NULL_INT = -(1 << 63)  # an INT4 field's NULL
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -139,6 +140,8 @@ def _sizes(kind: int, v: np.ndarray, ln: np.ndarray, offs: np.ndarray, elems: np
             out[r] = -1 if x == NULL_INT else 4
         elif x < 0:
             out[r] = -1
+        elif kind == FIXED:
+            out[r] = ln[0]
         elif kind == TEXTS:
             n = 12 if offs[x + 1] == offs[x] else 20
             for e in range(offs[x], offs[x + 1]):
@@ -182,6 +185,8 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
                 p += 4
                 _copy(out, p, dt, st[y], max(ln[y], 0))
                 p += max(ln[y], 0)
+        elif kind == FIXED:
+            _copy(out, p, dt, x * n, n)
         elif kind == HEX:
             s = st[x]
             for b in range(ln[x]):
@@ -445,3 +450,50 @@ def int_texts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             if x == 0:
                 break
     return starts, lens, out
+
+
+@njit(cache=True, inline="always")
+def _fnv(d: np.ndarray) -> np.uint64:
+    """64-bit FNV-1a of a byte string."""
+    h = np.uint64(14695981039346656037)
+    for b in range(len(d)):
+        h = (h ^ np.uint64(d[b])) * np.uint64(1099511628211)
+    return h
+
+
+@njit(cache=True)
+def hashes(blob: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """The FNV-1a hash of each of the byte strings held one after another in `blob` (lens[i]
+    bytes each; NULL, lens[i] < 0, hashes as empty)."""
+    out = np.empty(len(lens), np.uint64)
+    p = 0
+    for i in range(len(lens)):
+        n = max(lens[i], 0)
+        out[i] = _fnv(blob[p : p + n])
+        p += n
+    return out
+
+
+@njit(cache=True)
+def hashed_among(blob: np.ndarray, lens: np.ndarray, wanted: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """(row, byte start) of each byte string of `blob` (as `hashes` reads it) whose hash is
+    one of `wanted` (sorted): the few rows to compare with the strings wanted, found without
+    an array per row."""
+    rows = np.empty(16, np.int64)
+    starts = np.empty(16, np.int64)
+    found = 0
+    p = 0
+    for i in range(len(lens)):
+        n = max(lens[i], 0)
+        h = _fnv(blob[p : p + n])
+        j = np.searchsorted(wanted, h)
+        if j < len(wanted) and wanted[j] == h:
+            if found == len(rows):
+                rows = np.concatenate((rows, np.empty(found, np.int64)))
+                starts = np.concatenate((starts, np.empty(found, np.int64)))
+            rows[found] = i
+            starts[found] = p
+            found += 1
+        p += n
+    return rows[:found], starts[:found]
