@@ -81,11 +81,3 @@ def test_refuses_what_the_reference_cannot_mean() -> None:
         prf_uniform_blob(b"", raw.blob, raw.lens, np.zeros((1, 1)), "row")
     with pytest.raises(ValueError, match="keys for"):
         prf_uniform_blob(b"s", raw.blob, raw.lens, np.zeros((2, 1)), "row")
-
-
-def test_keys_find_places_the_wanted_keys() -> None:
-    keys = ["10", "", "é", "3", "x" * 300, "10 "]
-    raw = _blob(keys)
-    found = raw.find(["3", "10", "nope", "", "x" * 300, "é"])
-    assert found.tolist() == [3, 0, -1, 1, 4, 2]
-    assert _blob([]).find(["a"]).tolist() == [-1]

@@ -82,23 +82,6 @@ class Keys:
         return cls(np.frombuffer(b"".join(raw), dtype=np.uint8),
                    np.array([len(b) for b in raw], dtype=np.int32))  # fmt: skip
 
-    def find(self, wanted: Sequence[str]) -> np.ndarray:
-        """The place of each wanted key among these (-1: absent), without decoding them all:
-        only the keys whose hash is one of theirs are decoded and compared."""
-        want = Keys.of(wanted)
-        found = np.full(len(wanted), -1, dtype=np.int64)
-        if not len(wanted) or not len(self):
-            return found
-        lens = np.ascontiguousarray(self.lens, dtype=np.int32)
-        hashes = np.unique(_k().hashes(want.blob, want.lens))
-        rows, starts = _k().hashed_among(self.blob, lens, hashes)
-        index = {k: i for i, k in enumerate(wanted)}
-        for at, start, n in zip(rows.tolist(), starts.tolist(), lens[rows].tolist(), strict=True):
-            i = index.get(self.blob[start : start + n].tobytes().decode()) if n >= 0 else None
-            if i is not None:
-                found[i] = at
-        return found
-
     def __iter__(self) -> Iterator[str | None]:
         raw = self.blob.tobytes()
         start = 0

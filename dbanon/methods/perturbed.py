@@ -260,18 +260,23 @@ class PerturbingMethod(Method):
         state = self._state(conn, r, seed)
         ctx.lap("reference")
         shape = self.shaping(conn, r)
-        measure = self._linkage(conn, r, state, shape)
-        rows, columns = self._extract(conn, r)
+        # the linkage sample: rows in a secret order (a hash keyed by the run's noise secret)
+        order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
+                               .digest(), "little", signed=True)  # fmt: skip
+        rows, columns, ranks = self._extract(conn, r, order)
         n = len(rows.keys)
         ctx.say(f"perturbing {n:,} rows of {r.source}")
         from dbanon.algorithms.prf import prf_uniform_blob  # numba: loaded by publishes only
+
+        sampled = _first(ranks, SAMPLE)  # each linkage row's place in the stream
+        del ranks
+        measure = self._linkage(r, state, shape, rows.keys, columns, sampled)
 
         types = self._types(r, shape)
         out = [np.empty(n, dtype=_BINARY[t]) for t in types]  # as the release's COPY takes them
         clamped = np.zeros(len(r.qi), dtype=np.int64)
         security = Security([c.name for c in r.qi])
         counters: dict[str, int] = {}
-        sampled = rows.keys.find(measure.keys)  # each linkage row's place in the stream
         lens, at = rows.keys.lens, 0  # the batch's keys: rows.keys.blob[at:...]
         # In batches, as the rows were once read: the figures' sums merge as they always did.
         for lo in range(0, n, BATCH):
@@ -469,33 +474,32 @@ class PerturbingMethod(Method):
         return NoiseState(secret, alpha, extra, sig)
 
     def _linkage(
-        self, conn: psycopg.Connection, r: Resolved, state: NoiseState, shape: Shaping
-    ) -> Linkage:
-        """A sample of rows in a secret order (the run's noise secret), perturbed as the stream
-        will perturb them, to be measured against every original as the stream reads it."""
+        self, r: Resolved, state: NoiseState, shape: Shaping, keys: Keys,
+        columns: list[np.ndarray], sampled: np.ndarray,
+    ) -> Linkage:  # fmt: skip
+        """The sampled rows perturbed as the stream will perturb them (as one batch of their
+        own, in the secret order), to be measured against every original as the stream reads
+        it."""
         from dbanon.algorithms.prf import prf_uniform_blob
+        from dbanon.db import copykernels
 
-        order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
-                               .digest(), "little", signed=True)  # fmt: skip
-        cols = [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
-        rows = conn.execute(
-            sql.SQL("SELECT {}::text, {} FROM {} ORDER BY hashtextextended({}::text, %s) LIMIT %s")
-            .format(r.key.ident, sql.SQL(", ").join(cols), r.source.ident, r.key.ident),
-            [order, SAMPLE],
-        ).fetchall()  # fmt: skip
-        keys = [row[0] for row in rows]
-        x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
-        raw = Keys.of(keys)
-        u = prf_uniform_blob(state.secret, raw.blob, raw.lens, x, self.keying(state))
+        lens = np.ascontiguousarray(keys.lens[sampled], dtype=np.int32)
+        starts = np.concatenate([[0], np.cumsum(np.maximum(keys.lens, 0), dtype=np.int64)])
+        blob = copykernels.concat(keys.blob, starts[sampled], lens)
+        del starts
+        picked = Keys(blob, lens)
+        x = np.column_stack([c[sampled] for c in columns]).reshape(len(sampled), len(columns))
+        u = prf_uniform_blob(state.secret, picked.blob, picked.lens, x, self.keying(state))
         released, _ = shape.apply(self.noise(r, state, x, u)[0])
-        return Linkage(keys, released, state.alpha)
+        return Linkage(list(picked), released, state.alpha)
 
     def _extract(
-        self, conn: psycopg.Connection, r: Resolved
-    ) -> tuple[Streamed, list[np.ndarray]]:
+        self, conn: psycopg.Connection, r: Resolved, order: int
+    ) -> tuple[Streamed, list[np.ndarray], np.ndarray]:
         """One binary COPY of the source: each row's key as text, its perturbed columns as
         float8 (returned apart, one array each), its other released columns in their own
-        binary form (as text, a type without one), in the order the release has them."""
+        binary form (as text, a type without one), in the order the release has them; and
+        each row's rank key for the linkage sample, hashtextextended(key::text, order)."""
         names = released_columns(conn, r)
         perturbed = {c.name for c in r.qi}
         by_name = {c.name: c for c in [*r.sensitive, *r.keep]}
@@ -505,15 +509,18 @@ class PerturbingMethod(Method):
         exprs += [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
         exprs += [sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
                   for c in shown]  # fmt: skip
+        exprs.append(sql.SQL("hashtextextended({}::text, {})").format(r.key.ident,
+                                                                     sql.Literal(order)))
         m = len(r.qi)
-        keys, *cols = copy_columns(
+        keys, *cols, ranks = copy_columns(
             conn, sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident),
-            ["key", *["float8"] * m, *["key"] * len(shown)], r.rows,
+            ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
             lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
         )  # fmt: skip
-        assert isinstance(keys, Keys)
+        assert isinstance(keys, Keys) and isinstance(ranks, Keys)
         raw = {c.name: col for c, col in zip(shown, cols[m:], strict=True)}
-        return Streamed(keys, names, raw, textual), cols[:m]  # type: ignore[return-value]
+        rank = ranks.blob.view(">i8").astype(np.int64)  # an int8's binary form, each row
+        return Streamed(keys, names, raw, textual), cols[:m], rank  # type: ignore[return-value]
 
     def _types(self, r: Resolved, shape: Shaping) -> list[str]:
         """The type each perturbed column is released as: float8, or with `--integral` an
@@ -597,6 +604,12 @@ class Streamed:
     names: list[str]  # the released columns, in the release's order (but its row id)
     shown: dict[str, Keys]  # each other released column's values, in their binary form
     textual: set[str]  # those of them streamed as text (a type without a binary form)
+
+
+def _first(ranks: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the k least ranks, in their order (as ORDER BY rank LIMIT k gives them)."""
+    rows = np.argpartition(ranks, k - 1)[:k] if k < len(ranks) else np.arange(len(ranks))
+    return rows[np.argsort(ranks[rows], kind="stable")]
 
 
 def _row_ids(n: int) -> np.ndarray:
