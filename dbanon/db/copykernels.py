@@ -158,6 +158,14 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
            offs: np.ndarray, elems: np.ndarray, digits: np.ndarray, size: np.ndarray,
            at: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
     """Write one field of every row at its place (`at`: its length word, or a PACKED entry)."""
+    if kind == FIXED:  # a loop of its own: a few bytes a row, copied without a view each
+        w = ln[0]
+        for r in range(len(v)):
+            p, s = at[r], v[r] * w
+            put32(out, p, w)
+            for b in range(w):
+                out[p + 4 + b] = dt[s + b]
+        return
     for r in range(len(v)):
         p, n, x = at[r], size[r], v[r]
         if kind == PACKED:
@@ -185,8 +193,6 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
                 p += 4
                 _copy(out, p, dt, st[y], max(ln[y], 0))
                 p += max(ln[y], 0)
-        elif kind == FIXED:
-            _copy(out, p, dt, x * n, n)
         elif kind == HEX:
             s = st[x]
             for b in range(ln[x]):

@@ -2,10 +2,12 @@
 
 The perturbed columns are the release's `--qi` (alias `--columns`), numeric, never NULL.
 One binary COPY streams every row's key (as text), perturbed columns (float8) and declared
-`--sensitive` and `--keep` columns (in their own binary form) into arrays (dbanon.db.stream);
-the keyed noise of every row is computed at once (dbanon.algorithms.prf, compiled), the
-method's `noise` turns it into perturbed values batch by batch (pure code, dbanon.algorithms.ina)
-and data security is accumulated (dbanon.metrics.security). The release is then written from
+`--sensitive` and `--keep` columns (in their own binary form) into arrays (dbanon.db.stream),
+with each row's rank in the linkage sample's secret order. Batch by batch (the batches the
+figures always merged), the keyed noise is computed in compiled code (dbanon.algorithms.prf,
+hashlib's BLAKE2b bit for bit), the method's `noise` turns it into perturbed values (pure
+code, dbanon.algorithms.ina) and data security and linkage are accumulated
+(dbanon.metrics.security, dbanon.metrics.linkage). The release is then written from
 the arrays by one binary COPY (dbanon.db.rows): a random 63-bit row id drawn per run
 (`dbanon_row`), the perturbed columns, the sensitive and kept ones as they came (typed as they
 are; never the key, never a column nobody declared, so not one added to the source later
