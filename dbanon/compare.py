@@ -1,9 +1,10 @@
 """`dbanon compare`: how well a perturbed release keeps the source's clusters.
 
 A perturbed release carries no key; each of its rows has a `dbanon_row` id, and the catalog's
-private map (dbanon.noise_map, never granted) gives that row's source key. Source and release
-rows are paired through it, both sides clustered by the same algorithm, clusters matched by the
-Hungarian method, and the share of rows in unmatched clusters reported (dbanon.metrics).
+private map (dbanon.noise_map_<release id>, never granted) gives that row's source key. Source
+and release rows are paired through it, both sides clustered by the same algorithm, clusters
+matched by the Hungarian method, and the share of rows in unmatched clusters reported
+(dbanon.metrics).
 Beside it, linkage (dbanon.metrics.linkage): the share of released rows whose nearest original
 is their own, as the latest run recorded it and as measured here on the compared columns.
 """
@@ -19,7 +20,7 @@ from psycopg import sql
 
 from dbanon.db import catalog
 from dbanon.errors import DbanonError, quote_name
-from dbanon.methods.perturbed import ROW
+from dbanon.methods.perturbed import ROW, map_table
 from dbanon.metrics.clustering import ALGORITHMS, cluster, misclassification
 from dbanon.metrics.linkage import SAMPLE, Linkage
 
@@ -49,22 +50,26 @@ def paired(
     catalog.require_columns(rel_cols, rel, list(columns))
     src_cols = catalog.columns(conn, src)
     catalog.require_columns(src_cols, src, list(columns))
+    if conn.execute("SELECT to_regclass(%s) IS NULL",
+                    [map_table(release_id).as_string(conn)]).fetchone()[0]:  # fmt: skip
+        raise DbanonError(f"release {quote_name(release)} has no row map (it was not published "
+                          "by a perturbing method)")  # fmt: skip
     key = sql.Identifier(spec["key"])
     pick = [sql.SQL("s.{}::float8").format(sql.Identifier(c)) for c in columns]
     pick += [sql.SQL("r.{}::float8").format(sql.Identifier(c)) for c in columns]
     rows = conn.execute(
         sql.SQL(
             """SELECT {pick} FROM {rel} r
-               JOIN dbanon.noise_map m ON m.release_id = %s AND m.row_id = r.{row}
+               JOIN {map} m ON m.row_id = r.{row}
                JOIN {src} s ON s.{key}::text = m.key"""
         ).format(
             pick=sql.SQL(", ").join(pick),
             rel=rel.ident,
+            map=map_table(release_id),
             row=sql.Identifier(ROW),
             src=src.ident,
             key=key,
         ),  # fmt: skip
-        [release_id],
     ).fetchall()
     if not rows:
         raise DbanonError(f"no row of release {quote_name(release)} pairs with a row of {src}")
@@ -121,5 +126,5 @@ def compare(
             "measured": float(measure.figures()["linkage"]),
             "sample": int(measure.figures()["linkage_sample"]),
         },
-        "pairing": "dbanon_row -> key via the private map dbanon.noise_map",
+        "pairing": "dbanon_row -> key via the release's private map dbanon.noise_map_<id>",
     }

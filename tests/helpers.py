@@ -113,3 +113,9 @@ def stray_builds(conn: psycopg.Connection) -> list[str]:
                    AND rw.ev_class <> c.oid)
            ORDER BY 1"""
     )]  # fmt: skip
+
+
+def noise_map(conn: psycopg.Connection, release: str) -> sql.Identifier:
+    """The private row map (row_id -> key) of perturbation release `release`."""
+    rid = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [release]).fetchone()[0]
+    return sql.Identifier("dbanon", f"noise_map_{rid}")

@@ -30,6 +30,7 @@ import psycopg
 from psycopg import sql
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import noise_map  # noqa: E402
 from noiseattack import attack, figures, read  # noqa: E402
 
 Run = Callable[..., tuple[int, dict[str, Any]]]  # (*args) -> (exit code, JSON output)
@@ -61,11 +62,8 @@ def rows_by_key(conn: psycopg.Connection, name: str, relation: str) -> dict[int,
     schema, rel = relation.split(".")
     got = conn.execute(
         sql.SQL(
-            "SELECT m.key::int, r.dbanon_row FROM {} r JOIN dbanon.noise_map m "
-            "ON m.row_id = r.dbanon_row JOIN dbanon.release l "
-            "ON l.id = m.release_id AND l.name = %s"
-        ).format(sql.Identifier(schema, rel)),
-        [name],
+            "SELECT m.key::int, r.dbanon_row FROM {} r JOIN {} m ON m.row_id = r.dbanon_row"
+        ).format(sql.Identifier(schema, rel), noise_map(conn, name)),
     ).fetchall()
     order = [r for (r,) in conn.execute(
         sql.SQL("SELECT dbanon_row FROM {}").format(sql.Identifier(schema, rel)))]  # fmt: skip
@@ -80,10 +78,9 @@ def _largest_moves(
     return conn.execute(
         sql.SQL(
             "SELECT max(abs(r.age - s.age)), max(abs(r.hours - s.hours)) FROM {} r "
-            "JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row JOIN dbanon.release l "
-            "ON l.id = m.release_id AND l.name = %s JOIN {} s ON s.id::text = m.key"
-        ).format(sql.Identifier(*relation.split(".")), sql.Identifier(*source.split("."))),
-        [name],
+            "JOIN {} m ON m.row_id = r.dbanon_row JOIN {} s ON s.id::text = m.key"
+        ).format(sql.Identifier(*relation.split(".")), noise_map(conn, name),
+                 sql.Identifier(*source.split("."))),  # fmt: skip
     ).fetchone()
 
 

@@ -8,7 +8,8 @@ import json
 import numpy as np
 import psycopg
 import pytest
-from helpers import cli, cli_json, make_table, snapshot
+from helpers import cli, cli_json, make_table, noise_map, snapshot
+from psycopg import sql
 
 from dbanon.algorithms.ina import normalised_distances
 from dbanon.methods import perturbed
@@ -36,11 +37,10 @@ def paired(conn: psycopg.Connection, release: str = "p") -> np.ndarray:
     """(key, x, y, x', y', tag == tag', n == n') of every released row, by the private map."""
     return np.array(
         conn.execute(
-            """SELECT s.id, s.x, s.y, r.x, r.y, (r.tag = s.tag AND r.n = s.n)::int
-               FROM released.p r JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row
-               JOIN dbanon.release l ON l.id = m.release_id AND l.name = %s
-               JOIN m.pts s ON s.id::text = m.key ORDER BY s.id""",
-            [release],
+            sql.SQL("""SELECT s.id, s.x, s.y, r.x, r.y, (r.tag = s.tag AND r.n = s.n)::int
+               FROM released.p r JOIN {} m ON m.row_id = r.dbanon_row
+               JOIN m.pts s ON s.id::text = m.key ORDER BY s.id""").format(
+                noise_map(conn, release)),
         ).fetchall(),
         dtype=np.float64,
     )
@@ -100,9 +100,11 @@ def test_refresh_gives_unchanged_rows_the_same_noise_or_redraws_it(
     assert cli_json(dsn, "refresh", "p")[0] == 0
     third = paired(pts)
     assert not (third[:, 3:5] == second[:, 3:5]).any(1).any()  # all new noise
-    assert pts.execute("SELECT count(*) FROM dbanon.noise_map").fetchone()[0] == 900
+    kept = noise_map(pts, "p")
+    assert pts.execute(sql.SQL("SELECT count(*) FROM {}").format(kept)).fetchone()[0] == 900
     assert cli(dsn, "drop", "p", "--yes").exit_code == 0
-    assert pts.execute("SELECT count(*) FROM dbanon.noise_map").fetchone()[0] == 0
+    gone = pts.execute("SELECT to_regclass(%s)", [kept.as_string(pts)]).fetchone()[0]
+    assert gone is None  # the map went with its release
 
 
 def test_uniform_noise_has_the_security_of_its_size_and_drops_columns(

@@ -208,3 +208,32 @@ def test_every_sql_file_is_frozen_and_read_by_a_revision() -> None:
     for name in files:
         assert f'"{name}"' in migrations, f"sql/{name} is read by no revision"
         assert (root / "migrations" / "versions").glob(f"{name[:4]}_*.py"), name
+
+
+def test_noise_maps_move_to_a_table_per_release_and_back(dsn: str) -> None:
+    """Revision 0016: each release's rows of the shared dbanon.noise_map become
+    dbanon.noise_map_<id>, row for row; the downgrade puts them back."""
+    cfg = catalog.alembic_config(dsn)
+    command.downgrade(cfg, "0015")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        ids = [conn.execute(
+            "INSERT INTO dbanon.release (name, spec, target_schema, target_name, objects) "
+            "VALUES (%s, '{}', 'released', %s, ARRAY[%s]) RETURNING id", [n, n, n]
+        ).fetchone()[0] for n in ("a", "b")]  # fmt: skip
+        rows = [(ids[0], 10 * i + 7, f"k{i}") for i in range(50)]
+        rows += [(ids[1], -(2**62) + i, f"é{i}") for i in range(30)]
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO dbanon.noise_map VALUES (%s, %s, %s)", rows)
+        command.upgrade(cfg, "head")
+        assert conn.execute("SELECT to_regclass('dbanon.noise_map')").fetchone()[0] is None
+        for rid in ids:
+            got = conn.execute(sql.SQL("SELECT row_id, key FROM {} ORDER BY row_id").format(
+                sql.Identifier("dbanon", f"noise_map_{rid}"))).fetchall()  # fmt: skip
+            assert got == sorted((r, k) for i, r, k in rows if i == rid)
+        command.downgrade(cfg, "0015")
+        back = conn.execute("SELECT * FROM dbanon.noise_map ORDER BY 1, 2").fetchall()
+        assert back == sorted(rows)
+        assert conn.execute("SELECT count(*) FROM pg_class WHERE relname ~ '^noise_map_[0-9]+$'"
+                            ).fetchone()[0] == 0  # fmt: skip
+        conn.execute("DELETE FROM dbanon.release")
+        command.upgrade(cfg, "head")

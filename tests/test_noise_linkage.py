@@ -12,7 +12,8 @@ import math
 import numpy as np
 import psycopg
 import pytest
-from helpers import cli, cli_json, make_table
+from helpers import cli, cli_json, make_table, noise_map
+from psycopg import sql
 from scipy.spatial import cKDTree
 
 ROWS = 10_000
@@ -38,11 +39,11 @@ def shop(conn: psycopg.Connection) -> psycopg.Connection:
 
 def pairs(conn: psycopg.Connection, name: str) -> tuple[np.ndarray, np.ndarray]:
     """(originals, released) of every row of release NAME, paired by the private map."""
-    data = np.array(conn.execute(
+    data = np.array(conn.execute(sql.SQL(
         """SELECT s.spend, s.visits::float8, r.spend, r.visits::float8
-           FROM released.{} r JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row
-           JOIN dbanon.release l ON l.id = m.release_id AND l.name = %s
-           JOIN sales.shop s ON s.id::text = m.key""".replace("{}", name), [name],
+           FROM released.{} r JOIN {} m ON m.row_id = r.dbanon_row
+           JOIN sales.shop s ON s.id::text = m.key""").format(
+        sql.Identifier(name), noise_map(conn, name)),
     ).fetchall(), dtype=np.float64)  # fmt: skip
     return data[:, :2], data[:, 2:]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import psycopg
 import pytest
-from helpers import cli_json, make_table
+from helpers import cli_json, make_table, noise_map
 from noiseattack import attack, figures, read
 from noiserefresh import (
     CHANGES,
@@ -48,11 +48,11 @@ def people(conn: psycopg.Connection) -> psycopg.Connection:
 def released(conn: psycopg.Connection) -> dict[int, tuple[int, int, float, float]]:
     """Source id -> (position in the table's order, dbanon_row, x', y'), through the private
     map (the test's only way to pair rows; a consumer has none)."""
-    rows = conn.execute(
+    rows = conn.execute(sql.SQL(
         """SELECT m.key::int, row_number() OVER (ORDER BY r.dbanon_row), r.dbanon_row, r.x, r.y
-           FROM released.n r JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row
-           JOIN dbanon.release l ON l.id = m.release_id AND l.name = 'n'"""
-    ).fetchall()
+           FROM released.n r JOIN {} m ON m.row_id = r.dbanon_row""").format(
+        noise_map(conn, "n")),
+    ).fetchall()  # fmt: skip
     return {k: (pos, row, x, y) for k, pos, row, x, y in rows}
 
 

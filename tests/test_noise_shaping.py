@@ -9,7 +9,8 @@ import random
 
 import psycopg
 import pytest
-from helpers import cli, cli_json, make_table, snapshot
+from helpers import cli, cli_json, make_table, noise_map, snapshot
+from psycopg import sql
 
 ROWS = 2_000
 CHANGED = range(1, 41)
@@ -30,10 +31,9 @@ def calls(conn: psycopg.Connection) -> psycopg.Connection:
 
 
 def released(conn: psycopg.Connection) -> dict[int, tuple[float, float, float]]:
-    rows = conn.execute(
+    rows = conn.execute(sql.SQL(
         """SELECT m.key::int, r.seconds, r.queue, r.score FROM released.c r
-           JOIN dbanon.noise_map m ON m.row_id = r.dbanon_row
-           JOIN dbanon.release l ON l.id = m.release_id AND l.name = 'c'"""
+           JOIN {} m ON m.row_id = r.dbanon_row""").format(noise_map(conn, "c")),
     ).fetchall()
     return {k: (s, q, x) for k, s, q, x in rows}
 

@@ -52,7 +52,7 @@ def test_check_release_works_for_every_method(
     # nothing of the check is left behind (its temp relations went with its transaction)
     assert conn.execute(
         "SELECT count(*) FROM pg_class WHERE relname IN "
-        "('dbanon_view_snapshot', 'dbanon_noise_stage')"
+        "('dbanon_view_snapshot', 'dbanon_noise_pairs')"
     ).fetchone()[0] == 0
 
     obj = CASES[method].obj if method in CASES else 0

@@ -107,3 +107,26 @@ def test_no_rows(conn: psycopg.Connection) -> None:
               [Field.entries(d, np.zeros(0, np.int64)), Field.int4(np.zeros(0, np.int64))],
               np.zeros(0, dtype=np.int64))  # fmt: skip
     assert conn.execute("SELECT count(*) FROM e").fetchone() == (0,)
+
+
+def test_fixed_width_numbers_read_back_in_their_types(conn: psycopg.Connection) -> None:
+    """Field.fixed: float8 (-0.0, NaN, infinities, subnormals), int8, int4 and int2 columns,
+    each row's value at its place, rows in any order."""
+    rng = np.random.default_rng(5)
+    n = 400
+    floats = rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n)
+    floats[:6] = [-0.0, np.nan, np.inf, -np.inf, 5e-324, 1.7976931348623157e308]
+    big = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64)
+    ints = rng.integers(-(2**31), 2**31, n)
+    shorts = rng.integers(-(2**15), 2**15, n)
+    conn.execute("CREATE TEMP TABLE f (n int4, x float8, b int8, i int4, s int2)")
+    order = rng.permutation(n)
+    fields = [Field.int4(np.arange(n)), Field.fixed(floats, ">f8"), Field.fixed(big, ">i8"),
+              Field.fixed(ints.astype(float), ">i4"), Field.fixed(shorts, ">i2")]  # fmt: skip
+    copy_rows(conn, sql.SQL("COPY f FROM STDIN (FORMAT BINARY)"), fields, order)
+    got = conn.execute("SELECT n, x, b, i, s FROM f ORDER BY ctid").fetchall()
+    assert [g[0] for g in got] == order.tolist()  # in the order given
+    for i, x, b, j, s in got:
+        assert np.array_equal(np.float64(x), floats[i], equal_nan=True)
+        assert np.signbit(np.float64(x)) == np.signbit(floats[i])
+        assert (b, j, s) == (big[i], ints[i], shorts[i])

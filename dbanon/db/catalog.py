@@ -232,7 +232,7 @@ def init(dsn: str) -> str:
 
 
 # The catalog revision this code reads and writes (Alembic's head; a test keeps them equal).
-REVISION = "0015"
+REVISION = "0016"
 # The private schema of the relations behind the released views (migration 0012): never granted,
 # so no consumer object can depend on a relation a refresh drops.
 STORE_SCHEMA = "dbanon_store"

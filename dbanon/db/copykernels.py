@@ -123,9 +123,10 @@ def pack(
 
 # Field kinds of `pack_rows` (dbanon.db.rows): the bytes of a dictionary entry, an int4, the
 # hex text of an entry's bytes, a text[] of entries, fields packed already (an entry's bytes
-# as they are, length words included: several fields at once), and the 16 hex digits of an
-# int8 (its big-endian bytes), alone or after an `r`.
-BYTES, INT4, HEX, TEXTS, PACKED, HEX8, RHEX8 = 0, 1, 2, 3, 4, 5, 6
+# as they are, length words included: several fields at once), the 16 hex digits of an int8
+# (its big-endian bytes), alone or after an `r`, and a fixed-width value (entry e is
+# data[e * w:(e + 1) * w], w = lens[0]: a column of numbers without an offset per row).
+BYTES, INT4, HEX, TEXTS, PACKED, HEX8, RHEX8, FIXED = 0, 1, 2, 3, 4, 5, 6, 7
 NULL_INT = -(1 << 63)  # an INT4 field's NULL
 HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
 
@@ -139,10 +140,12 @@ def _sizes(kind: int, v: np.ndarray, ln: np.ndarray, offs: np.ndarray, elems: np
         x = v[r]
         if kind == INT4:
             out[r] = -1 if x == NULL_INT else 4
-        elif kind >= HEX8:  # HEX8, RHEX8
+        elif kind == HEX8 or kind == RHEX8:  # noqa: SIM109 - compiled: no tuple membership
             out[r] = 16 if kind == HEX8 else 17
         elif x < 0:
             out[r] = -1
+        elif kind == FIXED:
+            out[r] = ln[0]
         elif kind == TEXTS:
             n = 12 if offs[x + 1] == offs[x] else 20
             for e in range(offs[x], offs[x + 1]):
@@ -159,6 +162,14 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
            offs: np.ndarray, elems: np.ndarray, digits: np.ndarray, size: np.ndarray,
            at: np.ndarray, out: np.ndarray) -> None:  # fmt: skip
     """Write one field of every row at its place (`at`: its length word, or a PACKED entry)."""
+    if kind == FIXED:  # a loop of its own: a few bytes a row, copied without a view each
+        w = ln[0]
+        for r in range(len(v)):
+            p, s = at[r], v[r] * w
+            put32(out, p, w)
+            for b in range(w):
+                out[p + 4 + b] = dt[s + b]
+        return
     for r in range(len(v)):
         p, n, x = at[r], size[r], v[r]
         if kind == PACKED:
@@ -170,7 +181,7 @@ def _write(kind: int, v: np.ndarray, st: np.ndarray, ln: np.ndarray, dt: np.ndar
             continue
         if kind == INT4:
             put32(out, p, x)
-        elif kind >= HEX8:  # HEX8, RHEX8
+        elif kind == HEX8 or kind == RHEX8:  # noqa: SIM109 - compiled: no tuple membership
             if kind == RHEX8:
                 out[p] = 114  # r
                 p += 1

@@ -3,12 +3,12 @@
 A publish holds what it releases as arrays: keys and columns as the bytes COPY sent them, group
 labels as one byte string per group, ids as integers. `copy_rows` writes rows whose fields are
 drawn from those without a Python object per row or value: each field is an entry of a
-`Dictionary` (byte strings one after another), its hex text, an int4, or a text[] of entries,
-looked up per row directly or through a per-row index (a row's group). Rows go in the order
-given (a secret permutation, a subset), so nothing is sorted on the server to shuffle them and
-nothing is joined to find them. The binary format writes each value as its type's own binary
-form: bytes streamed out of a column in binary go back into a column of the same type as they
-came, whatever the type.
+`Dictionary` (byte strings one after another), its hex text, an int4, a number of fixed
+width (float8, int8...), or a text[] of entries, looked up per row directly or through a
+per-row index (a row's group). Rows go in the order given (a secret permutation, a subset), so
+nothing is sorted on the server to shuffle them and nothing is joined to find them. The binary
+format writes each value as its type's own binary form: bytes streamed out of a column in
+binary go back into a column of the same type as they came, whatever the type.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import copykernels as _k
-from dbanon.db.copykernels import BYTES, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
+from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
 from dbanon.db.stream import _HEADER, Keys
 
 STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
@@ -58,8 +58,8 @@ class Dictionary:
         return cls(starts, lens, np.frombuffer(blob, dtype=np.uint8).copy())
 
 
-__all__ = ["BYTES", "HEX", "HEX8", "INT4", "NULL_INT", "RHEX8", "TEXTS", "Dictionary", "Field",
-           "copy_rows"]  # fmt: skip
+__all__ = ["BYTES", "FIXED", "HEX", "HEX8", "INT4", "NULL_INT", "RHEX8", "TEXTS", "Dictionary",
+           "Field", "copy_rows"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,8 @@ class Field:
     """One column of the rows: per row, values[via[row]] (values[row] without `via`; the row
     itself without `values`), read as `kind` says: an entry of `dictionary` (BYTES, or HEX: its
     bytes as hex text), an int4 (INT4; NULL_INT for NULL), an int8 as 16 hex digits (HEX8;
-    RHEX8: after an `r`),
-    or the text[] of the entries of `dictionary` that `elements` lists for it (TEXTS:
-    offsets, entry ids)."""
+    RHEX8: after an `r`), a number of fixed width (FIXED: `fixed`), or the text[] of the
+    entries of `dictionary` that `elements` lists for it (TEXTS: offsets, entry ids)."""
 
     kind: int
     values: np.ndarray | None = None
@@ -89,6 +88,15 @@ class Field:
     def int4(cls, values: np.ndarray, via: np.ndarray | None = None,
              null: int | None = None) -> Field:  # fmt: skip
         return cls(INT4, values, via, null=null)
+
+    @classmethod
+    def fixed(cls, values: np.ndarray, dtype: str) -> Field:
+        """A column of numbers (no NULL): each row's value in the binary COPY form of a
+        big-endian `dtype` (">f8" a float8, ">i8" an int8...), converted at once (not copied
+        when of that dtype already) and held without an offset or length per row."""
+        raw = np.ascontiguousarray(values, dtype=dtype).view(np.uint8).reshape(-1)
+        width = np.array([np.dtype(dtype).itemsize], dtype=np.int32)
+        return cls(FIXED, dictionary=Dictionary(np.zeros(1, np.int64), width, raw))
 
     @classmethod
     def constant(cls, value: int) -> Field:
@@ -157,13 +165,13 @@ def _per_group(fields: Sequence[Field], rows: int) -> list[Field]:
         via = fields[i].via
         j = i + 1
         while via is not None and j < len(fields) and fields[j].via is via and (
-                fields[j].kind not in (TEXTS, PACKED)):  # fmt: skip
+                fields[j].kind not in (TEXTS, PACKED, FIXED)):  # fmt: skip
             j += 1
         run = fields[i:j]
         # what `via` can point at: every field's values (or dictionary entries) hold as many
         entries = min((len(f.values) if f.values is not None else len(f.dictionary or _EMPTY)
                        for f in run), default=0)  # fmt: skip
-        if len(run) < 2 or fields[i].kind in (TEXTS, PACKED) or 2 * entries > rows:
+        if len(run) < 2 or fields[i].kind in (TEXTS, PACKED, FIXED) or 2 * entries > rows:
             out.append(fields[i])
             i += 1
             continue

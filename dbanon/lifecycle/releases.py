@@ -13,6 +13,7 @@ from dbanon.lifecycle import runs
 from dbanon.lifecycle import swap as swap_
 from dbanon.lifecycle.catalogue import drop_schema_if_ours, load_spec, missing, owned, release_row
 from dbanon.lifecycle.counts import COMMON_FIGURES, GROUP_FIGURES, counted
+from dbanon.methods import perturbed
 from dbanon.models.specs import from_specs
 from dbanon.setlogic import composition
 
@@ -181,6 +182,7 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
                 swap_.drop(conn, rel, f"dropped with release {quote_name(name)}")
                 dropped.append(catalog.qualified(schema, obj))
         composition.forget(conn, release_id)
+        perturbed.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])
         if drop_schema_if_ours(conn, schema):  # the empty schema dbanon made for it
             dropped.append(f"schema {catalog.quote_ident(schema)}")

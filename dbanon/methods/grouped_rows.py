@@ -168,7 +168,7 @@ def shown_columns(r: Resolved) -> list[Column]:
 
 def as_text(conn: psycopg.Connection, cols: list[Column]) -> set[str]:
     """The columns whose type (or its base or element type) has no binary form (aclitem, some
-    extension types): they are streamed and written as text, then cast back (`_retype`)."""
+    extension types): they are streamed and written as text, then cast back (`retype`)."""
     found = set()
     for col in cols:
         ok = conn.execute(
@@ -340,7 +340,7 @@ def write_release(conn: psycopg.Connection, r: Resolved, target: sql.Identifier,
     order = secret_order(r, len(gid)) if shown.all() else np.flatnonzero(shown)[
         secret_order(r, int(shown.sum()))]  # fmt: skip
     copy_rows(conn, sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(target), fields, order)
-    _retype(conn, r, target, r.options.get("ranges") == "typed", ex.textual)
+    retype(conn, r, target, r.options.get("ranges") == "typed", ex.textual)
 
 
 def _bounds(conn: psycopg.Connection, col: Column, gpos: np.ndarray, key: np.ndarray,
@@ -368,7 +368,7 @@ def _bounds(conn: psycopg.Connection, col: Column, gpos: np.ndarray, key: np.nda
 
 def _create(conn: psycopg.Connection, r: Resolved, target: sql.Identifier,
             textual: set[str]) -> None:  # fmt: skip
-    """The release table, empty: QIs as text (ranges, where typed, once written: `_retype`),
+    """The release table, empty: QIs as text (ranges, where typed, once written: `retype`),
     the sensitive and kept columns of their source types (and collations), as a CREATE TABLE
     AS of the source would make them (as text, those without a binary form)."""
     cols = [sql.SQL("NULL::text AS {}").format(c.ident) for c in r.qi]
@@ -378,7 +378,7 @@ def _create(conn: psycopg.Connection, r: Resolved, target: sql.Identifier,
         target, sql.SQL(", ").join(cols), r.source.ident))  # fmt: skip
 
 
-def _retype(conn: psycopg.Connection, r: Resolved, target: sql.Identifier, typed: bool,
+def retype(conn: psycopg.Connection, r: Resolved, target: sql.Identifier, typed: bool,
             textual: set[str]) -> None:  # fmt: skip
     """Columns written as text that the release holds typed: numeric and date QIs under
     `--ranges typed` (range literals become ranges), and columns without a binary form."""

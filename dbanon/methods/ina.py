@@ -9,7 +9,9 @@ change region (counted as `floor_raised` and `floor_region_changes`). The stream
 other tuples whose nearest reference point changed anyway; with the strict bound (the default)
 a run that counts any is refused. The noise of a tuple is keyed on the secret, its key and all
 its perturbed values (its size depends on all of them): a refresh leaves an unchanged tuple
-where it was and gives a changed one fresh noise in every column.
+where it was and gives a changed one fresh noise in every column. The distances to the
+reference points are compiled (dbanon.algorithms.inakernels, equal to the reference's bit for
+bit).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.algorithms.ina import BOUNDS, ina_sizes, leader, moved, nearest_two, perturb, raised
+from dbanon.algorithms.ina import BOUNDS, ina_sizes, leader, perturb, raised
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Check, Option
@@ -107,13 +109,17 @@ class Ina(PerturbingMethod):
         return out, self._moves(state, x, out, sizes)
 
     def _sizes(self, r: Resolved, state: NoiseState, x: np.ndarray) -> np.ndarray:
-        _, r1, r2 = nearest_two(x, np.array(state.extra["refs"]), state.alpha)
+        from dbanon.algorithms.inakernels import nearest_two  # numba: loaded by publishes
+
+        r1, r2 = nearest_two(x, np.array(state.extra["refs"]), state.alpha)
         return ina_sizes(r1, r2, x.shape[1], r.options["bound"])
 
     def _moves(
         self, state: NoiseState, x: np.ndarray, out: np.ndarray, sizes: np.ndarray
     ) -> dict[str, int]:
         """Region changes of the tuples the floor left alone (the promise) and of the others."""
+        from dbanon.algorithms.inakernels import moved
+
         refs = np.array(state.extra["refs"])
         up = raised(sizes, state.floor)
         return {

@@ -1,28 +1,33 @@
 """The shared path of methods that perturb values instead of grouping rows (ina, noise).
 
 The perturbed columns are the release's `--qi` (alias `--columns`), numeric, never NULL.
-One pass: a server-side cursor reads (key, columns) in batches; the method's `noise` turns a
-batch into perturbed values (pure code, dbanon.algorithms.ina); data security is accumulated
-(dbanon.metrics.security) and the batch goes back with binary COPY into a staging table
-(dbanon_row, key, columns). Python holds one batch at a time, whatever the table's size.
-One CREATE TABLE AS then joins the staged values with the declared `--sensitive` and `--keep`
-columns (unchanged, typed as they are; never the key, never a column nobody declared, so not
-one added to the source later either: dbanon.lifecycle.identifying), ordered by `dbanon_row`: a
-random 63-bit row id drawn per run, so the order says nothing of the source's. `--drop` is
-deprecated: what is not declared is not released; it is accepted (old specs) and refused on a
-declared one.
+One binary COPY streams every row's key (as text), perturbed columns (float8) and declared
+`--sensitive` and `--keep` columns (in their own binary form) into arrays (dbanon.db.stream),
+with each row's rank in the linkage sample's secret order. Batch by batch (the batches the
+figures always merged), the keyed noise is computed in compiled code (dbanon.algorithms.prf,
+hashlib's BLAKE2b bit for bit), the method's `noise` turns it into perturbed values (pure
+code, dbanon.algorithms.ina) and data security and linkage are accumulated
+(dbanon.metrics.security, dbanon.metrics.linkage). The release is then written from
+the arrays by one binary COPY (dbanon.db.rows): a random 63-bit row id drawn per run
+(`dbanon_row`), the perturbed columns, the sensitive and kept ones as they came (typed as they
+are; never the key, never a column nobody declared, so not one added to the source later
+either: dbanon.lifecycle.identifying), rows in the order of their ids, so the order says
+nothing of the source's. No staging table, no join with the source, no sort on the server.
+`--drop` is deprecated: what is not declared is not released; it is accepted (old specs) and
+refused on a declared one.
 
 The noise is a keyed pseudo-random function of a secret and the row key (prf_uniform): per row
 and column for `noise` (not the value: a known change then narrows nothing across releases),
 per tuple value for `ina` (its noise size depends on the whole tuple). A state records its
 keying; one kept from before keeps the keying it was drawn with. The secret, the keying, the
 normalisation, the noise floor and (ina) the reference points are kept in the catalog
-(dbanon.noise_state, never granted) with the row map (dbanon.noise_map: dbanon_row -> key, for
-`dbanon compare`). With `--refresh-policy persist` a refresh reuses them, so an unchanged value
-gets exactly the noise it had (keeping releases averages nothing away); with `noise` a changed
-one keeps its noise too (the difference of two releases is the true change), with `ina` a
-changed tuple gets fresh noise. Row ids and so the row order are drawn anew every run: they
-link no row across releases (the unchanged values still do, by design: docs/noise.md).
+(dbanon.noise_state, never granted) with the row map (dbanon.noise_map_<release id>:
+dbanon_row -> key, for `dbanon compare` and the checks, which pair rows through the run's map
+before it replaces the old one). With `--refresh-policy persist` a refresh reuses them, so an
+unchanged value gets exactly the noise it had (keeping releases averages nothing away); with
+`noise` a changed one keeps its noise too (the difference of two releases is the true change),
+with `ina` a changed tuple gets fresh noise. Row ids and so the row order are drawn anew every
+run: they link no row across releases (the unchanged values still do, by design: docs/noise.md).
 `regroup` (or `refresh --regroup`) draws everything anew: averaging r releases then divides
 the noise variance of unchanged rows by r.
 
@@ -45,11 +50,13 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from dbanon.algorithms.ina import prf_uniform
 from dbanon.db import catalog
+from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
+from dbanon.db.stream import Keys, copy_columns
 from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.methods.grouped_rows import as_text, retype
 from dbanon.metrics.linkage import SAMPLE, Linkage
 from dbanon.metrics.security import Security
 from dbanon.models.base import CheckResult
@@ -58,7 +65,6 @@ if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
 ROW = "dbanon_row"
-STAGE = sql.Identifier("dbanon_noise_stage")  # (row_id, key, columns) of this run
 BATCH = 20_000
 NORMALISE = Option(
     "normalise", str, "range", "Per-column scale of distances and noise: range or std.",
@@ -255,48 +261,50 @@ class PerturbingMethod(Method):
         seed = int(r.seed or 0)
         state = self._state(conn, r, seed)
         ctx.lap("reference")
-        ctx.say(f"perturbing {r.rows} rows of {r.source} in batches of {BATCH}")
-        cols = [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
         shape = self.shaping(conn, r)
-        measure = self._linkage(conn, r, state, cols, shape)
+        # the linkage sample: rows in a secret order (a hash keyed by the run's noise secret)
+        order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
+                               .digest(), "little", signed=True)  # fmt: skip
+        rows, columns, ranks = self._extract(conn, r, order)
+        n = len(rows.keys)
+        ctx.say(f"perturbing {n:,} rows of {r.source}")
+        from dbanon.algorithms.prf import prf_uniform_blob  # numba: loaded by publishes only
+
+        sampled = _first(ranks, SAMPLE)  # each linkage row's place in the stream
+        del ranks
+        measure = self._linkage(r, state, shape, rows.keys, columns, sampled)
+
+        types = self._types(r, shape)
+        out = [np.empty(n, dtype=_BINARY[t]) for t in types]  # as the release's COPY takes them
         clamped = np.zeros(len(r.qi), dtype=np.int64)
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {} (row_id int8, key text, {}) ON COMMIT DROP"
-            ).format(STAGE, sql.SQL(", ").join(
-                sql.SQL("{} float8").format(c.ident) for c in r.qi))
-        )  # fmt: skip
         security = Security([c.name for c in r.qi])
         counters: dict[str, int] = {}
-        rng = np.random.default_rng(secrets.randbits(64))  # row ids: never reproducible
-        copy_cmd = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(STAGE)
-        types = ["int8", "text", *["float8"] * len(r.qi)]
-        with conn.cursor(name="dbanon_noise_read", binary=True) as read:
-            read.itersize = BATCH
-            read.execute(
-                sql.SQL("SELECT {}::text, {} FROM {}").format(
-                    r.key.ident, sql.SQL(", ").join(cols), r.source.ident
-                )
-            )
-            while rows := read.fetchmany(BATCH):
-                keys = [row[0] for row in rows]
-                x = np.array([row[1:] for row in rows], dtype=np.float64)
-                u = prf_uniform(state.secret, keys, x, self.keying(state))
-                out, count = self.noise(r, state, x, u)
-                out, n_clamped = shape.apply(out)
-                clamped += n_clamped
-                measure.add(keys, x)
-                for name, v in count.items():
-                    counters[name] = counters.get(name, 0) + int(v)
-                security.add(x, out)
-                ids = rng.integers(1, 2**63 - 1, size=len(rows), dtype=np.int64)
-                with conn.cursor() as cur, cur.copy(copy_cmd) as copy:
-                    copy.set_types(types)
-                    for i, (key, values) in enumerate(zip(keys, out.tolist(), strict=True)):
-                        copy.write_row((int(ids[i]), key, *values))
+        lens, at = rows.keys.lens, 0  # the batch's keys: rows.keys.blob[at:...]
+        # In batches, as the rows were once read: the figures' sums merge as they always did.
+        for lo in range(0, n, BATCH):
+            hi = min(lo + BATCH, n)
+            x = np.column_stack([c[lo:hi] for c in columns])
+            size = int(np.maximum(lens[lo:hi], 0).sum())
+            u = prf_uniform_blob(state.secret, rows.keys.blob[at : at + size], lens[lo:hi], x,
+                                 self.keying(state))  # fmt: skip
+            at += size
+            batch, count = self.noise(r, state, x, u)
+            batch, n_clamped = shape.apply(batch)
+            clamped += n_clamped
+            measure.add_rows(np.where((sampled >= lo) & (sampled < hi), sampled - lo, -1), x)
+            for name, v in count.items():
+                counters[name] = counters.get(name, 0) + int(v)
+            security.add(x, batch)
+            for j, t in enumerate(types):
+                if t != "float8" and np.isnan(batch[:, j]).any():
+                    raise DbanonError(f"column {quote_ident(r.qi[j].name)} of {r.source} holds "
+                                      f"NaN: --integral cannot release it as {t}")  # fmt: skip
+                out[j][lo:hi] = batch[:, j]
+        del columns  # the release is written from the keys, `out` and the shown columns
         ctx.lap("stream")
-        ctx.say("materialising the release")
-        self._materialise(conn, r, ctx, shape)
+        ctx.say("writing the release")
+        self._materialise(conn, r, ctx, rows, dict(zip([c.name for c in r.qi], zip(
+            types, out, strict=True), strict=True)))  # fmt: skip
         ctx.lap("materialise")
         self._counters[r.spec.name] = counters  # one run of a release at a time (runs.py)
         self._states[r.spec.name] = state
@@ -310,6 +318,9 @@ class PerturbingMethod(Method):
         # per release: what the stream counted, and the state to keep once recorded
         self._counters: dict[str, dict[str, int]] = {}
         self._states: dict[str, NoiseState] = {}
+        # the row map the checks pair released rows through: the run's own (kept once
+        # recorded) or, rechecking a published release, its kept one
+        self._maps: dict[str, sql.Identifier] = {}
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Independent SQL checks of the built table (shape; every row paired with one source
@@ -337,14 +348,14 @@ class PerturbingMethod(Method):
                 sql.SQL(
                     """SELECT count(*), count(s.{key}), count(*) FILTER (WHERE {differ}),
                               count(*) FILTER (WHERE {nulls})
-                       FROM {rel} b LEFT JOIN {stage} st ON st.row_id = b.{row}
+                       FROM {rel} b LEFT JOIN {pairs} st ON st.row_id = b.{row}
                        LEFT JOIN {src} s ON s.{key}::text = st.key"""
                 ).format(
                     key=r.key.ident,
                     differ=differ,
                     nulls=nulls,
                     rel=rel,
-                    stage=STAGE,
+                    pairs=pairs,
                     row=sql.Identifier(ROW),
                     src=r.source.ident,
                 )  # fmt: skip
@@ -358,6 +369,7 @@ class PerturbingMethod(Method):
             return CheckResult("rows paired, other columns unchanged", holds, figures, worst)
 
         counters = self._counters.pop(r.spec.name, {})
+        pairs = self._maps[r.spec.name]
         return [
             Check("release columns", shape),
             Check("release rows", paired),
@@ -365,15 +377,15 @@ class PerturbingMethod(Method):
         ]
 
     def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
-        """The run's staging table (row id -> key) from the kept row map, and the stream's
+        """The release's kept row map (row id -> key) to pair its rows, and the stream's
         counters counted again from the source and the released values."""
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {} ON COMMIT DROP AS "
-                "SELECT row_id, key FROM dbanon.noise_map WHERE release_id = %s"
-            ).format(STAGE),
-            [r.release_id],
-        )
+        assert r.release_id is not None  # a published release
+        pairs = map_table(r.release_id)
+        if conn.execute("SELECT to_regclass(%s) IS NULL", [pairs.as_string(conn)]).fetchone()[0]:
+            pairs = sql.Identifier("dbanon_noise_pairs")  # no map: no row pairs
+            conn.execute(sql.SQL("CREATE TEMP TABLE {} {} ON COMMIT DROP").format(
+                pairs, MAP_COLUMNS))  # fmt: skip
+        self._maps[r.spec.name] = pairs
         row = conn.execute(
             "SELECT secret, state FROM dbanon.noise_state WHERE release_id = %s", [r.release_id]
         ).fetchone()
@@ -382,19 +394,19 @@ class PerturbingMethod(Method):
             NoiseState(bytes(row[0]), np.array(row[1]["alpha"]), row[1]["extra"],
                        row[1].get("signature", ""))
         )  # fmt: skip
-        pairs = conn.execute(
+        found = conn.execute(
             sql.SQL(
-                "SELECT {src}, {out} FROM {rel} b JOIN {stage} st ON st.row_id = b.{row} "
+                "SELECT {src}, {out} FROM {rel} b JOIN {pairs} st ON st.row_id = b.{row} "
                 "JOIN {source} s ON s.{key}::text = st.key"
             ).format(
                 src=sql.SQL(", ").join(sql.SQL("s.{}::float8").format(c.ident) for c in r.qi),
                 out=sql.SQL(", ").join(sql.SQL("b.{}::float8").format(c.ident) for c in r.qi),
-                rel=r.stored(built[0]), stage=STAGE, row=sql.Identifier(ROW),
+                rel=r.stored(built[0]), pairs=pairs, row=sql.Identifier(ROW),
                 source=r.source.ident, key=r.key.ident,
             )  # fmt: skip
         ).fetchall()
         m = len(r.qi)
-        values = np.array(pairs, dtype=np.float64).reshape(len(pairs), 2 * m)
+        values = np.array(found, dtype=np.float64).reshape(len(found), 2 * m)
         self._counters[r.spec.name] = self.recount(conn, r, state, (values[:, :m], values[:, m:]))
 
     def figures(
@@ -415,11 +427,12 @@ class PerturbingMethod(Method):
                    state = EXCLUDED.state""",
             [release_id, state.secret, state.as_json()],
         )
-        conn.execute("DELETE FROM dbanon.noise_map WHERE release_id = %s", [release_id])
-        conn.execute(
-            sql.SQL("INSERT INTO dbanon.noise_map SELECT %s, row_id, key FROM {}").format(STAGE),
-            [release_id],
-        )
+        fresh = self._maps.pop(r.spec.name)
+        kept = map_table(release_id)
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(kept))
+        conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
+            fresh, sql.Identifier(map_name(release_id))))  # fmt: skip
+        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(kept, sql.Literal(MAP_COMMENT)))
 
     # --- helpers --------------------------------------------------------------------------------
 
@@ -463,52 +476,150 @@ class PerturbingMethod(Method):
         return NoiseState(secret, alpha, extra, sig)
 
     def _linkage(
-        self, conn: psycopg.Connection, r: Resolved, state: NoiseState,
-        cols: list[sql.Composable], shape: Shaping,
+        self, r: Resolved, state: NoiseState, shape: Shaping, keys: Keys,
+        columns: list[np.ndarray], sampled: np.ndarray,
     ) -> Linkage:  # fmt: skip
-        """A sample of rows in a secret order (the run's noise secret), perturbed as the stream
-        will perturb them, to be measured against every original as the stream reads it."""
-        order = int.from_bytes(hashlib.blake2b(b"linkage", key=state.secret, digest_size=8)
-                               .digest(), "little", signed=True)  # fmt: skip
-        rows = conn.execute(
-            sql.SQL("SELECT {}::text, {} FROM {} ORDER BY hashtextextended({}::text, %s) LIMIT %s")
-            .format(r.key.ident, sql.SQL(", ").join(cols), r.source.ident, r.key.ident),
-            [order, SAMPLE],
-        ).fetchall()  # fmt: skip
-        keys = [row[0] for row in rows]
-        x = np.array([row[1:] for row in rows], dtype=np.float64).reshape(len(rows), len(r.qi))
-        u = prf_uniform(state.secret, keys, x, self.keying(state))
+        """The sampled rows perturbed as the stream will perturb them (as one batch of their
+        own, in the secret order), to be measured against every original as the stream reads
+        it."""
+        from dbanon.algorithms.prf import prf_uniform_blob
+        from dbanon.db import copykernels
+
+        lens = np.ascontiguousarray(keys.lens[sampled], dtype=np.int32)
+        starts = np.concatenate([[0], np.cumsum(np.maximum(keys.lens, 0), dtype=np.int64)])
+        blob = copykernels.concat(keys.blob, starts[sampled], lens)
+        del starts
+        picked = Keys(blob, lens)
+        x = np.column_stack([c[sampled] for c in columns]).reshape(len(sampled), len(columns))
+        u = prf_uniform_blob(state.secret, picked.blob, picked.lens, x, self.keying(state))
         released, _ = shape.apply(self.noise(r, state, x, u)[0])
-        return Linkage(keys, released, state.alpha)
+        return Linkage(list(picked), released, state.alpha)
+
+    def _extract(
+        self, conn: psycopg.Connection, r: Resolved, order: int
+    ) -> tuple[Streamed, list[np.ndarray], np.ndarray]:
+        """One binary COPY of the source: each row's key as text, its perturbed columns as
+        float8 (returned apart, one array each), its other released columns in their own
+        binary form (as text, a type without one), in the order the release has them; and
+        each row's rank key for the linkage sample, hashtextextended(key::text, order)."""
+        names = released_columns(conn, r)
+        perturbed = {c.name for c in r.qi}
+        by_name = {c.name: c for c in [*r.sensitive, *r.keep]}
+        shown = [by_name[n] for n in names if n not in perturbed]
+        textual = as_text(conn, shown)
+        exprs = [sql.SQL("{}::text").format(r.key.ident)]
+        exprs += [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
+        exprs += [sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
+                  for c in shown]  # fmt: skip
+        exprs.append(sql.SQL("hashtextextended({}::text, {})").format(r.key.ident,
+                                                                     sql.Literal(order)))
+        m = len(r.qi)
+        keys, *cols, ranks = copy_columns(
+            conn, sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident),
+            ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
+            lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
+        )  # fmt: skip
+        assert isinstance(keys, Keys) and isinstance(ranks, Keys)
+        raw = {c.name: col for c, col in zip(shown, cols[m:], strict=True)}
+        rank = ranks.blob.view(">i8").astype(np.int64)  # an int8's binary form, each row
+        return Streamed(keys, names, raw, textual), cols[:m], rank  # type: ignore[return-value]
+
+    def _types(self, r: Resolved, shape: Shaping) -> list[str]:
+        """The type each perturbed column is released as: float8, or with `--integral` an
+        integer column's own (the cast from the registry)."""
+        return [INTEGER_TYPES[c.type][0] if whole else "float8"
+                for c, whole in zip(r.qi, shape.integral, strict=True)]  # fmt: skip
 
     def _materialise(
-        self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext, shape: Shaping
-    ) -> None:
+        self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext, rows: Streamed,
+        out: dict[str, tuple[str, np.ndarray]],
+    ) -> None:  # fmt: skip
+        """The run's row ids (secret, random, distinct), its row map (row id -> key: what the
+        checks pair rows through, kept once the run is recorded), and the release: created
+        empty with its columns' types, then written from the arrays by one binary COPY, rows
+        in the order of their ids."""
         built = ctx.made(r.objects[0])
-        perturbed = {c.name for c in r.qi}
-        # An integral column goes out in its own integer type (the cast from the registry).
-        cast = {c.name: INTEGER_TYPES[c.type][0]
-                for c, whole in zip(r.qi, shape.integral, strict=True) if whole}  # fmt: skip
-        names = released_columns(conn, r)
-        analyze_stage(conn, STAGE)
+        n = len(rows.keys)
+        ids = _row_ids(n)
+        order = np.argsort(ids)
+        ids = ids.astype(">i8")  # as COPY takes an int8, for the map and the release
+        # a name of the run's own: renamed to the release's map (map_table) when recorded
+        fresh = sql.Identifier("dbanon", f"noise_map_next_{secrets.token_hex(8)}")
+        conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh, MAP_COLUMNS))
+        copy_rows(conn, sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(fresh),
+                  [Field.fixed(ids, ">i8"), Field.entries(Dictionary.of_keys(rows.keys))],
+                  np.arange(n))  # fmt: skip
+        analyze_stage(conn, fresh)  # without statistics the checks' join sorts the source
+        self._maps[r.spec.name] = fresh
+        made = [sql.SQL("NULL::int8 AS {}").format(sql.Identifier(ROW))]
+        fields = [Field.fixed(ids, ">i8")]
+        for name in rows.names:
+            ident = sql.Identifier(name)
+            if name in out:
+                kind, values = out[name]
+                made.append(sql.SQL("NULL::{} AS {}").format(sql.SQL(kind), ident))
+                fields.append(Field.fixed(values, _BINARY[kind]))
+            else:
+                text = name in rows.textual
+                made.append(sql.SQL("s.{}::text AS {}" if text else "s.{} AS {}").format(
+                    ident, ident))  # fmt: skip
+                fields.append(Field.entries(Dictionary.of_keys(rows.shown[name])))
+        target = r.stored(built)
+        conn.execute(sql.SQL("CREATE TABLE {} AS SELECT {} FROM {} s WITH NO DATA").format(
+            target, sql.SQL(", ").join(made), r.source.ident))  # fmt: skip
+        copy_rows(conn, sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(target), fields,
+                  order)  # fmt: skip
+        retype(conn, r, target, False, rows.textual)
 
-        def column(n: str) -> sql.Composable:
-            if n in cast:
-                return sql.SQL("st.{c}::{t} AS {c}").format(c=sql.Identifier(n),
-                                                            t=sql.SQL(cast[n]))  # fmt: skip
-            return sql.SQL("{}.{}").format(sql.Identifier("st" if n in perturbed else "s"),
-                                           sql.Identifier(n))  # fmt: skip
 
-        out = [sql.SQL("st.row_id AS {}").format(sql.Identifier(ROW)), *map(column, names)]
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE {build} AS SELECT {out} FROM {stage} st "
-                "JOIN {src} s ON s.{key}::text = st.key ORDER BY st.row_id"
-            ).format(
-                build=r.stored(built),
-                out=sql.SQL(", ").join(out),
-                stage=STAGE,
-                src=r.source.ident,
-                key=r.key.ident,
-            )  # fmt: skip
-        )
+def map_name(release_id: int) -> str:
+    """A release's row map (row id -> key), a table of its own in schema dbanon (revision
+    0016): written once per run by COPY and swapped in by a rename, not deleted and inserted
+    row by row into a table every release shares."""
+    return f"noise_map_{release_id}"
+
+
+def map_table(release_id: int) -> sql.Identifier:
+    return sql.Identifier("dbanon", map_name(release_id))
+
+
+def forget(conn: psycopg.Connection, release_id: int) -> None:
+    """Drop a release's row map (the release is dropped)."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(map_table(release_id)))
+
+
+MAP_COLUMNS = sql.SQL("(row_id bigint NOT NULL, key text NOT NULL)")
+MAP_COMMENT = (
+    "Private: the source key of each row of a perturbation release (its dbanon_row), for "
+    "`dbanon compare` and `dbanon check --release`. Never granted: it links released rows "
+    "back to source keys."
+)
+# The binary COPY form of each type a perturbed column is released as.
+_BINARY = {"float8": ">f8", "int2": ">i2", "int4": ">i4", "int8": ">i8"}
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A run's rows as one COPY streamed them (PerturbingMethod._extract)."""
+
+    keys: Keys  # each row's key as text (its UTF-8 bytes)
+    names: list[str]  # the released columns, in the release's order (but its row id)
+    shown: dict[str, Keys]  # each other released column's values, in their binary form
+    textual: set[str]  # those of them streamed as text (a type without a binary form)
+
+
+def _first(ranks: np.ndarray, k: int) -> np.ndarray:
+    """The rows of the k least ranks, in their order (as ORDER BY rank LIMIT k gives them)."""
+    rows = np.argpartition(ranks, k - 1)[:k] if k < len(ranks) else np.arange(len(ranks))
+    return rows[np.argsort(ranks[rows], kind="stable")]
+
+
+def _row_ids(n: int) -> np.ndarray:
+    """n distinct random 63-bit row ids, drawn anew every run (never reproducible: they link
+    no row across releases, and say nothing of the key or the source's order)."""
+    rng = np.random.default_rng(secrets.randbits(64))
+    while True:
+        ids = rng.integers(1, 2**63 - 1, size=n, dtype=np.int64)
+        order = np.sort(ids)
+        if not (order[1:] == order[:-1]).any():  # a repeat: once in 10^7 runs of 1M rows
+            return ids

@@ -33,22 +33,31 @@ class Linkage:
         self.seen = 0
 
     def add(self, keys: Sequence[str], original: np.ndarray) -> None:
-        """A batch of original rows (keys, values) of the source: each row once over the run.
-        A k-d tree of the batch answers the sample's two nearest originals in it (the second
-        in case the first is the row's own), so a batch costs O(b log b + s log b)."""
-        if not len(self.keys) or not len(keys):
+        """A batch of original rows (keys, values) of the source: each row once over the run."""
+        own = np.full(len(self.keys), -1, dtype=np.int64)
+        if len(self.keys):
+            for c, k in enumerate(keys):
+                i = self.index.get(k)
+                if i is not None:
+                    own[i] = c
+        self.add_rows(own, original)
+
+    def add_rows(self, own: np.ndarray, original: np.ndarray) -> None:
+        """A batch of original rows whose sampled ones are known by place: own[i] is sample
+        row i's row in the batch, -1 when not in it (a stream of keys as bytes finds them
+        without a Python string per row). A k-d tree of the batch answers the sample's two
+        nearest originals in it (the second in case the first is the row's own), so a batch
+        costs O(b log b + s log b)."""
+        if not len(self.keys) or not len(original):
             return
         z = np.asarray(original, dtype=np.float64) / self.alpha
         from scipy.spatial import cKDTree  # scipy loads in 0.4 s: only when linkage is measured
 
         near, at = cKDTree(z).query(self._z, k=min(2, len(z)))
         near, at = near.reshape(len(self._z), -1), at.reshape(len(self._z), -1)
-        own = np.full(len(self._z), -1)
-        for c, k in enumerate(keys):
-            i = self.index.get(k)
-            if i is not None:
-                own[i] = c
-                self.own[i] = float(np.sqrt(((z[c] - self._z[i]) ** 2).sum()))
+        for i in np.flatnonzero(own >= 0).tolist():
+            c = int(own[i])
+            self.own[i] = float(np.sqrt(((z[c] - self._z[i]) ** 2).sum()))
         first_is_own = at[:, 0] == own
         other = near[:, 0].copy()
         if near.shape[1] > 1:
@@ -56,7 +65,7 @@ class Linkage:
         else:
             other[first_is_own] = np.inf
         np.minimum(self.other, other, out=self.other)
-        self.seen += len(keys)
+        self.seen += len(original)
 
     def figures(self) -> dict[str, float | int]:
         """`linkage`: the share of sampled released rows whose nearest original is their own;
