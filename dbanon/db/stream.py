@@ -191,6 +191,7 @@ def copy_columns(
     header = True
     finished = False
     job: Future | None = None  # the previous chunk, being parsed while this one is read
+    seen = 0  # rows scanned so far (the parser may still be adding the latest chunk)
     with (
         ThreadPoolExecutor(max_workers=1) as parser,
         conn.cursor() as cur,
@@ -219,6 +220,7 @@ def copy_columns(
                     raise ValueError("COPY stream: a row with an unexpected number of fields")
                 if rows:
                     found.append((offs[:rows], lens[:rows]))
+                    seen += rows
                 pos = pos_after
                 finished = state == 1
                 if rows < cap:
@@ -228,7 +230,7 @@ def copy_columns(
             job = parser.submit(_add, cols, buf, found)
             pending = pending[pos:]  # a new bytearray: the chunk's is not resized under `buf`
             if progress is not None:
-                progress(cols[0].n)
+                progress(seen)
         if job is not None:
             job.result()
     return [c.result() for c in cols]
