@@ -204,7 +204,8 @@ def test_order_is_reproducible_and_says_nothing_about_the_source(
     conn: psycopg.Connection,
 ) -> None:
     """Same content + seed -> same tables, whatever the physical order; QIT rows come in
-    (group_id, QI) order, a function of what is published, never in source order."""
+    group_id order, each group's rows in an order drawn from the seed: never in source order,
+    nor in the deal's (which follows the SA values)."""
     rng = random.Random(3)
     rows = [
         (i, 1000 - i, rng.choice("abc"), rng.choice(["flu", "hiv", "cold", "gout"]))
@@ -244,44 +245,62 @@ def test_order_is_reproducible_and_says_nothing_about_the_source(
         return sorted(tuple(sorted((v, c) for g2, v, c in st if g2 == g)) for g in groups)
 
     assert contents(st1) == contents(st3)
+    dx = {age: value for _, age, _, value in rows}  # ages are distinct: a row's SA value
     for qit_rows in (qit1, qit3):
-        assert qit_rows == sorted(qit_rows, key=lambda r: (r[2], r[0], r[1]))
+        assert [r[2] for r in qit_rows] == sorted(r[2] for r in qit_rows)
         assert [r[0] for r in qit_rows] != [r[1] for r in rows]  # ages, source order
+        by_group: dict[int, list[str]] = defaultdict(list)
+        for age, _, gid in qit_rows:
+            by_group[gid].append(dx[age])
+        # the deal's order within a group is its SA values' order: not what is written
+        assert any(values != sorted(values) for values in by_group.values())
+        assert any(values != sorted(values, reverse=True) for values in by_group.values())
 
 
 @pytest.mark.parametrize(("l", "seed"), [(2, 0), (3, 42), (4, 2**31 + 5)])
 def test_same_deal_as_the_textbook_statement(
     conn: psycopg.Connection, l: int, seed: int  # noqa: E741
 ) -> None:
-    """The build draws its tie-breakers inside the window's ORDER BY (one incremental sort);
-    the groups must be exactly those of the plain statement that draws them in a subquery and
-    sorts all rows again, for the same seed: a release is reproducible across versions."""
+    """The build deals over the streamed rows what `row_number() OVER (ORDER BY sa, random())`
+    modulo floor(n/l) deals in SQL: which values each group holds depends on the value counts
+    alone, whatever the draws, so the ST must be the statement's (ids aside), and the QIT
+    must hold every row once, in groups of the ST's sizes. Reproducible: built twice with the
+    seed, the same tables."""
     rng = random.Random(seed)
     rows = [
-        (i, rng.randrange(6), rng.choice(["a", "b", "C", "ä"]), "xyzw"[i % 4])
+        (i, rng.randrange(6), rng.choice(["a", "b", "C", "ä"]), "xyzzw"[i % 5])
         for i in range(240)
-    ]  # few distinct rows: many exact ties; each value in 1/4 of the rows (4-eligible)
+    ]  # few distinct rows: many exact ties; 'z' in 2/5 of the rows (2-eligible only)
+    if l > 2:
+        rows = [(i, a, z, "xyzw"[i % 4]) for i, a, z, _ in rows]  # each value in 1/4
     make_table(conn, "s", "t", COLUMNS, rows)
     _, qit_rows, st_rows = build(conn, Relation("s", "t"), ["age", "zip"], "dx", l, seed=seed)
-    conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
     dealt = conn.execute(
         sql.SQL(
-            """SELECT q1, q2, s, ((row_number() OVER (ORDER BY s, r) - 1)
-                                  % greatest(count(*) OVER () / {l}, 1) + 1)::int AS g
-               FROM (SELECT o.*, random() AS r
-                     FROM (SELECT age AS q1, zip AS q2, dx AS s FROM s.t
-                           ORDER BY s, q1, q2) AS o) AS d"""
+            """SELECT s, ((row_number() OVER (ORDER BY s COLLATE "C", random()) - 1)
+                          % greatest(count(*) OVER () / {l}, 1) + 1)::int AS g
+               FROM (SELECT dx AS s FROM s.t) AS d"""
         ).format(l=sql.Literal(l))
     ).fetchall()
-    # Group ids: the permutation the build draws next from the same stream (issue 24).
-    perm = conn.execute(
-        "SELECT coalesce(array_agg(i ORDER BY random(), i), '{}') FROM generate_series(1, %s) i",
-        [max(g for *_, g in dealt)],
-    ).fetchone()[0]
-    dealt = [(a, z, v, perm[g - 1]) for a, z, v, g in dealt]
-    assert sorted(qit_rows) == sorted((a, z, g) for a, z, _, g in dealt)
-    per_cell = Counter((g, v) for _, _, v, g in dealt)
-    assert sorted(st_rows) == sorted((g, v, n) for (g, v), n in per_cell.items())
+    groups = len(rows) // l
+    assert sorted({r[-1] for r in qit_rows}) == list(range(1, groups + 1))
+
+    def contents(st: list[tuple]) -> list[tuple]:
+        per: dict[int, list] = defaultdict(list)
+        for g, v, n in st:
+            per[g].append((v, n))
+        return sorted(tuple(sorted(values)) for values in per.values())
+
+    cells = Counter((g, v) for v, g in dealt)
+    assert contents(st_rows) == contents([(g, v, n) for (g, v), n in cells.items()])
+    sizes = Counter()
+    for g, _, n in st_rows:
+        sizes[g] += n
+    assert Counter(r[-1] for r in qit_rows) == sizes
+    assert Counter(r[:-1] for r in qit_rows) == Counter((a, z) for _, a, z, _ in rows)
+    again = build(conn, Relation("s", "t"), ["age", "zip"], "dx", l, sql.Identifier("rel", "q2"),
+                  sql.Identifier("rel", "s2"), seed=seed)  # fmt: skip
+    assert (again[1], again[2]) == (qit_rows, st_rows)
 
 
 @pytest.mark.parametrize(("n", "l"), [(7, 2), (30, 3), (31, 4), (3, 3)])
@@ -340,6 +359,49 @@ def test_odd_identifiers(conn: psycopg.Connection) -> None:
     verify_anatomy(conn, qit, st_, 3)
     st_cols = [c.name for c in conn.execute(sql.SQL("SELECT * FROM {}").format(st_)).description]
     assert st_cols == ["group_id", "Diagnose ü", "count"]
+
+
+def test_values_of_any_type_are_released_as_they_are(conn: psycopg.Connection) -> None:
+    """The QIT holds each QI value as the source has it (streamed and written in binary): the
+    same types (typmods, domains, enums, arrays, jsonb, numerics of any scale, timestamptz,
+    bytea, NULL), the same values; a type without a binary form (aclitem) as it is too, and a
+    sensitive column of any type in the ST."""
+    conn.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    conn.execute("CREATE DOMAIN small_int AS int CHECK (VALUE < 1000)")
+    cols = [("id", "int"), ("n", "numeric(12,4)"), ("v", "varchar(7)"), ("j", "jsonb"),
+            ("a", "int[]"), ("t", "timestamptz"), ("b", "bytea"), ("m", "mood"),
+            ("d", "small_int"), ("acl", "aclitem"), ("dx", "numeric")]  # fmt: skip
+    rng = random.Random(7)
+    rows = [(i, None if i % 9 == 0 else f"{rng.randint(-10**6, 10**6)}.{i % 7}",
+             rng.choice(["a", "", "ü z", None]), '{"k": [1, "x"]}' if i % 2 else "null",
+             "{1,NULL,3}" if i % 3 else "{}", f"2024-0{1 + i % 9}-01 12:00:00+02",
+             "\\x00ff" if i % 4 else None, ["sad", "ok", "happy"][i % 3], i % 5,
+             "postgres=r/postgres", f"{i % 6}.{'0' * (1 + i % 3)}")
+            for i in range(60)]  # fmt: skip
+    make_table(conn, "s", "t", cols, rows)
+    conn.execute("CREATE SCHEMA IF NOT EXISTS rel")
+    names = [c for c, _ in cols[1:-1]]
+    source = Relation("s", "t")
+    found = catalog.columns(conn, source)
+    build_anatomy(conn, source, [found[c] for c in names], found["dx"], 3, QIT, ST, seed=9)
+    verify_anatomy(conn, QIT, ST, 3)
+
+    def types(rel: str, columns: list[str]) -> list[str]:
+        return [conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                             "WHERE attrelid = %s::regclass AND attname = %s",
+                             [rel, c]).fetchone()[0] for c in columns]  # fmt: skip
+
+    assert types("rel.qit", names) == types("s.t", names)
+    assert types("rel.st", ["dx"]) == types("s.t", ["dx"])
+    listed = sql.SQL(", ").join(map(sql.Identifier, names))
+    for a, b in (("s.t", "rel.qit"), ("rel.qit", "s.t")):  # the same rows, as multisets
+        left, right = (sql.Identifier(*x.split(".")) for x in (a, b))
+        assert conn.execute(sql.SQL("SELECT count(*) FROM (SELECT {c}::text FROM {l} EXCEPT ALL "
+                                    "SELECT {c}::text FROM {r}) x").format(
+            c=sql.SQL("ROW({})").format(listed), l=left, r=right)).fetchone() == (0,)  # fmt: skip
+    shown = Counter(v for (v,) in conn.execute("SELECT dx::text FROM rel.st, "
+                                               "generate_series(1, count)"))  # fmt: skip
+    assert shown == Counter(v for (v,) in conn.execute("SELECT dx::text FROM s.t"))
 
 
 # --- bad input: a one-line error, and the database as it was -------------------------------------

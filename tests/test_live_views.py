@@ -398,6 +398,28 @@ def test_null_values_and_names_like_the_views_own(conn: psycopg.Connection, dsn:
     assert code == 0 and res["classes"] == len(shown), res
 
 
+def test_classes_that_a_plain_join_of_their_values_would_merge_stay_apart(
+    conn: psycopg.Connection,
+) -> None:
+    """A class is its values as one text: values holding the separators, quotes and
+    parentheses of that text, '' and NULL, must name classes of their own, so that two classes
+    under k never count as one over k (each single row here is its own class and is left out;
+    the pairs are shown), in a view read live and with other models too."""
+    single = [("a,b", "c"), ("a", "b,c"), ("(a", ")"), ('"', ""), ("", '"'), ("", None),
+              (None, ""), ("NULL", None), (None, "NULL"), ("x\x1fy", "z"), ("x", "y\x1fz")]
+    pairs = [("p,q", "r"), ("p", "q,r"), ("", ""), (None, None)]
+    rows = [(i, a, b, "s1" if i % 2 else "s2")
+            for i, (a, b) in enumerate(single + pairs + pairs)]  # fmt: skip
+    cols = [("id", "int"), ("a", "text"), ("b", "text"), ("s", "text")]
+    make_table(conn, "j", "t", cols, rows)
+    rel = catalog.relation(conn, "j.t")
+    qi = [catalog.columns(conn, rel)[c] for c in ("a", "b")]
+    for models in ([KAnonymity(2)], [KAnonymity(2), DistinctLDiversity(1)]):
+        select = release_select(rel, qi, {}, {"a": 0, "b": 0}, ["s"], models)
+        shown = Counter((a, b) for a, b, _ in conn.execute(select))
+        assert shown == Counter(pairs + pairs), models
+
+
 # --- t-closeness against the rows that remain -------------------------------------------------
 
 # Two values; equal ground, so a class's EMD is |its share of x - the relation's|. With t = 0.2:

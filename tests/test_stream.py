@@ -55,6 +55,53 @@ def test_columns_agree_with_psycopg(
         assert known == sorted(known, key=str.encode) and t.values[-1] is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("chunk", [None, 64, 1000])
+def test_values_code_any_type_and_write_back_as_they_came(
+    conn: psycopg.Connection, mixed: int, chunk: int | None, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A "values" column: each distinct value's bytes once (numbered as they first came, NULL an
+    entry of its own), a code per row, the dictionary grown and rehashed past its first size
+    (2,500 distinct ids, floats); written back with copy_rows, the same rows in their types."""
+    from dbanon.db.rows import Dictionary, Field, copy_rows
+
+    if chunk:
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+    query = sql.SQL("SELECT id, v, t, u::int4, u::int4 FROM mixed")
+    *cols, n = stream.copy_columns(conn, query, ["values"] * 4 + ["int4"], 10)
+    want = conn.execute(sql.SQL("SELECT id, v, t, u::int4 FROM mixed")).fetchall()
+    assert n.tolist() == [r[3] for r in want]  # type: ignore[union-attr]
+    for j, col in enumerate(cols):
+        assert isinstance(col, stream.Values) and len(col.codes) == mixed
+        assert len(col) == len({r[j] for r in want})  # each distinct value once
+        assert (col.null() >= 0) == any(r[j] is None for r in want)
+    assert cols[3].codes[0] == 0 and len(cols[3]) == 9  # type: ignore[union-attr]
+    conn.execute("CREATE TEMP TABLE back AS SELECT id, v, t, u::int4 AS u FROM mixed WITH NO DATA")
+    fields = [Field.entries(Dictionary.of_values(c), c.codes) for c in cols]  # type: ignore[union-attr]
+    order = np.arange(mixed)[::-1]
+    copy_rows(conn, sql.SQL("COPY back FROM STDIN (FORMAT BINARY)"), fields, order)
+    # (the heap may put a later row into an earlier page's free space: compared as multisets)
+    got = conn.execute("SELECT * FROM back").fetchall()
+    assert sorted(got, key=repr) == sorted(want, key=repr)
+
+
+def test_a_failing_or_abandoned_stream_leaves_the_connection_usable(
+    conn: psycopg.Connection, mixed: int
+) -> None:
+    """The stream is read from libpq directly: a server error mid-stream raises psycopg's
+    error, and a stream left early (a parse error here) is cancelled and drained; either way
+    the transaction can be rolled back and the connection used again."""
+    failing = sql.SQL("SELECT 1 / (2000 - row_number() OVER ())::int4 FROM mixed")
+    with pytest.raises(psycopg.errors.DivisionByZero):
+        stream.copy_columns(conn, failing, ["int4"])
+    conn.rollback()
+    with pytest.raises(ValueError, match="int4"):
+        stream.copy_columns(conn, sql.SQL("SELECT t FROM mixed"), ["int4"])
+    conn.rollback()
+    assert conn.execute("SELECT count(*) FROM mixed").fetchone() == (mixed,)
+    conn.autocommit = True  # outside a transaction too
+    assert len(stream.copy_columns(conn, sql.SQL("SELECT v FROM mixed"), ["float8"])[0]) == mixed
+
+
 def test_ids_round_trip(conn: psycopg.Connection, mixed: int) -> None:
     keys = stream.copy_columns(conn, sql.SQL("SELECT id FROM mixed"), ["key"])[0]
     ids = np.arange(mixed, dtype=np.int64)[::-1] - 7  # negative ids too

@@ -514,3 +514,84 @@ def match_keys(blob: np.ndarray, lens: np.ndarray, other_blob: np.ndarray,
             slot = (slot + 1) & mask
         p += n
     return out
+
+
+@njit(cache=True, nogil=True)
+def code_values(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray, start: int,
+                out: np.ndarray, table: np.ndarray, dstarts: np.ndarray, dlens: np.ndarray,
+                data: np.ndarray, state: np.ndarray) -> int:  # fmt: skip
+    """Code fields start.. of a chunk by their bytes into a dictionary kept across chunks: entry
+    e is data[dstarts[e]:dstarts[e] + dlens[e]], found through `table` (open addressing, a power
+    of two long, -1 empty); state = [entries, bytes of data used]. NULL is code -1. Returns the
+    field it stopped at: the end, or the first new value the arrays have no room for (the
+    caller grows them, `rehash`, and calls again from there)."""
+    mask = len(table) - 1
+    d, used = state[0], state[1]
+    for i in range(start, len(lens)):
+        ln = lens[i]
+        if ln < 0:
+            out[i] = -1
+            continue
+        o = offs[i]
+        slot = np.int64(_key_hash(buf, o, ln) & np.uint64(mask))
+        while True:
+            c = table[slot]
+            if c < 0:
+                if d >= len(dlens) or used + ln > len(data) or 2 * (d + 1) > len(table):
+                    state[0], state[1] = d, used
+                    return i
+                table[slot] = d
+                dstarts[d], dlens[d] = used, ln
+                _copy(data, used, buf, o, ln)
+                used += ln
+                out[i] = d
+                d += 1
+                break
+            if dlens[c] == ln and _same_bytes(data, dstarts[c], buf, o, ln):
+                out[i] = c
+                break
+            slot = (slot + 1) & mask
+    state[0], state[1] = d, used
+    return len(lens)
+
+
+@njit(cache=True)
+def rehash(table: np.ndarray, dstarts: np.ndarray, dlens: np.ndarray, data: np.ndarray,
+           entries: int) -> None:  # fmt: skip
+    """Fill `table` (all -1, a power of two long) with the dictionary's first `entries`."""
+    mask = len(table) - 1
+    for c in range(entries):
+        slot = np.int64(_key_hash(data, dstarts[c], dlens[c]) & np.uint64(mask))
+        while table[slot] >= 0:
+            slot = (slot + 1) & mask
+        table[slot] = c
+
+
+@njit(cache=True)
+def row_hashes(codes: np.ndarray, hashes: np.ndarray, offs: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's values: codes[r, j] is its value's entry in column j, whose
+    entries' hashes are hashes[offs[j]:]; mixed column by column (murmur3's finaliser), so a
+    row's hash depends on each value and its column."""
+    n, d = codes.shape
+    out = np.empty(n, np.uint64)
+    for r in range(n):
+        h = np.uint64(0x9E3779B97F4A7C15)
+        for j in range(d):
+            h ^= hashes[offs[j] + codes[r, j]]
+            h ^= h >> np.uint64(33)
+            h *= np.uint64(0xFF51AFD7ED558CCD)
+            h ^= h >> np.uint64(33)
+            h *= np.uint64(0xC4CEB93FE1A85EC5)
+            h ^= h >> np.uint64(33)
+        out[r] = h
+    return out
+
+
+@njit(cache=True)
+def entry_hashes(starts: np.ndarray, lens: np.ndarray, data: np.ndarray) -> np.ndarray:
+    """FNV-1a of each dictionary entry's bytes, its length mixed in (NULL: length -1)."""
+    out = np.empty(len(lens), np.uint64)
+    for e in range(len(lens)):
+        h = _key_hash(data, starts[e], max(lens[e], 0))
+        out[e] = (h ^ np.uint64(lens[e] + 1)) * np.uint64(1099511628211)
+    return out

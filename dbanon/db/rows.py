@@ -21,8 +21,9 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import copykernels as _k
+from dbanon.db.catalog import Column
 from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
-from dbanon.db.stream import _HEADER, Keys
+from dbanon.db.stream import _HEADER, Keys, Values
 
 STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
 
@@ -48,6 +49,12 @@ class Dictionary:
         return cls(starts, lens, np.ascontiguousarray(keys.blob, dtype=np.uint8))
 
     @classmethod
+    def of_values(cls, values: Values) -> Dictionary:
+        """A column streamed as Values: its distinct values, one entry each (rows read them
+        through its codes)."""
+        return cls(values.starts, values.lens, values.data)
+
+    @classmethod
     def of(cls, values: Sequence[str | bytes | None]) -> Dictionary:
         """Entries from Python values (few: labels, distinct values): text as UTF-8."""
         raw = [None if v is None else v.encode() if isinstance(v, str) else v for v in values]
@@ -59,7 +66,7 @@ class Dictionary:
 
 
 __all__ = ["BYTES", "FIXED", "HEX", "HEX8", "INT4", "NULL_INT", "RHEX8", "TEXTS", "Dictionary",
-           "Field", "copy_rows"]  # fmt: skip
+           "Field", "as_text", "copy_rows"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,24 @@ class Field:
         if self.null is not None:
             out = np.where(out == self.null, NULL_INT, out)
         return out
+
+
+def as_text(conn: psycopg.Connection, cols: Sequence[Column]) -> set[str]:
+    """The columns whose type (or its base or element type) has no binary form (aclitem, some
+    extension types): they are streamed and written as text, then cast back."""
+    found = set()
+    for col in cols:
+        ok = conn.execute(
+            """WITH RECURSIVE t (oid) AS (SELECT %s::regtype::oid
+                   UNION SELECT v.x FROM t JOIN pg_type p ON p.oid = t.oid,
+                   LATERAL (VALUES (p.typbasetype), (p.typelem)) v (x) WHERE v.x <> 0)
+               SELECT bool_and(p.typsend <> 0 AND p.typreceive <> 0)
+               FROM t JOIN pg_type p ON p.oid = t.oid""",
+            [col.type],
+        ).fetchone()[0]
+        if not ok:
+            found.add(col.name)
+    return found
 
 
 _EMPTY = Dictionary(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint8))

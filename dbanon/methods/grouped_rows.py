@@ -33,7 +33,7 @@ from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
 from dbanon.db.catalog import Column
-from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.setlogic import composition
@@ -164,24 +164,6 @@ class Extracted:
 def shown_columns(r: Resolved) -> list[Column]:
     """The columns a release shows as they are: the sensitive ones, then the kept ones."""
     return [*r.sensitive, *r.keep]
-
-
-def as_text(conn: psycopg.Connection, cols: list[Column]) -> set[str]:
-    """The columns whose type (or its base or element type) has no binary form (aclitem, some
-    extension types): they are streamed and written as text, then cast back (`retype`)."""
-    found = set()
-    for col in cols:
-        ok = conn.execute(
-            """WITH RECURSIVE t (oid) AS (SELECT %s::regtype::oid
-                   UNION SELECT v.x FROM t JOIN pg_type p ON p.oid = t.oid,
-                   LATERAL (VALUES (p.typbasetype), (p.typelem)) v (x) WHERE v.x <> 0)
-               SELECT bool_and(p.typsend <> 0 AND p.typreceive <> 0)
-               FROM t JOIN pg_type p ON p.oid = t.oid""",
-            [col.type],
-        ).fetchone()[0]
-        if not ok:
-            found.add(col.name)
-    return found
 
 
 _INTEGERS = {"smallint", "integer"}  # their text is their integer's: not streamed

@@ -11,7 +11,8 @@ Modules (imported by their own names, so that one cannot break another's import)
   same counts in numpy for a k-only search);
 - `dbanon.setlogic.fulldomain` — the generalising, suppressing SELECT a release table or live
   view is made of (its benchmark on Adult is dbanon.bench.fulldomain);
-- `dbanon.setlogic.anatomy` — Anatomy for l-diversity: bucket ids from one window function;
+- `dbanon.setlogic.anatomy` — Anatomy for l-diversity: eligibility and checks as SQL, the
+  deal (`row_number() OVER (ORDER BY sa, random())` modulo the groups) over COPY-streamed rows;
 - `dbanon.setlogic.composition` — the private row-to-group map of a release and what
   intersecting its releases leaves each persisting row (the lifecycle's intersection guard;
   the methods that keep groups read the map too).

@@ -1,14 +1,17 @@
-"""Anatomy (Xiao & Tao, VLDB 2006) for l-diversity, computed by PostgreSQL as set logic.
+"""Anatomy (Xiao & Tao, VLDB 2006) for l-diversity: its eligibility and checks as SQL, its deal
+over the rows one binary COPY streams out, its tables written back with one COPY each.
 
 Anatomy publishes the quasi-identifiers unchanged and breaks their link to the sensitive
 attribute (SA) through groups: QIT(qi..., group_id) holds every row's QI values and group, and
 ST(group_id, sa, count) how often each SA value occurs in each group. An adversary who knows a
 person's QI values finds the group, but guesses the SA value with confidence at most 1/l.
 
-The bucketization is one window function. Rows are sorted by SA value (ties broken at random)
-and dealt round-robin into g = floor(n/l) groups: the row at position p (0-based) goes to group
-p mod g. Why every group ends up with >= l rows whose SA values are pairwise distinct, whenever
-the table is l-eligible (no value in more than n/l rows):
+The bucketization is one deal: rows sorted by SA value (ties broken at random) and dealt
+round-robin into g = floor(n/l) groups, the row at position p (0-based) to group p mod g; that is
+`row_number() OVER (ORDER BY sa, random())` modulo g, computed over the rows as one COPY streamed
+them out (PostgreSQL's sorts for it took 2.8 s of wide rows at 1M rows; the arrays, 0.2 s).
+Why every group ends up with >= l rows whose SA values are pairwise distinct, whenever the
+table is l-eligible (no value in more than n/l rows):
   * a value with c rows occupies c consecutive positions; c <= n/l and c is an integer, so
     c <= floor(n/l) = g, and c consecutive positions fall into c different groups: no group
     holds a value twice;
@@ -18,13 +21,18 @@ n mod g rows left over by the first floor(n/g) rounds ("residual" rows) are the 
 the same deal, which by the first point never lands on a group already holding the value.
 g = floor(n/l) is also the most groups any l-diverse bucketization can have (each needs l rows).
 
-Reproducibility: rows are sorted by their content before random() draws the tie-breakers after
-setseed(seed), so the same content and seed give the same tables whatever the physical order
-or plan. Group ids are a permutation of 1..g drawn after the deal (issue 24): the deal's
-position mod g is not published as it is (it is recomputable from the ST's counts anyway, but a
-pseudonymous id follows no order of the data). QIT rows are ordered by (group_id, QI values):
-a function of the published content, so the order carries neither the source order nor the SA
-values. Neither table holds the row key.
+Reproducibility: rows are put in a content order (a hash of their values' bytes, the bytes
+themselves where hashes collide) before the tie-breakers are drawn from the seed, and the SA
+values are taken in the order of their bytes, so the same content and seed give the same tables
+whatever the physical order. Group ids are a permutation of 1..g drawn from the seed apart from
+the deal's draws (issue 24): the deal's position mod g is not published as it is (it is
+recomputable from the ST's counts anyway, but a pseudonymous id follows no order of the data).
+Neither table holds the row key.
+
+Writing: the QIT and ST are written from the streamed arrays with one binary COPY each (each
+value's bytes as they came: no staging table, no sort on the server): the QIT in group id order,
+each group's rows in an order drawn from the seed (never the deal's, which follows the SA
+values), the ST in (group id, value) order, so that the checks' sorts find their input sorted.
 """
 
 from __future__ import annotations
@@ -33,17 +41,20 @@ import re
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
 from dbanon.db import catalog
+from dbanon.db import copykernels as kernels
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.settings import local_settings
+from dbanon.db.stream import Values, copy_columns
 from dbanon.errors import DbanonError, ModelViolation, idents, quote_ident
 
 GROUP_ID = "group_id"
 COUNT = "count"
-STAGE_WORK_MEM = "4MB"  # of the bucketing statement only (see build_anatomy)
 
 
 @dataclass(frozen=True)
@@ -129,9 +140,9 @@ def build_anatomy(
     tables back (on an autocommit connection it opens and commits its own transaction, so that
     the two tables appear together or not at all). Raises DbanonError, having created nothing,
     when the input cannot be published. `eligible`: the caller ran check_eligible on this
-    transaction's snapshot already (a publish validates first), so neither that scan nor the
-    recount of the dealt rows is repeated; ignored on an autocommit connection, whose build
-    reads a snapshot of its own.
+    transaction's snapshot already (a publish validates first), so that scan is not repeated;
+    ignored on an autocommit connection, whose build reads a snapshot of its own. Either way
+    the dealt rows are recounted from what the deal streamed (no scan).
     """
     names = [c.name for c in qi]
     if not qi:
@@ -154,106 +165,163 @@ def build_anatomy(
         regclass = target.as_string(conn)
         if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [regclass]).fetchone()[0]:
             raise DbanonError(f"{catalog.shown(conn, target)} already exists")
-    same_snapshot = eligible and not conn.autocommit
-    if not same_snapshot:
+    if not (eligible and not conn.autocommit):
         check_eligible(conn, source, sensitive, l)
-
-    # Internal names q1..qk, s, g: user column names cannot clash with the helpers.
-    qs = [sql.Identifier(f"q{i}") for i in range(1, len(qi) + 1)]
-    q_list = sql.SQL(", ").join(qs)
-    stage = sql.Identifier("pg_temp", "dbanon_anatomy_stage")  # pg_temp: never a user's table
     with conn.transaction() if conn.autocommit else nullcontext():
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(stage))
-        conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
-        # One snapshot of the source (one statement): bucket ids by a window over the SA order.
-        # random() is drawn row by row in the content order (s, q...) of the subquery, so the
-        # tie-breakers do not depend on the physical order; drawn in the window's own ORDER BY,
-        # the rows arrive sorted by s and PostgreSQL only sorts each value's run by the draws
-        # (an incremental sort) instead of sorting all rows again. n comes from a count in the
-        # same statement, not `count(*) OVER ()`, which would buffer every row once more.
-        # The content sort compares text on every key: with a small work_mem it runs in parallel
-        # workers as merges of cache-sized runs, 3.5 s at 1M rows where one in-memory quicksort
-        # (what a large work_mem makes the planner choose) takes 5.5-6.5 s.
-        with local_settings(conn, work_mem=STAGE_WORK_MEM):
-            staged = conn.execute(
-                sql.SQL(
-                    """CREATE TEMP TABLE {stage} ON COMMIT DROP AS
-                       SELECT {q_list}, s,
-                              ((row_number() OVER (ORDER BY s, random()) - 1)
-                               % greatest((SELECT count(*) FROM {src}) / {l}, 1) + 1)::int AS g
-                       FROM (SELECT {q_in}, {sa} AS s FROM {src}
-                             ORDER BY s, {q_list}) AS o"""
-                ).format(
-                    stage=stage,
-                    q_list=q_list,
-                    l=sql.Literal(l),
-                    q_in=sql.SQL(", ").join(
-                        sql.SQL("{} AS {}").format(c.ident, q) for c, q in zip(qi, qs, strict=True)
-                    ),
-                    sa=sensitive.ident,
-                    src=source.ident,
-                )
-            )
-        if same_snapshot:
-            # The same snapshot was found l-eligible (so n >= l): the deal put its rows
-            # round-robin into n // l groups; nothing to recount (the gate verifies the tables).
-            rows, top = staged.rowcount, 0
-            groups = rows // l
-        else:
-            # One pass: g runs over 1..groups, so its maximum is the number of groups.
-            rows, groups, top = conn.execute(
-                sql.SQL(
-                    """SELECT coalesce(sum(c), 0)::bigint, coalesce(max(g), 0),
-                              coalesce(max(c), 0)
-                       FROM (SELECT count(*) AS c, max(g) AS g FROM {stage} GROUP BY s) f"""
-                ).format(stage=stage)
-            ).fetchone()
-        if not rows or top * l > rows:  # the source changed since check_eligible
-            conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+        textual = as_text(conn, [*qi, sensitive])  # streamed and written as text, cast back
+        dealt = _deal(conn, source, qi, sensitive, l, seed, textual)
+        rows, groups = len(dealt.g), int(dealt.g.max(initial=0))
+        counts = np.bincount(dealt.sa.codes, minlength=len(dealt.sa))
+        if not rows or dealt.sa.null() >= 0 or int(counts.max()) * l > rows:
+            # the source changed since check_eligible
             raise DbanonError(f"{source} changed during the build and is no longer {l}-eligible")
-        # Group ids: a permutation of 1..groups drawn after the deal's draws (issue 24), so a
-        # group's id is not its place in the deal.
-        perm = conn.execute(
-            "SELECT coalesce(array_agg(i ORDER BY random(), i), '{}') "
-            "FROM generate_series(1, %s) i", [groups]
-        ).fetchone()[0]
-        # ST by a sort and a streaming count: a hash table of n groups is slower than the sort
-        # its ORDER BY needs anyway.
-        with local_settings(conn, enable_hashagg="off"):
-            conn.execute(
-                sql.SQL(
-                    """CREATE TABLE {qit} AS SELECT {q_out}, ({perm}::int4[])[g] AS {gid}
-                       FROM {stage} ORDER BY {gid}, {q_list}"""
-                ).format(
-                    perm=sql.Placeholder("perm"),
-                    qit=qit,
-                    q_out=sql.SQL(", ").join(
-                        sql.SQL("{} AS {}").format(q, c.ident)
-                        for c, q in zip(qi, qs, strict=True)
-                    ),
-                    gid=sql.Identifier(GROUP_ID),
-                    stage=stage,
-                    q_list=q_list,
-                ),
-                {"perm": perm},
-            )
-            conn.execute(
-                sql.SQL(
-                    """CREATE TABLE {st} AS
-                       SELECT ({perm}::int4[])[g] AS {gid}, s AS {sa}, count(*)::int AS {count}
-                       FROM {stage} GROUP BY g, s ORDER BY 1, s"""
-                ).format(
-                    perm=sql.Placeholder("perm"),
-                    st=st,
-                    gid=sql.Identifier(GROUP_ID),
-                    sa=sensitive.ident,
-                    count=sql.Identifier(COUNT),
-                    stage=stage,
-                ),
-                {"perm": perm},
-            )
-        conn.execute(sql.SQL("DROP TABLE {}").format(stage))
+        _write(conn, source, qi, sensitive, qit, st, dealt, groups, seed, textual)
     return AnatomyResult(groups=groups, rows=rows, residual_rows=rows - groups * l)
+
+
+@dataclass(frozen=True)
+class _Dealt:
+    """The deal: each row's QI values and sensitive value as streamed (Values: its distinct
+    values' bytes and a code per row) and its group g in 1..groups."""
+
+    qi: list[Values]
+    sa: Values
+    rank: np.ndarray  # per sensitive value (its code), its place in the deal's order of values
+    g: np.ndarray  # int32
+    order: np.ndarray  # the rows in the deal's order: a content order, never the physical one
+
+
+def _deal(
+    conn: psycopg.Connection, source: Relation, qi: list[Column], sensitive: Column,
+    l: int, seed: int, textual: set[str],  # noqa: E741
+) -> _Dealt:  # fmt: skip
+    """The deal over one snapshot of the source, its rows streamed out with binary COPY.
+
+    Rows sorted by SA value (in the order of its bytes), ties broken by draws from the seed
+    taken in a content order (`_canonical`), dealt round-robin: the row at position p goes to
+    group p mod g. It is `row_number() OVER (ORDER BY sa, random())` modulo g, computed over the
+    streamed arrays: in PostgreSQL the sorts it takes (the content, then the draws; several
+    keys of wide rows each) cost 2.8 s at 1M rows, here 0.2 s. Each row's values come as they
+    are (binary: the type's own form), each column coded by its distinct values."""
+
+    def out(c: Column) -> sql.Composable:
+        return sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
+
+    query = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(out(c) for c in [*qi, sensitive]), source.ident)  # fmt: skip
+    expected = conn.execute(sql.SQL(  # sizes the arrays (a view's estimate: 0, they grow)
+        "SELECT coalesce(max(greatest(reltuples, 0)), 0)::int8 FROM pg_class WHERE oid = {}"
+    ).format(source.regclass)).fetchone()[0]  # fmt: skip
+    streamed = copy_columns(conn, query, ["values"] * (len(qi) + 1), int(expected))
+    columns = [v for v in streamed if isinstance(v, Values)]
+    sa = columns[-1]
+    n = len(sa.codes)
+    rng = np.random.default_rng([seed % 2**64, 24])
+    at = _canonical(columns)[rng.permutation(n)]  # the tie-breakers, drawn in content order
+    rank = _byte_ranks(sa)
+    small = np.uint16 if len(sa) <= 1 << 16 else np.int64  # a radix sort for few values
+    dealt = at[np.argsort(rank.astype(small)[sa.codes[at]], kind="stable")]
+    del at
+    g = np.empty(n, dtype=np.int32)
+    g[dealt] = np.arange(n, dtype=np.int32) % np.int32(max(n // l, 1)) + 1
+    return _Dealt(columns[:-1], sa, rank, g, dealt)
+
+
+def _entry(v: Values, e: int) -> tuple[bool, bytes]:
+    """Entry e of `v` as a sort key: NULL after every value, values by their bytes."""
+    return bool(v.lens[e] < 0), v.data[v.starts[e] : v.starts[e] + max(int(v.lens[e]), 0)].tobytes()
+
+
+def _byte_ranks(v: Values) -> np.ndarray:
+    """Each entry's place among the entries in the order of their bytes (NULL last): a fixed
+    order of the values, whatever order the rows came in."""
+    by_bytes = sorted(range(len(v)), key=lambda e: _entry(v, e))
+    rank = np.empty(len(v), dtype=np.int64)
+    rank[by_bytes] = np.arange(len(v))
+    return rank
+
+
+def _canonical(columns: list[Values]) -> np.ndarray:
+    """The rows in a content order: by a 64-bit hash of their values' bytes, rows whose hashes
+    tie by the bytes themselves where they differ (a collision); what remains tied is equal
+    rows, which are interchangeable. It follows the content, never the order the rows came
+    in (the codes are numbered in that order: the order reads the bytes, not the codes)."""
+    codes = np.ascontiguousarray(np.column_stack([c.codes for c in columns]), dtype=np.int32)
+    hashes = [kernels.entry_hashes(c.starts, c.lens, c.data) for c in columns]
+    offs = np.cumsum([0] + [len(x) for x in hashes[:-1]]).astype(np.int64)
+    h = kernels.row_hashes(codes, np.concatenate(hashes), offs)
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    same = np.flatnonzero(hs[1:] == hs[:-1])
+    differ = same[np.any(codes[order[same]] != codes[order[same + 1]], axis=1)]
+    for i in differ.tolist():  # all but never: one hash for two different rows
+        lo = int(np.searchsorted(hs, hs[i], side="left"))
+        hi = int(np.searchsorted(hs, hs[i], side="right"))
+        order[lo:hi] = sorted(order[lo:hi].tolist(), key=lambda r: tuple(
+            _entry(c, int(c.codes[r])) for c in columns))  # fmt: skip
+    return order
+
+
+def _write(
+    conn: psycopg.Connection, source: Relation, qi: list[Column], sensitive: Column,
+    qit: sql.Identifier, st: sql.Identifier, dealt: _Dealt, groups: int, seed: int,
+    textual: set[str],
+) -> None:  # fmt: skip
+    """CREATE the QIT and ST and write each with one binary COPY from the deal's arrays.
+
+    Group ids are a permutation of 1..groups drawn from the seed apart from the deal's draws
+    (issue 24), so a group's id is not its place in the deal. The QIT is written in group id
+    order, each group's rows in an order drawn from the seed (never the deal's, which follows
+    the SA values); the ST in (group id, value) order, one row per group and value with its count.
+    Neither holds the row key; no sort on the server, no staging table."""
+    rng = np.random.default_rng([seed % 2**64, 25])
+    ids = (rng.permutation(groups) + 1).astype(np.int32)
+    gid = ids[dealt.g - 1]
+    del ids
+
+    def typed(c: Column, alias: sql.Composable | None = None) -> sql.Composable:
+        shown = sql.SQL("s.{}::text" if c.name in textual else "s.{}").format(c.ident)
+        return sql.SQL("{} AS {}").format(shown, alias or c.ident)
+
+    gid_col, count_col = sql.Identifier(GROUP_ID), sql.Identifier(COUNT)
+    for target, cols in (
+        (qit, [*(typed(c) for c in qi), sql.SQL("NULL::int4 AS {}").format(gid_col)]),
+        (st, [sql.SQL("NULL::int4 AS {}").format(gid_col), typed(sensitive),
+              sql.SQL("NULL::int4 AS {}").format(count_col)]),
+    ):  # fmt: skip
+        conn.execute(sql.SQL("CREATE TABLE {} AS SELECT {} FROM {} s WITH NO DATA").format(
+            target, sql.SQL(", ").join(cols), source.ident))  # fmt: skip
+    copy = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)")
+    shuffled = dealt.order[rng.permutation(len(gid))]  # drawn in a content order
+    in_qit = shuffled[np.argsort(gid[shuffled], kind="stable")]
+    del shuffled
+    copy_rows(conn, copy.format(qit), [
+        *(Field.entries(Dictionary.of_values(v), v.codes) for v in dealt.qi), Field.int4(gid),
+    ], in_qit)  # fmt: skip
+    del in_qit
+    sa = dealt.sa
+    cell = gid.astype(np.int64) * len(sa) + dealt.rank[sa.codes]
+    by_cell = np.argsort(cell, kind="stable")
+    cell = cell[by_cell]
+    starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])
+    del cell
+    in_st = by_cell[starts]  # a row of each (group, value), in (group id, value) order
+    del by_cell
+    count = np.zeros(len(gid), dtype=np.int32)
+    count[in_st] = np.diff(np.r_[starts, len(gid)])
+    copy_rows(conn, copy.format(st), [
+        Field.int4(gid), Field.entries(Dictionary.of_values(sa), sa.codes), Field.int4(count),
+    ], in_st)  # fmt: skip
+    for target, cols in ((qit, qi), (st, [sensitive])):
+        retype = [c for c in cols if c.name in textual]
+        if retype:  # each type by name (nothing written here as SQL text)
+            types = [sql.Identifier(*conn.execute(
+                "SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n "
+                "ON n.oid = t.typnamespace WHERE t.oid = %s::regtype", [c.type]).fetchone())
+                for c in retype]  # fmt: skip
+            conn.execute(sql.SQL("ALTER TABLE {} {}").format(target, sql.SQL(", ").join(
+                sql.SQL("ALTER COLUMN {c} TYPE {t} USING {c}::{t}").format(c=c.ident, t=t)
+                for c, t in zip(retype, types, strict=True))))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ mixed-radix key per row, rolled up from the smallest table of a failing descenda
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -39,7 +40,7 @@ class _QI:
 
 # Rows of the source fetched at once by a k-only search (`_Coded.fetch`): the server builds
 # each part's columns as arrays, so this bounds what it sends and the client holds at once.
-PART_ROWS = 2_000_000
+PART_ROWS = 250_000
 
 
 def _tid_ranges(conn: psycopg.Connection, source: Relation, rows: int) -> list[sql.Composable]:
@@ -69,6 +70,29 @@ def _tid_ranges(conn: psycopg.Connection, source: Relation, rows: int) -> list[s
             hi = sql.SQL("ctid < {}::tid").format(sql.Literal(f"({bounds[j + 1]},0)"))
             parts.append(sql.SQL("{} AND {}").format(lo, hi))
     return parts
+
+
+def _look_up(v: np.ndarray, c0: np.ndarray, x: np.ndarray) -> np.ndarray | None:
+    """The code c0[j] of each x where v[j] == x (v sorted, distinct), or None when an x is not
+    in v: by an array over v's range where it is small (integers: ages, zip codes), else by a
+    binary search."""
+    if not len(x):
+        return c0[:0]
+    if not len(v):
+        return None
+    span = int(v[-1]) - int(v[0]) + 1
+    if span <= 4 * len(x) + (1 << 16):
+        table = np.full(span, -1, dtype=np.int64)
+        table[v.astype(np.int64) - int(v[0])] = c0
+        at = x.astype(np.int64) - int(v[0])
+        if int(at.min()) < 0 or int(at.max()) >= span:
+            return None
+        out = table[at]
+        return None if bool((out < 0).any()) else out
+    pos = np.searchsorted(v, x)
+    if pos.max() >= len(v) or not np.array_equal(v[pos], x):
+        return None
+    return c0[pos]
 
 
 class _Coded:
@@ -198,12 +222,11 @@ class _Coded:
             block = codes[rows : rows + got]
             for i in range(d):
                 if i in direct:
-                    v, c0 = values[i]
-                    pos = np.searchsorted(v, out[i])
-                    if got and (pos.max() >= len(v) or not np.array_equal(v[pos], out[i])):
+                    found = _look_up(*values[i], out[i])
+                    if found is None:
                         raise DbanonError(f"a value of {quote_ident(qis[i].col.name)} is missing "
                             "from its map")
-                    block[:, i] = c0[pos]
+                    block[:, i] = found
                 else:
                     block[:, i] = out[i]
                 out[i] = np.empty(0)  # freed as soon as copied
@@ -212,12 +235,18 @@ class _Coded:
             raise DbanonError("the source changed while the search read it")
         weights = np.ones(rows, dtype=np.int64)
         coded = cls(qis, codes, weights, looks, cards, ncps, with_ncp)
-        # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL).
-        key, _ = coded._key(np.zeros(d, dtype=np.int64), codes)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        if len(first) < len(key):
-            sizes = np.bincount(inverse.reshape(-1), weights=weights).astype(np.int64)
-            coded.tables = [(coded.tables[0][0], codes[first], sizes)]
+        # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL), in
+        # the order of their key (np.unique's), so that sums over it add up in one order.
+        from dbanon.setlogic import codedkernels
+
+        key, space = coded._node_key(np.zeros(d, dtype=np.int64), codes)
+        found = codedkernels.classes(key, weights, space, 1)
+        distinct, sizes, first = found[1], found[3], found[4]
+        del found  # each row's class: not needed (a few MiB at the peak of the search)
+        if distinct < rows:
+            by_key = np.argsort(key[first], kind="stable")
+            del key
+            coded.tables = [(coded.tables[0][0], codes[first[by_key]], sizes[by_key])]
         return coded
 
     def losses(self, total: int) -> list[np.ndarray]:
@@ -256,26 +285,33 @@ class _Coded:
             return np.zeros(len(rep), dtype=np.int64), 1
         return key, space
 
+    def _node_key(self, node: np.ndarray, rep: np.ndarray) -> tuple[np.ndarray, int]:
+        """`_key`, in one compiled pass over the rows when the key space fits in an int64."""
+        from dbanon.setlogic import codedkernels
+
+        cols = [i for i, lv in enumerate(map(int, node)) if lv < self.heights[i]]
+        cards = [self.cards[i][int(node[i])] for i in cols]
+        if not cols or math.prod(cards) >= 1 << 62:
+            return self._key(node, rep)
+        looks = [self.looks[i][int(node[i])] for i in cols]
+        offs = np.cumsum([0] + [len(x) for x in looks[:-1]]).astype(np.int64)
+        key = codedkernels.node_keys(np.ascontiguousarray(rep), np.array(cols, dtype=np.int64),
+                                     np.concatenate(looks).astype(np.int64), offs,
+                                     np.array(cards, dtype=np.int64))  # fmt: skip
+        return key, math.prod(cards)
+
     def count(self, node: np.ndarray, k: int, budget: int) -> tuple[int, float]:
         """Rows in classes smaller than k at `node` and the sum of their NCP (0 unless asked),
         counted from the smallest table of a descendant; see _Lattice.count."""
+        from dbanon.setlogic import codedkernels
+
         _, rep, w = min(
             (t for t in self.tables if np.all(t[0] <= node)), key=lambda t: len(t[2])
         )
-        key, space = self._key(node, rep)
-        if space <= 4 * len(key) + (1 << 16):
-            per_key = np.bincount(key, weights=w, minlength=space)
-            size = per_key[key]
-            classes = int(np.count_nonzero(per_key))
-            inverse = None
-        else:
-            distinct, inverse = np.unique(key, return_inverse=True)
-            inverse = inverse.reshape(-1)
-            per_class = np.bincount(inverse, weights=w)
-            size = per_class[inverse]
-            classes = len(distinct)
-        small_rows = size < k
-        small = int(w[small_rows].sum())
+        key, space = self._node_key(node, rep)
+        small, classes, inverse, sizes, first = codedkernels.classes(
+            key, np.ascontiguousarray(w, dtype=np.int64), space, k)  # fmt: skip
+        small = int(small)
         ncp = 0.0
         if small and self.with_ncp:
             row_ncp = np.zeros(len(rep))
@@ -284,13 +320,11 @@ class _Coded:
                     row_ncp += 1.0
                 elif lv > 0:
                     row_ncp += self.ncps[i][lv][rep[:, i]]
-            ncp = float((w * row_ncp)[small_rows].sum())
+            ncp = float((w * row_ncp)[sizes[inverse] < k].sum())
         rows = len(key)
         if small > budget and rows >= ROLLUP_MIN_ROWS and classes * ROLLUP_GAIN <= rows:
-            if inverse is None:
-                _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-            else:
-                _, first = np.unique(key, return_index=True)
-            sizes = np.bincount(inverse.reshape(-1), weights=w).astype(np.int64)
-            self.tables.append((node.copy(), rep[first], sizes))
+            # one row per class in the order of its key (np.unique's): sums over the table
+            # then add up in the same order whichever way it was counted
+            by_key = np.argsort(key[first], kind="stable")
+            self.tables.append((node.copy(), rep[first[by_key]], sizes[by_key]))
         return small, ncp

@@ -47,8 +47,8 @@ from dbanon.setlogic.hierarchies import (
 )
 from dbanon.setlogic.lattice import _k_of
 
-# work_mem of the release's statement (if the session's is lower): its two sorts of the whole
-# source (classes, then the shuffle) run in memory at 1M rows instead of merging on disk.
+# work_mem of the release's statement (if the session's is lower): its hash of the classes and
+# its shuffle of the whole source run in memory at 1M rows instead of spilling to disk.
 RELEASE_WORK_MEM = "256MB"
 
 
@@ -76,17 +76,16 @@ def release_select(
     Output columns: the QIs, then the sensitive columns. Interval and calendar QIs read as
     `ranges` says (dbanon.core.generalise: 'text', or 'typed' ranges), the others as text.
 
-    Shape: the source is read once. Classes smaller than the largest k go by a window count
-    over the generalised QIs (k-anonymity alone needs no more); its sort is the statement's
-    main cost, so it sorts by the cheapest key that names each released value (an interval of
-    whole units by its bigint low end, not its label), led by a hash of those keys, and
-    leaves out QIs released as a constant. A hash GROUP BY joined back would avoid the sort,
-    but the planner misjudges a join on several generalised keys badly (a merge join, several
-    times slower at 1M rows without statistics on the expressions). With other models, the
-    rows
-    left are kept in a MATERIALIZED CTE, each numbered with its class (dense_rank over the same
-    sort, in which NULLs are peers, so matching rows to classes by number is NULL-safe); the
-    models judge the classes from that CTE (`kept_classes`), and rows are selected by number.
+    Shape: a class is its generalised values as one text (a record's: `ROW(...)::text`, NULL
+    told from '' and every value quoted where it must be, compared byte by byte), of the
+    cheapest key naming each released value (an interval of whole units by its bigint low end,
+    not its label); QIs released as a constant are left out. The classes smaller than the
+    largest k are one hash GROUP BY of that text (a pass the planner may run in parallel), and
+    the rows are read again, those of a small class left out by a hashed NOT IN (the text is
+    never NULL): no sort but the shuffle's, where a window count over the classes sorted every
+    row by them first (0.7 s more at 1M rows). With other models, the rows left are kept in a
+    MATERIALIZED CTE with their class text; the models judge the classes from that CTE
+    (`kept_classes`), and rows are selected by it.
     """
     if ranges not in generalise.RANGE_FORMS:
         raise DbanonError(f"ranges must be one of {', '.join(generalise.RANGE_FORMS)}")
@@ -145,54 +144,37 @@ def release_select(
     if needs and not sensitive:
         raise DbanonError(f"{needs[0].name} needs a sensitive column")
     names = [c.name for c in qi] + list(sensitive)
-    size, cls = (_fresh(n, names) for n in ("dbanon_class_size", "dbanon_class"))
-    # Any k-anonymity is implied by the largest k, which a window count enforces row by row.
+    cls = _fresh("dbanon_class", names)
+    # Any k-anonymity is implied by the largest k, which the count of each class enforces.
     others = [m for m in models if not isinstance(m, KAnonymity)]
-    # The classes: partitions by each QI's released value, or a cheaper key naming it; a
-    # QI released as a constant ('*') splits nothing and is left out of the sort.
+    # A class: its generalised values (or a cheaper key naming each) as one text, a record's
+    # (quoted where a value needs it, NULL apart from ''), so that equal text is the same
+    # class and a byte comparison tells; a QI released as a constant ('*') splits nothing.
     keys = [p for p in part if p is not None]
-    if len(keys) > 1:
-        # Led by a hash of them all (a function of the keys, so the partitions are the same):
-        # rows then compare by one integer, where the generalised keys tie across classes
-        # and each tie reads several columns (2x faster at 1M rows).
-        keys.insert(
-            0,
-            sql.SQL("hashtext(concat_ws({}, {}))").format(
-                sql.Literal("\x1f"), sql.SQL(", ").join(keys)
-            ),
-        )
-    gen_list = sql.SQL(", ").join(keys)
-    window = sql.SQL("PARTITION BY {}").format(gen_list) if keys else sql.SQL("")
-    sized = sql.SQL(
-        "SELECT {cols}, count(*) OVER ({window}) AS {size}{number} FROM {src} s {joins}"
-    ).format(
-        window=window,
-        cols=sql.SQL(", ").join(
-            [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
-            + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
-        ),
-        size=sql.Identifier(size),
-        # the same sort as the count's partitions: no second sort
-        number=sql.SQL(", dense_rank() OVER ({}) AS {}").format(
-            sql.SQL("ORDER BY {}").format(gen_list) if keys else sql.SQL(""),
-            sql.Identifier(cls),
-        )
-        if others
-        else sql.SQL(""),
-        src=source.ident,
-        joins=sql.SQL(" ").join(joins),
+    key = sql.SQL('ROW({})::text COLLATE "C"').format(sql.SQL(", ").join(keys))
+    src = sql.SQL("{} s {}").format(source.ident, sql.SQL(" ").join(joins))
+    small = sql.SQL(
+        "SELECT c FROM (SELECT {key} AS c FROM {src}) x GROUP BY c HAVING count(*) < {k}"
+    ).format(key=key, src=src, k=sql.Literal(_k_of(models)))
+    cols = sql.SQL(", ").join(
+        [sql.SQL("{} AS {}").format(g, c.ident) for g, c in zip(gen, qi, strict=True)]
+        + [sql.SQL("s.{}").format(sql.Identifier(n)) for n in sensitive]
     )
     out = sql.SQL(", ").join(map(sql.Identifier, names))
     order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
-    large = sql.SQL("({sized}) dbanon_classes WHERE {size} >= {k}").format(
-        sized=sized, size=sql.Identifier(size), k=sql.Literal(_k_of(models))
-    )
+    large = sql.SQL("SELECT {cols}{cls} FROM {src} WHERE {key} NOT IN ({small})").format(
+        cols=cols,
+        cls=sql.SQL(", {} AS {}").format(key, sql.Identifier(cls)) if others else sql.SQL(""),
+        src=src, key=key, small=small,
+    )  # fmt: skip
     if not others:
-        return sql.SQL("SELECT {out} FROM {large}{order}").format(out=out, large=large, order=order)
+        return sql.SQL("SELECT {out} FROM ({large}) dbanon_classes{order}").format(
+            out=out, large=large, order=order)  # fmt: skip
     rows = sql.Identifier("dbanon_rows")
-    target = Target(rows, [cls], sensitive[0] if needs else None)
+    needs_sa = [m for m in others if m.needs_sensitive]
+    target = Target(rows, [cls], sensitive[0] if needs_sa else None)
     return sql.SQL(
-        """WITH {rows} AS MATERIALIZED (SELECT {out}, {cls} FROM {large})
+        """WITH {rows} AS MATERIALIZED ({large})
            SELECT {out} FROM {rows} WHERE {cls} IN ({kept}){order}"""
     ).format(
         rows=rows,
