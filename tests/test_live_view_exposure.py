@@ -100,14 +100,16 @@ def test_what_a_consumer_of_a_live_view_sees_of_hidden_rows(
             c.execute("SELECT count(*) FROM h.ward")
         shown = c.execute("SELECT count(*) FROM released.live").fetchone()[0]
         assert shown < 201  # the class of one (at least) is suppressed
-        # The plan counts the source rows behind the view: the suppressed ones too.
+        # The plan counts the source rows behind the view: the suppressed ones too (a scan of
+        # the whole source; the view may read it more than once, as it does to count classes).
         plan = explain(c, "SELECT * FROM released.live")
-        assert plan["Actual Rows"] == shown and scanned(plan, "ward") == [201]
-        # And a filter narrows that count to the consumer's guess: here, the hidden region Z.
+        assert plan["Actual Rows"] == shown and max(scanned(plan, "ward")) == 201
+        # A filter on the consumer's guess (here, the hidden region Z) is evaluated with the
+        # suppression, in one filter: the plan shows no row of Z, and the whole source again.
         query = "SELECT * FROM released.live WHERE region = 'Z'"
         assert c.execute(query).fetchall() == []
         plan = explain(c, query)
-        assert plan["Actual Rows"] == 0 and scanned(plan, "ward") == [1]
+        assert plan["Actual Rows"] == 0 and sorted(scanned(plan, "ward")) == [0, 201]
         # Statistics of every table, the source's included: its row and change counts.
         seen = c.execute(
             "SELECT n_live_tup FROM pg_stat_user_tables WHERE schemaname = 'h' "
