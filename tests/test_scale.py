@@ -194,6 +194,20 @@ def test_check_imports_no_heavy_module(dsn: str) -> None:
     assert lines[-1] == "[]"
 
 
+def test_a_childs_peak_rss_is_its_own_not_the_benchs() -> None:
+    """The bench's measure of a child's memory: wait4's ru_maxrss of a child started by vfork
+    carries the parent's high-water mark, so a bench holding 400 MiB would read every lean
+    child as 400 MiB; `child` reports the child's own (a `dbanon --version` is tens of MiB)."""
+    from dbanon.bench.scale import child
+
+    held = bytearray(400 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # touch every page: resident in this process
+    seconds, rss, code, stdout = child(["--version"])
+    assert code == 0 and "dbanon" in stdout.lower()
+    assert 5 < rss < 200, rss
+    assert held[4096] == 1
+
+
 def test_bench_scale_runs_every_method_and_checks_each_release(
     dsn: str, request: pytest.FixtureRequest
 ) -> None:

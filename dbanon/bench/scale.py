@@ -10,7 +10,8 @@ hashes of the row number, so the table is the same on every server. With 90,000 
 
 Per method: `seconds` is the wall time of the child process (start-up, publish, verification:
 what a user waits for), `publish_seconds` the publish's own figure, `peak_rss_mb` the child's
-maximum resident set (wait4's ru_maxrss), so one method's memory never hides another's. The
+own peak resident set (its VmHWM, `dbanon.bench.peak`), so one method's memory never hides
+another's and the bench's own never hides either. The
 check of each release reads it with plain SQL (GROUP BY the released QIs; count(DISTINCT) of
 the sensitive values), importing nothing of dbanon's checks. `check` compares `dbanon check`
 (a child process, as a user runs it) with the bare GROUP BY it stands for, timed on one open
@@ -24,9 +25,11 @@ import math
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -91,19 +94,24 @@ def child(
     args: list[str], ok: tuple[int, ...] = (0,), module: str = "dbanon"
 ) -> tuple[float, float, int, str]:
     """Run `python -m MODULE ARGS`: (wall seconds, peak RSS in MB, exit code, stdout); an
-    exit code not in `ok` is an error."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    seconds = time.perf_counter() - started
+    exit code not in `ok` is an error. The peak is the child's own (`dbanon.bench.peak`: its
+    VmHWM), not wait4's, which counts this process's high-water mark too."""
+    with tempfile.NamedTemporaryFile(prefix="dbanon-peak-") as peak:
+        started = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dbanon.bench.peak", peak.name, module, *args],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        own = Path(peak.name).read_text().strip()
     if proc.returncode not in ok:
         message = (stdout or stderr).decode(errors="replace").strip().splitlines()
         raise DbanonError(f"`dbanon {' '.join(args[2:5])}` failed: {message[-1:]}")
-    return seconds, usage.ru_maxrss / 1024, proc.returncode, stdout.decode()
+    rss = int(own) / 1024 if own else usage.ru_maxrss / 1024  # no /proc: wait4's, an upper bound
+    return seconds, rss, proc.returncode, stdout.decode()
 
 
 def classes(conn: psycopg.Connection, rel: sql.Composable) -> dict[str, int]:
