@@ -55,7 +55,11 @@ def test_integral_and_clamped_noise_keeps_types_range_and_per_row_noise(
     lo, hi, qlo, qhi, at_bounds = calls.execute(
         "SELECT min(seconds), max(seconds), min(queue), max(queue), "
         "count(*) FILTER (WHERE seconds IN (%s, %s)) FROM released.c", [low, high]).fetchone()
-    assert (lo, hi) == (low, high) and (qlo, qhi) == (1, 50)  # clamped: no negative duration
+    # Clamped: no negative duration, nothing past the source's bounds. The bound a value was
+    # clamped to shows exactly: 0 (many calls are that short) and both ends of the queue (40
+    # rows per position); whether some noisy duration passes the longest one depends on the
+    # secret, so that bound is only never exceeded.
+    assert lo == low and hi <= high and (qlo, qhi) == (1, 50)
     clamped = cli_json(dsn, "report", "c")[1]["method_metrics"]["clamped"]
     assert 0 < clamped["seconds"] <= at_bounds  # what the release shows at its bounds
     # A row keeps its noise: an unchanged row comes back as it was, a changed one moves by its

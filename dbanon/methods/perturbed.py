@@ -88,7 +88,8 @@ INTEGRAL = Option(
 CLAMP = Option(
     "clamp", bool, False,
     "Keep every perturbed value within its column's [min, max] in the source at this run "
-    "(durations stay non-negative); the release then shows the min and max (docs/noise.md).",
+    "(durations stay non-negative); the release then shows each bound a value was clamped to "
+    "(docs/noise.md).",
 )  # fmt: skip
 # Options applied to the noisy values, not to the noise: a kept state serves any of them.
 SHAPING = ("integral", "clamp")
