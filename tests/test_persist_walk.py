@@ -77,6 +77,40 @@ def test_a_moved_centre_finds_its_place_on_the_line_again() -> None:
     for _ in range(300):
         g = int(rng.integers(0, 200))
         cnum[g] = rng.random(2)
-        persist._moved_on_line(cnum, dim, order, pos, g)
+        persist._moved_on_line(cnum, dim, order, pos, g, 0, len(order))
         assert (np.diff(cnum[order, dim]) >= 0).all()
         assert (pos[order] == np.arange(200)).all()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_merging_centres_walked_in_parts_give_the_nearest_of_all(seed: int) -> None:
+    """merge_failing's centres move and change their values as groups merge: walked in parts
+    (a centre whose categorical values change leaves its part for the strays), the nearest
+    found are those sorting every alive centre's distance finds."""
+    rng = np.random.default_rng(100 + seed)
+    n = int(rng.integers(2, 300))
+    coarse = seed % 2 == 0
+    nums = [rng.integers(0, 4, n).astype(float) if coarse else rng.random(n)
+            for _ in range(int(rng.integers(0, 3)))]  # fmt: skip
+    h = Hierarchy.flat("r", ["a", "b", "c"])
+    tree = Hierarchy.from_rows("t", [[f"l{i}", f"m{i // 2}", "*"] for i in range(4)])
+    cats = [(rng.integers(0, 3, n).astype(np.int32), h),
+            (rng.integers(0, 4, n).astype(np.int32), tree)]  # fmt: skip
+    qi = QIArrays.build(nums, cats[: 1 + seed % 2])
+    cnum, ccat = qi.num.copy(), qi.cat.astype(np.int64)
+    near = persist._Near(cnum, ccat, np.ones(n, dtype=bool))
+    cnum, ccat = near.cnum, near.ccat
+    for _ in range(min(n - 1, 60)):
+        g = int(rng.choice(np.flatnonzero(near.alive)))
+        near.gone(g)
+        m = int(rng.integers(1, 17))
+        got = near.nearest(g, m, qi.lca, qi.height)
+        ref = QIArrays(cnum, ccat, qi.lca, qi.height, qi.hierarchies)
+        assert got == _brute(ref, g, np.arange(n), near.alive, np.inf, m)
+        into = got[0] if got else g
+        if got:  # the merged centre moves, and now and then takes other values
+            if cnum.shape[1]:
+                cnum[into] = (cnum[into] + cnum[g]) / 2 if coarse else rng.random(cnum.shape[1])
+            if rng.random() < 0.3:
+                ccat[into] = ccat[g]
+            near.moved(into)

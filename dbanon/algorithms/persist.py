@@ -169,11 +169,9 @@ class History:
 
     def useful(self, rows: np.ndarray, candidates: np.ndarray) -> np.ndarray:
         """Which candidate rows hold a value some persisting row of the group may have."""
-        here = self.history[rows]
-        known = np.unique(here[here >= 0])
-        if not len(known):
-            return np.ones(len(candidates), dtype=bool)
-        return np.isin(self.tag[candidates], np.concatenate([self.values[h] for h in known]))
+        offs, codes = self.flat  # compiled: called for every short group of a refresh
+        return _useful(np.asarray(rows, dtype=np.int64), np.asarray(candidates, dtype=np.int64),
+                       self.history, self.tag, offs, codes)  # fmt: skip
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""
@@ -183,6 +181,29 @@ class History:
                                codes, self.k, self.needed))  # fmt: skip
         known = sorted({h for h in self.history[rows].tolist() if h >= 0})  # a few rows: sets
         return not known or not len(self._short(rows, np.array(known, dtype=np.int64)))
+
+
+@njit(cache=True)
+def _useful(rows: np.ndarray, candidates: np.ndarray, history: np.ndarray, tag: np.ndarray,
+            offs: np.ndarray, codes: np.ndarray) -> np.ndarray:  # fmt: skip
+    """`History.useful`: per candidate, whether its tag is among the (sorted) codes of some
+    history of the rows; every candidate when no row has a history."""
+    hs = np.unique(history[rows])
+    out = np.zeros(len(candidates), dtype=np.bool_)
+    known = False
+    for h in hs:
+        if h < 0:
+            continue
+        known = True
+        vals = codes[offs[h] : offs[h + 1]]
+        for c in range(len(candidates)):
+            if not out[c]:
+                t = tag[candidates[c]]
+                i = np.searchsorted(vals, t)
+                out[c] = i < len(vals) and vals[i] == t
+    if not known:
+        out[:] = True
+    return out
 
 
 @njit(cache=True)
@@ -363,15 +384,16 @@ def _parts(num: np.ndarray, cat: np.ndarray) -> tuple[int, np.ndarray, np.ndarra
 
 @njit(cache=True)
 def _moved_on_line(cnum: np.ndarray, dim: int, order: np.ndarray, pos: np.ndarray,
-                   g: int) -> None:  # fmt: skip
-    """Centre g moved: its place on the line, found again (in place)."""
+                   g: int, lo: int, hi: int) -> None:  # fmt: skip
+    """Centre g moved: its place on the line of its part (order[lo:hi]), found again (in
+    place)."""
     p = pos[g]
     x = cnum[g, dim]
-    while p > 0 and cnum[order[p - 1], dim] > x:
+    while p > lo and cnum[order[p - 1], dim] > x:
         order[p] = order[p - 1]
         pos[order[p]] = p
         p -= 1
-    while p < len(order) - 1 and cnum[order[p + 1], dim] < x:
+    while p < hi - 1 and cnum[order[p + 1], dim] < x:
         order[p] = order[p + 1]
         pos[order[p]] = p
         p += 1
@@ -538,18 +560,16 @@ def _fill_short(
         return held
     # Centres stay as they were while groups take rows (rows taken meanwhile are not free).
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
-    others = np.ones(groups, dtype=bool)
     line = _parts(cnum, ccat)
     rows_num = np.ascontiguousarray(qi.num[loose])
     rows_cat = np.ascontiguousarray(qi.cat[loose])
     rows_line = _parts(rows_num, rows_cat)
     free = np.ones(len(loose), dtype=bool)
-    for g in sorted(failing, key=lambda x: (len(members[x]), x)):
-        others[g] = False
-        _, nearest = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, others, np.inf, 1,
-                           *line)  # fmt: skip
-        others[g] = True
-        other = nearest[0] if len(nearest) else np.inf
+    failing.sort(key=lambda x: (len(members[x]), x))
+    # each failing group's nearest other group, in one compiled pass (the centres stay)
+    others = _nearest_other(np.array(failing, dtype=np.int64), cnum, ccat, qi.lca, qi.height,
+                            *line)  # fmt: skip
+    for g, other in zip(failing, others.tolist(), strict=True):
         # the nearest free rows nearer than the nearest other group (a merge is cheaper)
         near, _ = _walk(cnum[g], ccat[g], rows_num, rows_cat, qi.lca, qi.height, free, other,
                         4 * k, *rows_line)  # fmt: skip
@@ -621,6 +641,25 @@ def _walk(qnum: np.ndarray, qcat: np.ndarray, num: np.ndarray, cat: np.ndarray,
     return best_i[:count], best_d[:count]
 
 
+@njit(cache=True)
+def _nearest_other(gs: np.ndarray, cnum: np.ndarray, ccat: np.ndarray, lca: np.ndarray,
+                   height: np.ndarray, dim: int, order: np.ndarray, starts: np.ndarray,
+                   reps: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per group of `gs`: the distance from its centre to the nearest other centre (`_walk`
+    with the group itself left out; inf when it is the only one)."""
+    others = np.ones(len(cnum), dtype=np.bool_)
+    out = np.full(len(gs), np.inf)
+    for i in range(len(gs)):
+        g = gs[i]
+        others[g] = False
+        _, d = _walk(cnum[g], ccat[g], cnum, ccat, lca, height, others, np.inf, 1, dim, order,
+                     starts, reps)  # fmt: skip
+        others[g] = True
+        if len(d):
+            out[i] = d[0]
+    return out
+
+
 def _take(
     g: int, gid: np.ndarray, loose: np.ndarray, free: np.ndarray, near: np.ndarray,
     members: list[np.ndarray], holds: Holds, guard: History | None, k: int, intact: np.ndarray,
@@ -676,6 +715,61 @@ def moved(qi: QIArrays, gid: np.ndarray, suspect: np.ndarray | None = None) -> n
     return rows[np.concatenate(out)] if out else np.zeros(0, dtype=np.int64)
 
 
+class _Near:
+    """The centres of `merge_failing` as they merge, for `_walk`: in parts by their
+    categorical values (`_parts`: a far combination is skipped whole), each part kept sorted on
+    the line as its centres move. A centre whose categorical values change leaves its part for
+    a few strays, walked one by one; the nearest of both, ties by position, are the nearest
+    of all, as one walk over every centre would find them."""
+
+    def __init__(self, cnum: np.ndarray, ccat: np.ndarray, alive: np.ndarray) -> None:
+        groups = len(cnum)
+        self.dim, self.order, self.starts, reps = _parts(cnum, ccat)
+        self.pos = np.empty(groups, dtype=np.int64)
+        self.pos[self.order] = np.arange(groups)
+        self.part = np.repeat(np.arange(len(self.starts) - 1), np.diff(self.starts))[
+            self.pos]  # fmt: skip
+        # each part's categorical values after the centres, fixed while the centres change
+        self.cat = np.vstack([ccat, ccat[np.maximum(reps, 0)]]) if groups else ccat
+        self.reps = np.where(reps >= 0, groups + np.arange(len(reps)), -1).astype(np.int64)
+        self.cnum, self.ccat = cnum, self.cat[:groups]  # a view: merges update both
+        self.alive = alive
+        self.inpart = alive.copy()  # alive and still in its part
+        self.strays: list[int] = []
+
+    def gone(self, g: int) -> None:
+        self.alive[g] = self.inpart[g] = False
+
+    def moved(self, g: int) -> None:
+        """Centre g changed: its place on its part's line, or a stray's."""
+        if not self.inpart[g]:
+            return
+        p = self.part[g]
+        rep = self.reps[p]
+        if rep >= 0 and (self.ccat[g] != self.cat[rep]).any():
+            self.inpart[g] = False
+            self.strays.append(g)
+        elif self.dim >= 0:
+            _moved_on_line(self.cnum, self.dim, self.order, self.pos, g,
+                           self.starts[p], self.starts[p + 1])  # fmt: skip
+
+    def nearest(self, g: int, m: int, lca: np.ndarray, height: np.ndarray) -> list[int]:
+        """The m alive centres nearest centre g (not g itself), nearest first."""
+        q, qc = self.cnum[g], self.ccat[g]
+        i, d = _walk(q, qc, self.cnum, self.cat, lca, height, self.inpart, np.inf, m,
+                     self.dim, self.order, self.starts, self.reps)  # fmt: skip
+        strays = [s for s in self.strays if self.alive[s]]
+        self.strays = strays
+        if not strays:
+            return i.tolist()
+        order = np.array(strays, dtype=np.int64)
+        si, sd = _walk(q, qc, self.cnum, self.cat, lca, height, self.alive, np.inf, m, -1,
+                       order, *whole(len(order)))  # fmt: skip
+        both = sorted(zip(np.r_[d, sd].tolist(), np.r_[i, si].tolist(), strict=True),
+                      key=lambda t: (t[0] != t[0], 0.0 if t[0] != t[0] else t[0], t[1]))
+        return [j for _, j in both[:m]]
+
+
 def merge_failing(
     qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, intact: np.ndarray | None = None
 ) -> np.ndarray:
@@ -693,8 +787,8 @@ def merge_failing(
     cnum, ccat = centres(qi, gid, groups)
     alive = np.zeros(groups, dtype=bool)
     alive[list(members)] = True
-    line = _line(cnum)  # centres move as they merge: one part, kept sorted on the line
-    one = whole(len(cnum))
+    near_of = _Near(cnum, ccat, alive)
+    ccat = near_of.ccat  # the centres' values as the walks read them
     queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
     heapq.heapify(queue)
     while failing:
@@ -703,9 +797,8 @@ def merge_failing(
         size, g = heapq.heappop(queue)
         if g not in failing or len(members[g]) != size:
             continue  # merged away, or grown since (queued again with its new size)
-        alive[g] = False  # merged away below in any case
-        near = _walk(cnum[g], ccat[g], cnum, ccat, qi.lca, qi.height, alive, np.inf,
-                     min(_CANDIDATES, len(members) - 1), *line[:2], *one)[0].tolist()  # fmt: skip
+        near_of.gone(g)  # merged away below in any case
+        near = near_of.nearest(g, min(_CANDIDATES, len(members) - 1), qi.lca, qi.height)
         into, ok = near[0], False
         for h in near:
             if holds(np.concatenate([members[h], members[g]])):
@@ -716,10 +809,9 @@ def merge_failing(
         failing.discard(g)
         gid[rows] = into
         cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
-        if line[0] >= 0:
-            _moved_on_line(cnum, *line, into)
         for j in range(qi.cat.shape[1]):  # the commonest leaf, the smallest of a tie
             ccat[into, j] = np.bincount(qi.cat[rows, j]).argmax()
+        near_of.moved(into)
         if ok:
             failing.discard(into)
         else:
