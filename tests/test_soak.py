@@ -237,3 +237,22 @@ def test_isolated_runs_record_their_cost_and_the_unchanged_refresh(dsn: str) -> 
     assert runs[2]["digest"] == hashlib.md5("\n".join(mine).encode()).hexdigest()  # noqa: S324
     assert cost["unchanged_same_release"] == (runs[2]["digest"] == runs[1]["digest"])
     db.close()
+
+
+@pytest.mark.parametrize("server_dsn", ["embedded"], indirect=True)
+def test_repeated_isolated_soaks_report_each_figures_median(dsn: str) -> None:
+    """`--repeat`: the isolated soak run again on the same tables; every repeat's cost is kept
+    and the method's cost is each figure's median over them (the same release only if each
+    repeat's unchanged refresh gave it)."""
+    db = Database(dsn)
+    db.init()
+    data = bench_soak.soak(db, ("mondrian",), rows=300, refreshes=1, k=K, isolate=True, dsn=dsn,
+                           repeat=3)  # fmt: skip
+    m = data["methods"]["mondrian"]
+    assert data["repeat"] == 3 and len(m["repeats"]) == 3
+    for name in ("publish_seconds", "refresh_seconds_ratio", "refresh_rss_ratio"):
+        assert m["cost"][name] == sorted(r[name] for r in m["repeats"])[1]
+        assert all(r[name] > 0 for r in m["repeats"])
+    assert m["cost"]["unchanged_same_release"] == all(
+        r["unchanged_same_release"] for r in m["repeats"])  # fmt: skip
+    db.close()

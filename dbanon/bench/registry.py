@@ -251,12 +251,12 @@ def _soak_methods() -> str:
 
 def _soak(
     s: Session, rows: int, refreshes: int, methods: list[str], k: int, seed: int, out: str,
-    inserts: float, deletes: float, updates: float, processes: bool,
+    inserts: float, deletes: float, updates: float, processes: bool, repeat: int,
 ) -> dict:  # fmt: skip
     from dbanon.bench.soak import soak, write
 
     data = soak(s.db, tuple(methods), rows, refreshes, inserts, deletes, updates, k=k,
-                seed=seed, say=s.say, isolate=processes, dsn=s.dsn)  # fmt: skip
+                seed=seed, say=s.say, isolate=processes, dsn=s.dsn, repeat=repeat)  # fmt: skip
     write(data, out)
     failed = [m for m, v in data["methods"].items() if any("error" in r for r in v["runs"])]
     return {**data, "out": out, "exit": 4 if failed else 0}
@@ -302,7 +302,9 @@ bench(Runner(
            high=1),
      Param("processes", "flag", False, "Each publish and refresh in a process of its own: its "
            "seconds and peak RSS beside the publish's, and one more refresh of the unchanged "
-           "source (is its release the same?).")),
+           "source (is its release the same?)."),
+     Param("repeat", "int", 1, "With --processes: soak each method this many times on the same "
+           "tables; its costs are the medians, every repeat's kept in soak.json.", low=1)),
     _soak, _soak_report,
 ))  # fmt: skip
 

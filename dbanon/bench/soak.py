@@ -156,6 +156,7 @@ def _figures(step: int, result: PublishResult, changes: dict[str, int]) -> dict[
     return {
         "step": step, "rows": result.rows, "ncp": m.get("gcp"), "classes": result.classes,
         "min_class_size": result.min_class_size, "seconds": result.seconds,
+        "timings": result.timings,
         "composition": m.get("composition"), "stale_flags": m.get("stale_flags"),
         "withheld_rows": m.get("withheld_rows"), **changes,
     }  # fmt: skip
@@ -223,14 +224,15 @@ def soak(
     db: Database, methods: Sequence[str] = METHODS, rows: int = 20_000, refreshes: int = 20,
     inserts: float = 0.05, deletes: float = 0.03, updates: float = 0.02, k: int = 5,
     seed: int = 0, on_release: OnRelease | None = None, say: Callable[[str], None] | None = None,
-    isolate: bool = False, dsn: str | None = None,
+    isolate: bool = False, dsn: str | None = None, repeat: int = 1,
 ) -> dict[str, Any]:  # fmt: skip
     """Publish and refresh each method's release under churn; the figures of every run. A run
     that fails is recorded with its error and ends that method's soak. `isolate`: each run in
     a process of its own (on `dsn`), with its peak RSS, and after the last refresh one more
-    of the unchanged source; the refreshes' cost against the publish's is summed up."""
+    of the unchanged source; the refreshes' cost against the publish's is summed up, over
+    `repeat` soaks of the same tables (the median of each figure: a shared machine's noise
+    moves one run's seconds by a third)."""
     say = say or (lambda _m: None)
-    conn = db.conn
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "dx.csv"
         path.write_text("".join(f"{v};{c};*\n" for v, c in CATEGORY.items()))
@@ -239,52 +241,86 @@ def soak(
         "rows": rows, "refreshes": refreshes, "k": k, "seed": seed,
         "churn": {"inserts": inserts, "deletes": deletes, "updates": updates}, "methods": {},
     }  # fmt: skip
-    for method in methods:  # each method's data from (seed, its place in METHODS)
-        rng = np.random.default_rng([seed, METHODS.index(method) if method in METHODS else 99])
-        table = f"bank_{method}"
-        source = f"{SCHEMA}.{table}"
-        s = spec(method, source, k)
-        if conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [s.name]).fetchone():
-            conn.rollback()
-            db.drop(s.name)  # the bench's own release of an earlier run
-        conn.rollback()
-        make_source(conn, table, rows, rng)
-        conn.commit()
-        runs: list[dict[str, Any]] = []
-        out["methods"][method] = {"runs": runs}
-        started = time.perf_counter()
-        next_id, changes = rows + 1, {}
-        for at in range(refreshes + 1 + isolate):
-            unchanged = at > refreshes  # the isolated soak's last run: nothing changed
-            if isolate:
-                conn.commit()  # the child's run must not wait for this session
-                done = _isolated(dsn, method, source, k, refresh=at > 0)
-                if "error" in done:
-                    runs.append({"step": at, "error": done["error"], **changes})
-                    say(f"{method}: step {at} failed: {done['error']}")
-                    break
-                runs.append({**done, "step": at, "unchanged": unchanged, **changes})
-                say(f"{method}: step {at}, {done['process_seconds']} s, "
-                    f"{done['peak_rss_mb']} MB")  # fmt: skip
-            else:
-                try:
-                    result = db.publish(s) if at == 0 else db.refresh(s.name)
-                except DbanonError as e:
-                    runs.append({"step": at, "error": str(e), **changes})
-                    say(f"{method}: step {at} failed: {e}")
-                    break
-                runs.append(_figures(at, result, changes))
-                say(f"{method}: step {at}, NCP {result.metrics.get('gcp')}, {result.rows} rows")
-                if on_release is not None:
-                    on_release(method, at, result, source)
-            changes = {}
-            if at < refreshes:
-                next_id, changes = churn(conn, table, rng, next_id, inserts, deletes, updates)
-                conn.commit()
-        out["methods"][method]["seconds"] = round(time.perf_counter() - started, 1)
+    for method in methods:
+        soaks = [_soak_one(db, method, rows, refreshes, (inserts, deletes, updates), k, seed,
+                           on_release, say, isolate, dsn) for _ in range(repeat if isolate else 1)]
+        runs, seconds = soaks[0]
+        out["methods"][method] = {"runs": runs, "seconds": seconds}
         if isolate:
-            out["methods"][method]["cost"] = _costs(runs)
+            costs = [_costs(r) for r, _ in soaks]
+            out["methods"][method]["cost"] = _median(costs)
+            if repeat > 1:
+                out["methods"][method]["repeats"] = costs
+    if isolate and repeat > 1:
+        out["repeat"] = repeat
     return out
+
+
+def _median(costs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure's median over the repeats (a release is the same only if it was each time)."""
+    if not costs or not all(costs):
+        return {}
+    out: dict[str, Any] = {}
+    for name, first in costs[0].items():
+        values = [c.get(name) for c in costs]
+        if isinstance(first, bool):
+            out[name] = all(values)
+        elif any(v is None for v in values):
+            out[name] = None
+        else:
+            out[name] = float(np.median(values))
+    return out
+
+
+def _soak_one(
+    db: Database, method: str, rows: int, refreshes: int, shares: tuple[float, float, float],
+    k: int, seed: int, on_release: OnRelease | None, say: Callable[[str], None], isolate: bool,
+    dsn: str | None,
+) -> tuple[list[dict[str, Any]], float]:  # fmt: skip
+    """One method's soak on a table made afresh (its data from (seed, its place in METHODS)):
+    its runs and seconds."""
+    conn = db.conn
+    rng = np.random.default_rng([seed, METHODS.index(method) if method in METHODS else 99])
+    table = f"bank_{method}"
+    source = f"{SCHEMA}.{table}"
+    s = spec(method, source, k)
+    if conn.execute("SELECT 1 FROM dbanon.release WHERE name = %s", [s.name]).fetchone():
+        conn.rollback()
+        db.drop(s.name)  # the bench's own release of an earlier run
+    conn.rollback()
+    make_source(conn, table, rows, rng)
+    conn.commit()
+    runs: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    next_id, changes = rows + 1, {}
+    for at in range(refreshes + 1 + isolate):
+        unchanged = at > refreshes  # the isolated soak's last run: nothing changed
+        if isolate:
+            conn.commit()  # the child's run must not wait for this session
+            done = _isolated(dsn, method, source, k, refresh=at > 0)
+            if "error" in done:
+                runs.append({"step": at, "error": done["error"], **changes})
+                say(f"{method}: step {at} failed: {done['error']}")
+                break
+            runs.append({**done, "step": at, "unchanged": unchanged, **changes})
+            say(f"{method}: step {at}, {done['process_seconds']} s, "
+                f"{done['peak_rss_mb']} MB")  # fmt: skip
+        else:
+            try:
+                result = db.publish(s) if at == 0 else db.refresh(s.name)
+            except DbanonError as e:
+                runs.append({"step": at, "error": str(e), **changes})
+                say(f"{method}: step {at} failed: {e}")
+                break
+            runs.append(_figures(at, result, changes))
+            say(f"{method}: step {at}, NCP {result.metrics.get('gcp')}, {result.rows} rows")
+            if on_release is not None:
+                on_release(method, at, result, source)
+        changes = {}
+        if at < refreshes:
+            next_id, changes = churn(conn, table, rng, next_id, *shares)
+            conn.commit()
+    return runs, round(time.perf_counter() - started, 1)
 
 
 def write(data: dict[str, Any], directory: str | Path) -> tuple[Path, Path]:
