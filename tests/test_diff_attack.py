@@ -112,7 +112,9 @@ def test_newcomers_too_few_to_hide_wait(conn: psycopg.Connection, dsn: str, meth
     the class's other four rows and the joiners are one new group of 7. Its leavers hide (4
     values went), but an attacker who knows three people joined reads their values off what
     it gained: x, y, z, 3 rows < k. So they wait, with the block: release 2 shows the class of
-    90s alone, and the diff pins nobody. cbg is read by its units (QIT and ST)."""
+    90s alone, and the diff pins nobody. (cbg's seeded grouping may instead part the block from
+    the joiners: a..d come back alone, the joiners wait.) cbg is read by its units (QIT and
+    ST)."""
     # "-keep": with a kept column sealed mends no group (a newcomer's kept cells would tell her
     # from the leaver), so only the diff check stands between the joiners and the attacker.
     method, _, keep = method.partition("-")
@@ -143,7 +145,14 @@ def test_newcomers_too_few_to_hide_wait(conn: psycopg.Connection, dsn: str, meth
     ell = ELL if method == "cbg" else 1
     found = diffattack.attributable(before, after, K, ell, left=[(10,)] * 4, joined=[(10,)] * 3)
     assert not found, found
-    assert len(after) == 1 and sum(sum(c.values()) for c in after.values()) == 8, after  # 7 wait
+    # The joiners wait: none of x, y, z is shown. Whether the class's four other rows wait
+    # with them (one new group of 7) or come back alone (a..d: the leavers' four values went,
+    # which the diff check above judged) is the method's seeded grouping's choice (cbg's
+    # differs by seed); the class of 90s is shown as it was.
+    old = next(key for key in before if "90" in str(key))
+    assert after.get(old) == before[old], after
+    rest = sorted(v[0] for key, c in after.items() if key != old for v in c.elements())
+    assert rest in ([], [*"abcd"]), after
 
 
 def _read_units(conn: psycopg.Connection) -> diffattack.Release:
