@@ -765,9 +765,17 @@ class _Near:
         order = np.array(strays, dtype=np.int64)
         si, sd = _walk(q, qc, self.cnum, self.cat, lca, height, self.alive, np.inf, m, -1,
                        order, *whole(len(order)))  # fmt: skip
-        both = sorted(zip(np.r_[d, sd].tolist(), np.r_[i, si].tolist(), strict=True),
-                      key=lambda t: (t[0] != t[0], 0.0 if t[0] != t[0] else t[0], t[1]))
-        return [j for _, j in both[:m]]
+        return _first(np.r_[i, si], np.r_[d, sd], m).tolist()
+
+
+@njit(cache=True)
+def _first(ids: np.ndarray, dists: np.ndarray, m: int) -> np.ndarray:
+    """The m first of (distance, position) pairs in `_walk`'s order (`_insert`)."""
+    best_d, best_i = np.empty(m), np.empty(m, dtype=np.int64)
+    count = 0
+    for a in range(len(ids)):
+        count = _insert(best_d, best_i, count, dists[a], ids[a])
+    return best_i[:count]
 
 
 def merge_failing(
