@@ -68,3 +68,18 @@ def connect(dsn: str | None = None, **kwargs: object) -> psycopg.Connection:
         raise DbanonError(f"cannot set work_mem {os.environ.get('DBANON_WORK_MEM')!r}: "
                           f"{first_line(e)}") from None  # fmt: skip
     return conn
+
+
+def sibling(conn: psycopg.Connection) -> psycopg.Connection:
+    """Another connection to `conn`'s server, database and role (its parameters as libpq
+    reports them, the password it was opened with too), with dbanon's session memory: for work
+    beside a run's own connection, which knows no DSN. psycopg.Error when one cannot be had."""
+    password = conn.pgconn.password
+    extra = {"password": password.decode()} if password else {}
+    other = psycopg.connect(conn.info.dsn, **extra)
+    try:
+        raise_memory(other)
+    except BaseException:
+        other.close()
+        raise
+    return other

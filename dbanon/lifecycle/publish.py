@@ -22,6 +22,7 @@ from dbanon.db import catalog, store
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line, quote_ident, quote_name
 from dbanon.lifecycle import budget, hierarchy_pins, identifying, interrupts, runs
+from dbanon.lifecycle.aside import Aside
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (
@@ -170,6 +171,7 @@ def _publish(
     started = time.perf_counter()
     timings: dict[str, float] = {}
     mark = [started]
+    aside: Aside[tuple[str, dict[str, Any]]] | None = None
 
     def lap(name: str) -> None:
         now = time.perf_counter()
@@ -191,6 +193,10 @@ def _publish(
             interrupts.first_publish(spec.name)
             release_id = runs.claim(conn, spec.name, lambda: store_spec(conn, r), wait)
         rekeyed = carry_map(conn, r, allow_composition) if r.new_source else None
+        # The fingerprint (and the figures a release shares with its source) are recorded at
+        # the end but read from this snapshot: counted beside the build, on a second backend.
+        of_source = r.method.source_figures(r)
+        aside = Aside(conn, lambda c: (fingerprint(c, r.source), of_source(c) if of_source else {}))
         lap("validate")
         if not _schema_exists(conn, r.target_schema):
             _create_schema(conn, r.target_schema)
@@ -211,18 +217,18 @@ def _publish(
             checked = verify(conn, r, built)
             figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
+        source_fingerprint, counted = aside.result()
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (
             {k: v for k, v in checked.items() if k == "dm" or k.startswith("exposure")}
             if "exposure" in checked
-            else at_publish(conn, r, built, checked.get("dm"))
+            else at_publish(conn, r, built, checked.get("dm"), counted)
         )
         if measured:
             lap("exposure")
         grouped = ctx.mapped if ctx.mapped is not None else new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
         say("keeping the group map")
-        source_fingerprint = fingerprint(conn, r.source)
         keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
         pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
@@ -255,6 +261,8 @@ def _publish(
         with interrupts.committing(spec.name):  # a signal now is held, not cut into the commit
             conn.commit()
     except BaseException:
+        if aside is not None:
+            aside.close()
         conn.rollback()
         raise
     return PublishResult(

@@ -279,6 +279,13 @@ class Method(ABC):
         otherwise."""
         return None
 
+    def source_figures(self, r: Resolved) -> Callable[[psycopg.Connection], dict[str, Any]] | None:
+        """Figures of the release that are figures of the source itself (a release that shows
+        every row's QIs as they are has the source's classes): counted on the source beside
+        the build, over the run's snapshot on a second backend (dbanon.lifecycle.aside), instead
+        of on the release after it. None: none."""
+        return None
+
     def privacy_cost(self, r: Resolved) -> tuple[float, float] | None:
         """The (ε, δ) a run spends of its source's privacy budget (dbanon.lifecycle.budget);
         None for a method that is not differentially private."""

@@ -185,17 +185,21 @@ def metric_attributes(
 
 
 def at_publish(
-    conn: psycopg.Connection, r: Resolved, built: list[Built], dm: int | None = None
-) -> dict[str, Any]:
+    conn: psycopg.Connection, r: Resolved, built: list[Built], dm: int | None = None,
+    counted: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Exposure and DM of a release being published, for the run record ({} when the shape
     has no exposure, the release has not exactly one sensitive column, or a QI is a date).
     `dm`, when the gate's k check already grouped a generalised release by its QIs, is not
-    computed again."""
+    computed again; nor is a DM among `counted`, the figures a method counted on the source
+    beside its build (Method.source_figures)."""
     shape = shape_of(r.method)
     if shape not in REGISTRY or len(r.sensitive) != 1 or not built:
         return {}
     names = [c.name for c in r.qi]
-    if dm is None or shape != "generalised":
+    if counted and "dm" in counted:
+        dm = counted["dm"]
+    elif dm is None or shape != "generalised":
         dm = discernibility(conn, r.stored(built[0]), names)
     out: dict[str, Any] = {"dm": dm}
     if r.rows > EXPOSURE_MAX_ROWS:
