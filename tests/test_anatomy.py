@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import make_table, snapshot
+from helpers import cli_json, make_table, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg import sql
@@ -21,6 +21,7 @@ from psycopg import sql
 from dbanon.db import catalog
 from dbanon.db.catalog import Relation
 from dbanon.errors import DbanonError, ModelViolation
+from dbanon.lifecycle.resolve import fingerprint
 from dbanon.setlogic.anatomy import AnatomyResult, build_anatomy, check_eligible, verify_anatomy
 
 COLUMNS = [("id", "int"), ("age", "int"), ("zip", "text"), ("dx", "text")]
@@ -531,7 +532,7 @@ def test_verify_catches_broken_tables(conn: psycopg.Connection) -> None:
     make_table(conn, "s", "t", COLUMNS, rows)
     build(conn, Relation("s", "t"), ["age", "zip"], "dx", 3)
     seen = verify_anatomy(conn, QIT, ST, 3)  # what it read of QIT: the release's figures
-    assert (seen.rows, seen.groups, seen.smallest) == (30, 10, 3)
+    assert (seen.rows, seen.groups, seen.smallest, seen.largest) == (30, 10, 3, 3)
     for tamper, l, message in TAMPERING:  # noqa: E741
         with conn.transaction(force_rollback=True):
             if tamper:
@@ -539,3 +540,28 @@ def test_verify_catches_broken_tables(conn: psycopg.Connection) -> None:
             with pytest.raises(ModelViolation, match=message):
                 verify_anatomy(conn, QIT, ST, l)
     verify_anatomy(conn, QIT, ST, 3)  # every tampering was rolled back
+
+
+def test_a_publish_records_the_releases_own_figures(dsn: str, conn: psycopg.Connection) -> None:
+    """DM counted on the source beside the build, the class figures taken from the QIT/ST
+    check and the fingerprint from the run's snapshot: each equal to the same figure counted
+    on what was released (or on the source) after the run."""
+    rows = [(i, i % 4, f"z{i % 3}", f"v{i % 5}") for i in range(41)]  # unequal QI points
+    make_table(conn, "s", "t", COLUMNS, rows)
+    code, out = cli_json(dsn, "publish", "a", "--source", "s.t", "--key", "id", "--qi",
+                         "age,zip", "--sensitive", "dx", "--algorithm", "anatomy", "--l", "3",
+                         "--target", "rel.a")  # fmt: skip
+    assert code == 0, out
+    code, report = cli_json(dsn, "report", "a")
+    dm, classes, largest, smallest = conn.execute(
+        "SELECT sum(n * n), count(*), max(n), min(n) FROM (SELECT count(*) AS n FROM rel.a_qit "
+        "GROUP BY age, zip) c"
+    ).fetchone()
+    assert report["method_metrics"]["dm"] == dm != 41
+    qit = conn.execute(
+        "SELECT count(*), max(n), min(n) FROM (SELECT count(*) AS n FROM rel.a_qit "
+        "GROUP BY group_id) g"
+    ).fetchone()
+    seen = report["released_classes"]
+    assert (report["classes"], seen["max_size"], seen["min_size"]) == qit
+    assert report["source_fingerprint"] == fingerprint(conn, Relation("s", "t"))

@@ -69,6 +69,14 @@ class Anatomy(Method):
         # The QIs are released unchanged: no generalisation loss, the loss is in the association.
         return {"gcp": 0.0, "groups": result.groups, "residual_rows": result.residual_rows}
 
+    def source_figures(self, r: Resolved) -> Any:
+        """DM: the QIT shows every source row's QIs as they are, so its classes of equal QI
+        values are the source's (the same GROUP BY, over the same values of the same types)."""
+        from dbanon.metrics.exposure import discernibility
+
+        names = [c.name for c in r.qi]
+        return lambda conn: {"dm": discernibility(conn, r.source.ident, names)}
+
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Frequency l-diversity of ST (weighted by its count column), and QIT and ST agreeing
         on every group's size (else ST would misstate the odds)."""
@@ -87,7 +95,8 @@ class Anatomy(Method):
 
         def consistent(conn: psycopg.Connection) -> CheckResult:
             seen = verify_anatomy(conn, qit, st, self._l(r))  # raises ModelViolation when not
-            figures = {"rows": seen.rows, "classes": seen.groups, "min_class_size": seen.smallest}
+            figures = {"rows": seen.rows, "classes": seen.groups, "min_class_size": seen.smallest,
+                       "max_class_size": seen.largest}  # fmt: skip
             return CheckResult("Anatomy QIT/ST consistency", True, figures)
 
         return [Check(model.name, diverse), Check("Anatomy QIT/ST", consistent)]
@@ -95,10 +104,15 @@ class Anatomy(Method):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
-        """Groups of the QIT are its classes: what an adversary can narrow a person down to;
-        counted on the ST (a row per group and value, with its count), much smaller than the QIT."""
+        """Groups of the QIT are its classes: what an adversary can narrow a person down to.
+        The consistency check counted every group's QIT rows (and found the ST agreeing), so
+        its figures are these; without them, counted on the ST (a row per group and value,
+        with its count), much smaller than the QIT."""
         from dbanon.setlogic.anatomy import COUNT, GROUP_ID
 
+        figures = ("rows", "classes", "min_class_size", "max_class_size")
+        if all(f in checked for f in figures):
+            return {f: checked[f] for f in figures}
         return class_sizes(conn, r.stored(built[1]), [sql.Identifier(GROUP_ID)],
                            sql.Identifier(COUNT))  # fmt: skip
 

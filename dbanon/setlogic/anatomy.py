@@ -331,6 +331,7 @@ class AnatomyFigures:
     rows: int
     groups: int
     smallest: int  # rows of the smallest group
+    largest: int  # rows of the largest group
 
 
 def verify_anatomy(
@@ -380,12 +381,13 @@ def verify_anatomy(
         l=sql.Literal(l),
     )
     with local_settings(conn, enable_hashagg="off"):
-        bad, groups, failing, mismatches, rows, classes, smallest = conn.execute(
+        bad, groups, failing, mismatches, rows, classes, smallest, largest = conn.execute(
             ctes
             + sql.SQL(
                 """SELECT coalesce(sum(bad), 0), count(d), count(*) FILTER (WHERE fails),
                           count(*) FILTER (WHERE qn IS DISTINCT FROM sn),
-                          coalesce(sum(qn), 0), count(qn), coalesce(min(qn), 0)
+                          coalesce(sum(qn), 0), count(qn), coalesce(min(qn), 0),
+                          coalesce(max(qn), 0)
                    FROM sizes"""
             )
         ).fetchone()
@@ -416,4 +418,5 @@ def verify_anatomy(
                 f"{names} disagree on {mismatches} groups: group {mg} has {mq or 0} rows in QIT "
                 f"but {ms or 0} in ST"
             )
-    return AnatomyFigures(rows=int(rows), groups=int(classes), smallest=int(smallest))
+    return AnatomyFigures(rows=int(rows), groups=int(classes), smallest=int(smallest),
+                          largest=int(largest))
