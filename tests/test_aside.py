@@ -84,3 +84,29 @@ def test_a_sibling_is_the_same_database_and_role(run: psycopg.Connection) -> Non
     with sibling(run) as other:
         ask = "SELECT current_database(), current_user, inet_server_port()"
         assert other.execute(ask).fetchone() == run.execute(ask).fetchone()
+
+
+def test_a_lock_queued_behind_the_run_sends_the_work_back_to_it(
+    dsn: str, run: psycopg.Connection
+) -> None:
+    """Someone waits for a lock the run holds (an ALTER of the source): the second backend,
+    queued behind them, would wait for the run, which waits for it. It gives up instead, and
+    the run's own connection, which holds its lock, does the work."""
+    assert run.execute("SELECT count(*) FROM public.t").fetchone()[0] == 3  # the run's lock
+    with psycopg.connect(dsn) as alter:
+        alter.execute("SET lock_timeout = '60s'")  # a bound for this test, should it hang
+        waiting = threading.Thread(target=lambda: alter.execute("LOCK TABLE public.t"))
+        waiting.start()
+        try:
+            for _ in range(200):  # until the ALTER queues behind the run
+                if run.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail("the lock request never queued")
+            rows, pid = Aside(run, _count_and_pid("public.t")).result()
+            assert (rows, pid) == (3, run.info.backend_pid)
+        finally:
+            run.rollback()  # the ALTER's lock is granted
+            waiting.join()
+            alter.rollback()

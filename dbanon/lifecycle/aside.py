@@ -23,6 +23,7 @@ from psycopg import sql
 from dbanon.db.connection import sibling
 
 T = TypeVar("T")
+LOCK_TIMEOUT = "100ms"
 
 
 class Aside(Generic[T]):
@@ -44,6 +45,11 @@ class Aside(Generic[T]):
             side.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
             side.read_only = True
             side.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+            # The run holds its locks; the second backend asks anew and would queue behind
+            # anyone waiting for a lock the run holds (an ALTER of the source), who waits for
+            # the run, which waits for it: a deadlock the server cannot see. So it never
+            # waits: a lock not granted at once sends the work back to the run's connection.
+            side.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
         except psycopg.Error:
             side.close()
             return
