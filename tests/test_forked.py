@@ -94,3 +94,25 @@ def test_split_large_gives_the_same_groups_on_every_core(seed: int, monkeypatch)
     spread = persist.split_large(gid.copy(), cluster, holds, k, forked=True)
     assert (here == spread).all() and (here == serial).all()
     assert here.max() + 1 > 400  # some splits were kept
+
+
+def test_a_fork_waits_for_numbas_set_up_thread() -> None:
+    """A publish sets numba's target up in a thread (dbanon.algorithms.warmup); a fork made
+    while it holds numba's compiler lock would leave that lock held in every child, whose
+    first compile then waits forever. forked_map waits for the thread first (without it,
+    this child process hangs and is stopped)."""
+    script = (
+        "import threading\n"
+        "from numba import njit\n"
+        "from dbanon.algorithms import forked, warmup\n"
+        "warmup.start(); warmup.start()\n"
+        "names = [t.name for t in threading.enumerate()]\n"
+        "assert names.count('dbanon-numba-warmup') <= 1, names\n"
+        "square = njit(lambda x: x * x)  # compiled first in the children\n"
+        "got = forked.forked_map(square, list(range(600)), least=2)\n"
+        "assert got == [x * x for x in range(600)]\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr

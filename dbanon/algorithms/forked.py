@@ -13,6 +13,8 @@ import signal
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from dbanon.algorithms import warmup
+
 LEAST = 256  # fewer items than this are not worth the fork (a few ms)
 _WORK: tuple[Callable[[Any], Any], Sequence[Any]] | None = None  # inherited, not pickled
 
@@ -53,6 +55,7 @@ def forked_map(
         or "fork" not in mp.get_all_start_methods()
     ):
         return [fn(x) for x in items]
+    warmup.join()  # no child inherits numba's compiler lock held by the set-up thread
     step = -(-len(items) // (4 * workers))  # a few spans per worker: even finishing times
     spans = [(i, min(i + step, len(items))) for i in range(0, len(items), step)]
     _WORK = (fn, items)

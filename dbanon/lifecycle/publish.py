@@ -103,6 +103,9 @@ def publish(
     A release name that exists is refused unless `replace` (refresh rebuilds one as it is);
     the roles it was granted to keep reading it unless named in `revoke`. One run at a time per
     release: another run's lock is waited for up to `wait` seconds, then runs.Busy."""
+    from dbanon.algorithms import warmup  # numba: loaded by publishes only
+
+    warmup.start()  # numba's set-up, while this thread waits on the server
     catalog.require_catalog(conn)
     if not replace:
         refuse_existing(conn, spec.name)  # before any run is logged against that release
