@@ -351,16 +351,22 @@ def thetak_blocks(
 ) -> tuple[np.ndarray, dict[str, int]]:
     """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are. The model
     judges a class by the whole table's need_c (dbanon.models.thetak's `rule` over its value
-    counts), so
-    every block is clustered against those, not its own; a cut is kept only when both halves
-    hold k rows and θ categories with need_c distinct values each (at least one class can
-    then be built in each: dbanon.algorithms.thetak._greedy_construction's argument). Blocks
-    run one after another (the greedy loop holds the GIL)."""
+    counts), so every block is clustered against those, not its own; a cut is kept only when
+    both halves hold k rows and θ categories with need_c distinct values each (at least one
+    class can then be built in each: dbanon.algorithms.thetak._greedy_construction's
+    argument).
+
+    The sensitive values are encoded once, here: each block gets the table's integer codes,
+    which order its categories and values as the values themselves do (encode sorts them), so
+    the block encodes them to the same codes at a fraction of the cost. Blocks run on all
+    cores in threads (the greedy loop releases the GIL); each block's seed is drawn in cut
+    order beforehand and its groups numbered in cut order, so the result does not depend on
+    the threads."""
     from dbanon.algorithms.thetak import encode, needs, thetak_detail
 
     cats, catg, vcat, code = encode(category, value)
     need_arr = needs(catg, code, vcat, k, theta, rule)
-    need = dict(zip(cats.tolist(), need_arr.tolist(), strict=True))
+    need = dict(enumerate(need_arr.tolist()))
 
     def fits(rows: np.ndarray) -> bool:
         if len(rows) < k:
@@ -370,13 +376,21 @@ def thetak_blocks(
 
     blocks = cut(qi, k, block_size, fits=fits, even=True)
     rng = np.random.default_rng(seed)
+    seeds = [int(rng.integers(2**31)) for _ in blocks]
+
+    def one(b: int) -> tuple[np.ndarray, int]:
+        rows = blocks[b]
+        return thetak_detail(subset(qi, rows), catg[rows], code[rows], k, theta, seed=seeds[b],
+                             leftovers=leftovers, need=need)  # fmt: skip
+
+    # Largest blocks first, so that no thread is left with a big one at the end.
+    order = sorted(range(len(blocks)), key=lambda b: -len(blocks[b]))
+    with ThreadPoolExecutor(max_workers=cores()) as pool:
+        results = dict(zip(order, pool.map(one, order), strict=True))
     gid = np.full(qi.n, -1, dtype=np.int64)
     left, groups = 0, 0
-    for rows in blocks:
-        g, placed = thetak_detail(subset(qi, rows), np.asarray(category)[rows],
-                                  np.asarray(value)[rows], k, theta,
-                                  seed=int(rng.integers(2**31)), leftovers=leftovers,
-                                  need=need)  # fmt: skip
+    for b, rows in enumerate(blocks):
+        g, placed = results[b]
         gid[rows] = g + groups
         groups += int(g.max()) + 1
         left += placed

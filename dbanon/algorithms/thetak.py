@@ -466,6 +466,17 @@ def _cluster(
 
 
 @njit(cache=True)
+def _bracket(hi: np.ndarray, lo: np.ndarray, state: np.ndarray, height: np.ndarray) -> float:
+    """B(c) of the class (hi, lo, state), summed in _growth's order (the same figure)."""
+    s = 0.0
+    for i in range(hi.shape[0]):
+        s += hi[i] - lo[i]
+    for j in range(state.shape[0]):
+        s += height[j, state[j]]
+    return s
+
+
+@njit(cache=True)
 def _deficit(
     need: np.ndarray, have: np.ndarray, eligible: np.ndarray, theta: int
 ) -> tuple[int, int]:
@@ -482,7 +493,7 @@ def _deficit(
     return int(ds[:theta].sum()), int(ds[theta - 1])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # nogil: thetak_blocks runs blocks in threads
 def _greedy_thetak(
     unum: np.ndarray,
     ucat: np.ndarray,
@@ -671,8 +682,27 @@ def _greedy_thetak(
             r, u, cur = i, w, b
         c_size[c] = size
 
-    # Leftovers, in permutation order, to the class of least IL growth; with by_category
-    # only classes already holding the row's category, while one exists.
+    # Leftovers, in permutation order, to the class of least IL growth (ties to the lower
+    # class); with by_category only classes already holding the row's category, while one
+    # exists. Classes are tried in order of their bracket B(c) as the leftovers start: a
+    # class's growth is at least its bracket (growth = B(c) + (|c| + 1)(B(c + u) - B(c)), and
+    # B(c + u) >= B(c)), and brackets only grow, so once the next class's bracket exceeds the
+    # best growth found by more than rounding, no class left can win or tie.
+    c_old = np.empty(ncl)
+    for c in range(ncl):
+        c_old[c] = _bracket(c_hi[c], c_lo[c], c_state[c], height)
+    corder = np.argsort(c_old[:ncl])
+    ckey = c_old[corder]
+    widest = 0.0  # no bracket is larger
+    for i in range(nn):
+        widest += unum[:, i].max() - unum[:, i].min()
+    for j in range(nq):
+        widest += height[j].max()
+    slack = 1e-15 * (n + 2) * widest  # more than the rounding of any growth computed here
+    shown = np.zeros(m, np.bool_)  # some class holds the category (leftovers do not count)
+    for c in range(ncl):
+        for y in range(m):
+            shown[y] = shown[y] or c_has[c, y]
     left = 0
     for t in range(n):
         r = perm[t]
@@ -681,23 +711,24 @@ def _greedy_thetak(
         left += 1
         u = point_of[r]
         rc = vcat[usens[u]]
-        restrict = False
-        if by_category:
-            for c in range(ncl):
-                if c_has[c, rc]:
-                    restrict = True
-                    break
+        restrict = by_category and shown[rc]
         best, best_d = -1, 0.0
-        for c in range(ncl):
+        for x in range(ncl):
+            if best >= 0 and ckey[x] - slack > best_d:
+                break
+            c = corder[x]
             if restrict and not c_has[c, rc]:
                 continue
-            d = _growth(u, unum, ucat, hcost, height, c_hi[c], c_lo[c], c_state[c], c_size[c])
-            if best < 0 or d < best_d:
+            size = c_size[c]
+            bw = _bracket_with(u, unum, ucat, hcost, c_hi[c], c_lo[c], c_state[c])
+            d = (size + 1) * bw - size * c_old[c]
+            if best < 0 or d < best_d or (d == best_d and c < best):
                 best, best_d = c, d
         gid[r] = best
         removed[r] = True
         _absorb(u, unum, ucat, lca, c_hi[best], c_lo[best], c_state[best])
         c_size[best] += 1
+        c_old[best] = _bracket(c_hi[best], c_lo[best], c_state[best], height)
     return gid, ncl, left
 
 
