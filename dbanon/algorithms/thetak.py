@@ -838,12 +838,38 @@ def encode(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(the categories, each row's category code, each value code's category code, each row's
     value code). A value is identified together with its category, and value codes are
-    contiguous per category: np.unique sorts the (category, value) pairs."""
-    cats, catg = np.unique(np.asarray(category).reshape(-1), return_inverse=True)
-    vals = np.unique(np.asarray(value).reshape(-1), return_inverse=True)[1].reshape(-1)
-    pairs, code = np.unique(np.stack([catg.reshape(-1), vals]), axis=1, return_inverse=True)
-    return (cats, catg.reshape(-1).astype(np.int64), pairs[0].astype(np.int64),
-            code.reshape(-1).astype(np.int64))  # fmt: skip
+    contiguous per category: codes follow the sorted (category, value) pairs. Integer codes
+    in give the same codes out (ranks keep their order), so a caller may encode once."""
+    cats, catg = _ranks(category)
+    vals, vrank = _ranks(value)
+    pair = catg * max(len(vals), 1) + vrank  # sorts as the (category, value) pairs do
+    present, code = _ranks(pair)
+    return cats, catg, present // max(len(vals), 1), code
+
+
+def _ranks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, return_inverse=True) (the distinct values sorted, each row's index into
+    them, int64), without sorting the rows: an object array (text values) is looked up once
+    per row and only its distinct values sorted; small non-negative integers are counted."""
+    a = np.asarray(a).reshape(-1)
+    if a.dtype == object:
+        index: dict[Any, int] = {}
+        first = np.fromiter((index.setdefault(v, len(index)) for v in a.tolist()), np.int64,
+                            len(a))  # fmt: skip
+        distinct = np.empty(len(index), dtype=object)
+        for i, v in enumerate(index):
+            distinct[i] = v
+        order = np.argsort(distinct, kind="stable")
+        rank = np.empty(len(index), np.int64)
+        rank[order] = np.arange(len(index))
+        return distinct[order], rank[first]
+    if a.dtype.kind in "iu" and len(a) and a.min() >= 0 and a.max() <= 4 * len(a):
+        seen = np.zeros(int(a.max()) + 1, np.bool_)
+        seen[a] = True
+        rank = np.cumsum(seen, dtype=np.int64) - 1
+        return np.flatnonzero(seen).astype(a.dtype), rank[a]
+    got, inverse = np.unique(a, return_inverse=True)
+    return got, inverse.reshape(-1).astype(np.int64)
 
 
 def needs(
