@@ -110,12 +110,16 @@ def cut(
     p: int = 1,
     fits: Callable[[np.ndarray], bool] | None = None,
     even: bool = False,
+    rows: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Row indices of each block, in cut order (a block's halves replace it in place). With
     `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
     with `fits`, both halves fit it (the rows of a block can be clustered on their own).
     With `even`, a cut aims not at the middle but at `even_aim`, so that blocks are of one
-    size at any table size."""
+    size at any table size. `rows` (a permutation of the rows, default their order) is the
+    order each block lists its rows in: cutting qi in that order gives the same blocks as
+    cutting a copy of qi reordered by it (cuts read values, not positions), without the
+    copy."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -189,7 +193,7 @@ def cut(
         return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
 
     done: list[np.ndarray] = []
-    todo = [np.arange(qi.n, dtype=np.int64)]
+    todo = [np.arange(qi.n, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)]
     while todo:
         rows = todo.pop()
         first = best_cut(rows) if len(rows) > block_size else None
@@ -348,8 +352,11 @@ def thetak_blocks(
     seed: int = 0,
     leftovers: str = "category",
     rule: str = "paper",
+    order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are. The model
+    """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are; with
+    `order`, the groups of the rows reordered by it (ties follow that order: the same groups,
+    per row of qi, as clustering the reordered copies, which are never made). The model
     judges a class by the whole table's need_c (dbanon.models.thetak's `rule` over its value
     counts), so every block is clustered against those, not its own; a cut is kept only when
     both halves hold k rows and θ categories with need_c distinct values each (at least one
@@ -374,7 +381,7 @@ def thetak_blocks(
         distinct = np.bincount(vcat[np.unique(code[rows])], minlength=len(cats))
         return int((distinct >= need_arr).sum()) >= theta
 
-    blocks = cut(qi, k, block_size, fits=fits, even=True)
+    blocks = cut(qi, k, block_size, fits=fits, even=True, rows=order)
     rng = np.random.default_rng(seed)
     seeds = [int(rng.integers(2**31)) for _ in blocks]
 
