@@ -394,7 +394,7 @@ def thetak_blocks(
     order = sorted(range(len(blocks)), key=lambda b: -len(blocks[b]))
     with ThreadPoolExecutor(max_workers=cores()) as pool:
         results = dict(zip(order, pool.map(one, order), strict=True))
-    gid = np.full(qi.n, -1, dtype=np.int64)
+    gid = np.full(qi.n, -1, dtype=np.int32)  # as the exact rule's (half the memory of int64)
     left, groups = 0, 0
     for b, rows in enumerate(blocks):
         g, placed = results[b]
