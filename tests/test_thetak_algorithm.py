@@ -419,3 +419,59 @@ def test_class_bound_is_never_beaten() -> None:
             assert gid.max() + 1 <= bound, (trial, construction)
             reached += gid.max() + 1 == bound
     assert reached > 0
+
+
+def test_encode_gives_the_codes_of_sorted_values() -> None:
+    """encode looks text up per row and counts small integers instead of sorting the rows: the
+    codes must still be those of the sorted (category, value) pairs, as np.unique gives them."""
+
+    def by_sorting(category: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, ...]:
+        cats, catg = np.unique(category, return_inverse=True)
+        vals = np.unique(value, return_inverse=True)[1].reshape(-1)
+        pairs, code = np.unique(np.stack([catg.reshape(-1), vals]), axis=1, return_inverse=True)
+        return cats, catg.reshape(-1), pairs[0], code.reshape(-1)
+
+    rng = np.random.default_rng(7)
+    for trial in range(60):
+        n = int(rng.integers(1, 300))
+        cat = rng.integers(0, 5, n)
+        val = rng.integers(0, 7, n) * 10 + cat
+        category, value = [
+            (cat, val),
+            (np.array([f"c{c}" for c in cat], dtype=object),
+             np.array([f"v{v:03d}" if v % 3 else f"w{v}" for v in val], dtype=object)),
+            (cat - 2.5, val * -1.5),
+            (cat + 10**12, np.array([f"v{v}" for v in val], dtype=object)),
+            (np.array([f"c{c}" for c in cat]), (val * 1000).astype(np.int32)),
+        ][trial % 5]  # fmt: skip
+        want, got = by_sorting(category, value), tk.encode(category, value)
+        for w, g in zip(want, got, strict=True):
+            np.testing.assert_array_equal(g, w)
+        # integer codes in give the same codes out: a caller may encode once
+        again = tk.encode(got[1], got[3])
+        np.testing.assert_array_equal(again[1], got[1])
+        np.testing.assert_array_equal(again[3], got[3])
+
+
+def test_blocks_in_a_given_order_equal_clustering_the_reordered_copy() -> None:
+    """thetak_blocks(order=) lists each block's rows in that order instead of clustering
+    reordered copies of the arrays: the groups must be those of the copies, per row."""
+    from dbanon.algorithms.blocks import thetak_blocks
+    from dbanon.algorithms.persist import subset
+    from dbanon.algorithms.ties import restore
+
+    for trial in range(6):
+        rng = np.random.default_rng(50 + trial)
+        n = 1500
+        qi = random_table(rng, n)
+        cat = rng.integers(0, 4, n)
+        category = np.array([f"c{c}" for c in cat], dtype=object)
+        value = np.array([f"v{v}" for v in rng.integers(0, 5, n) * 10 + cat], dtype=object)
+        order = rng.permutation(n).astype(np.int32)
+        for leftovers in ("category", "nearest"):
+            copied, _ = thetak_blocks(subset(qi, order), category[order], value[order], 6, 3,
+                                      block_size=250, seed=trial, leftovers=leftovers)
+            got, figures = thetak_blocks(qi, category, value, 6, 3, block_size=250, seed=trial,
+                                         leftovers=leftovers, order=order)
+            assert figures["blocks"] > 1
+            np.testing.assert_array_equal(got, restore(order, copied))

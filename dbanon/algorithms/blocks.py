@@ -110,12 +110,16 @@ def cut(
     p: int = 1,
     fits: Callable[[np.ndarray], bool] | None = None,
     even: bool = False,
+    rows: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Row indices of each block, in cut order (a block's halves replace it in place). With
     `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
     with `fits`, both halves fit it (the rows of a block can be clustered on their own).
     With `even`, a cut aims not at the middle but at `even_aim`, so that blocks are of one
-    size at any table size."""
+    size at any table size. `rows` (a permutation of the rows, default their order) is the
+    order each block lists its rows in: cutting qi in that order gives the same blocks as
+    cutting a copy of qi reordered by it (cuts read values, not positions), without the
+    copy."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
     weights = node_weights(qi, cost)
@@ -189,7 +193,7 @@ def cut(
         return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
 
     done: list[np.ndarray] = []
-    todo = [np.arange(qi.n, dtype=np.int64)]
+    todo = [np.arange(qi.n, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)]
     while todo:
         rows = todo.pop()
         first = best_cut(rows) if len(rows) > block_size else None
@@ -348,19 +352,28 @@ def thetak_blocks(
     seed: int = 0,
     leftovers: str = "category",
     rule: str = "paper",
+    order: np.ndarray | None = None,
 ) -> tuple[np.ndarray, dict[str, int]]:
-    """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are. The model
+    """(θ,k) clustering (the greedy construction) in blocks cut as k-member's are; with
+    `order`, the groups of the rows reordered by it (ties follow that order: the same groups,
+    per row of qi, as clustering the reordered copies, which are never made). The model
     judges a class by the whole table's need_c (dbanon.models.thetak's `rule` over its value
-    counts), so
-    every block is clustered against those, not its own; a cut is kept only when both halves
-    hold k rows and θ categories with need_c distinct values each (at least one class can
-    then be built in each: dbanon.algorithms.thetak._greedy_construction's argument). Blocks
-    run one after another (the greedy loop holds the GIL)."""
+    counts), so every block is clustered against those, not its own; a cut is kept only when
+    both halves hold k rows and θ categories with need_c distinct values each (at least one
+    class can then be built in each: dbanon.algorithms.thetak._greedy_construction's
+    argument).
+
+    The sensitive values are encoded once, here: each block gets the table's integer codes,
+    which order its categories and values as the values themselves do (encode sorts them), so
+    the block encodes them to the same codes at a fraction of the cost. Blocks run on all
+    cores in threads (the greedy loop releases the GIL); each block's seed is drawn in cut
+    order beforehand and its groups numbered in cut order, so the result does not depend on
+    the threads."""
     from dbanon.algorithms.thetak import encode, needs, thetak_detail
 
     cats, catg, vcat, code = encode(category, value)
     need_arr = needs(catg, code, vcat, k, theta, rule)
-    need = dict(zip(cats.tolist(), need_arr.tolist(), strict=True))
+    need = dict(enumerate(need_arr.tolist()))
 
     def fits(rows: np.ndarray) -> bool:
         if len(rows) < k:
@@ -368,15 +381,23 @@ def thetak_blocks(
         distinct = np.bincount(vcat[np.unique(code[rows])], minlength=len(cats))
         return int((distinct >= need_arr).sum()) >= theta
 
-    blocks = cut(qi, k, block_size, fits=fits, even=True)
+    blocks = cut(qi, k, block_size, fits=fits, even=True, rows=order)
     rng = np.random.default_rng(seed)
-    gid = np.full(qi.n, -1, dtype=np.int64)
+    seeds = [int(rng.integers(2**31)) for _ in blocks]
+
+    def one(b: int) -> tuple[np.ndarray, int]:
+        rows = blocks[b]
+        return thetak_detail(subset(qi, rows), catg[rows], code[rows], k, theta, seed=seeds[b],
+                             leftovers=leftovers, need=need)  # fmt: skip
+
+    # Largest blocks first, so that no thread is left with a big one at the end.
+    order = sorted(range(len(blocks)), key=lambda b: -len(blocks[b]))
+    with ThreadPoolExecutor(max_workers=cores()) as pool:
+        results = dict(zip(order, pool.map(one, order), strict=True))
+    gid = np.full(qi.n, -1, dtype=np.int32)  # as the exact rule's (half the memory of int64)
     left, groups = 0, 0
-    for rows in blocks:
-        g, placed = thetak_detail(subset(qi, rows), np.asarray(category)[rows],
-                                  np.asarray(value)[rows], k, theta,
-                                  seed=int(rng.integers(2**31)), leftovers=leftovers,
-                                  need=need)  # fmt: skip
+    for b, rows in enumerate(blocks):
+        g, placed = results[b]
         gid[rows] = g + groups
         groups += int(g.max()) + 1
         left += placed

@@ -466,6 +466,17 @@ def _cluster(
 
 
 @njit(cache=True)
+def _bracket(hi: np.ndarray, lo: np.ndarray, state: np.ndarray, height: np.ndarray) -> float:
+    """B(c) of the class (hi, lo, state), summed in _growth's order (the same figure)."""
+    s = 0.0
+    for i in range(hi.shape[0]):
+        s += hi[i] - lo[i]
+    for j in range(state.shape[0]):
+        s += height[j, state[j]]
+    return s
+
+
+@njit(cache=True)
 def _deficit(
     need: np.ndarray, have: np.ndarray, eligible: np.ndarray, theta: int
 ) -> tuple[int, int]:
@@ -482,7 +493,7 @@ def _deficit(
     return int(ds[:theta].sum()), int(ds[theta - 1])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)  # nogil: thetak_blocks runs blocks in threads
 def _greedy_thetak(
     unum: np.ndarray,
     ucat: np.ndarray,
@@ -671,8 +682,27 @@ def _greedy_thetak(
             r, u, cur = i, w, b
         c_size[c] = size
 
-    # Leftovers, in permutation order, to the class of least IL growth; with by_category
-    # only classes already holding the row's category, while one exists.
+    # Leftovers, in permutation order, to the class of least IL growth (ties to the lower
+    # class); with by_category only classes already holding the row's category, while one
+    # exists. Classes are tried in order of their bracket B(c) as the leftovers start: a
+    # class's growth is at least its bracket (growth = B(c) + (|c| + 1)(B(c + u) - B(c)), and
+    # B(c + u) >= B(c)), and brackets only grow, so once the next class's bracket exceeds the
+    # best growth found by more than rounding, no class left can win or tie.
+    c_old = np.empty(ncl)
+    for c in range(ncl):
+        c_old[c] = _bracket(c_hi[c], c_lo[c], c_state[c], height)
+    corder = np.argsort(c_old[:ncl])
+    ckey = c_old[corder]
+    widest = 0.0  # no bracket is larger
+    for i in range(nn):
+        widest += unum[:, i].max() - unum[:, i].min()
+    for j in range(nq):
+        widest += height[j].max()
+    slack = 1e-15 * (n + 2) * widest  # more than the rounding of any growth computed here
+    shown = np.zeros(m, np.bool_)  # some class holds the category (leftovers do not count)
+    for c in range(ncl):
+        for y in range(m):
+            shown[y] = shown[y] or c_has[c, y]
     left = 0
     for t in range(n):
         r = perm[t]
@@ -681,23 +711,24 @@ def _greedy_thetak(
         left += 1
         u = point_of[r]
         rc = vcat[usens[u]]
-        restrict = False
-        if by_category:
-            for c in range(ncl):
-                if c_has[c, rc]:
-                    restrict = True
-                    break
+        restrict = by_category and shown[rc]
         best, best_d = -1, 0.0
-        for c in range(ncl):
+        for x in range(ncl):
+            if best >= 0 and ckey[x] - slack > best_d:
+                break
+            c = corder[x]
             if restrict and not c_has[c, rc]:
                 continue
-            d = _growth(u, unum, ucat, hcost, height, c_hi[c], c_lo[c], c_state[c], c_size[c])
-            if best < 0 or d < best_d:
+            size = c_size[c]
+            bw = _bracket_with(u, unum, ucat, hcost, c_hi[c], c_lo[c], c_state[c])
+            d = (size + 1) * bw - size * c_old[c]
+            if best < 0 or d < best_d or (d == best_d and c < best):
                 best, best_d = c, d
         gid[r] = best
         removed[r] = True
         _absorb(u, unum, ucat, lca, c_hi[best], c_lo[best], c_state[best])
         c_size[best] += 1
+        c_old[best] = _bracket(c_hi[best], c_lo[best], c_state[best], height)
     return gid, ncl, left
 
 
@@ -807,12 +838,38 @@ def encode(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(the categories, each row's category code, each value code's category code, each row's
     value code). A value is identified together with its category, and value codes are
-    contiguous per category: np.unique sorts the (category, value) pairs."""
-    cats, catg = np.unique(np.asarray(category).reshape(-1), return_inverse=True)
-    vals = np.unique(np.asarray(value).reshape(-1), return_inverse=True)[1].reshape(-1)
-    pairs, code = np.unique(np.stack([catg.reshape(-1), vals]), axis=1, return_inverse=True)
-    return (cats, catg.reshape(-1).astype(np.int64), pairs[0].astype(np.int64),
-            code.reshape(-1).astype(np.int64))  # fmt: skip
+    contiguous per category: codes follow the sorted (category, value) pairs. Integer codes
+    in give the same codes out (ranks keep their order), so a caller may encode once."""
+    cats, catg = _ranks(category)
+    vals, vrank = _ranks(value)
+    pair = catg * max(len(vals), 1) + vrank  # sorts as the (category, value) pairs do
+    present, code = _ranks(pair)
+    return cats, catg, present // max(len(vals), 1), code
+
+
+def _ranks(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """np.unique(a, return_inverse=True) (the distinct values sorted, each row's index into
+    them, int64), without sorting the rows: an object array (text values) is looked up once
+    per row and only its distinct values sorted; small non-negative integers are counted."""
+    a = np.asarray(a).reshape(-1)
+    if a.dtype == object:
+        index: dict[Any, int] = {}
+        first = np.fromiter((index.setdefault(v, len(index)) for v in a.tolist()), np.int64,
+                            len(a))  # fmt: skip
+        distinct = np.empty(len(index), dtype=object)
+        for i, v in enumerate(index):
+            distinct[i] = v
+        order = np.argsort(distinct, kind="stable")
+        rank = np.empty(len(index), np.int64)
+        rank[order] = np.arange(len(index))
+        return distinct[order], rank[first]
+    if a.dtype.kind in "iu" and len(a) and a.min() >= 0 and a.max() <= 4 * len(a):
+        seen = np.zeros(int(a.max()) + 1, np.bool_)
+        seen[a] = True
+        rank = np.cumsum(seen, dtype=np.int64) - 1
+        return np.flatnonzero(seen).astype(a.dtype), rank[a]
+    got, inverse = np.unique(a, return_inverse=True)
+    return got, inverse.reshape(-1).astype(np.int64)
 
 
 def needs(
@@ -865,9 +922,15 @@ def _greedy_construction(
     need = needs(catg, code, vcat, k, theta, rule) if given is None else given
     # Collapse rows identical in QI and sensitive value into points (as k-member does):
     # categorical columns first, so points sharing them are contiguous.
+    # np.unique(key, axis=0)'s first rows and inverse, from a stable lexicographic sort of the
+    # columns (np.unique sorts the rows as one structured value: several times slower).
     key = np.hstack([cat.astype(np.float64), num, code.reshape(n, 1).astype(np.float64)])
-    first, point_of = np.unique(key, axis=0, return_index=True, return_inverse=True)[1:]
-    point_of = point_of.reshape(-1).astype(np.int64)
+    order = np.lexsort(key.T[::-1])
+    ordered = key[order]
+    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    first = order[new]
+    point_of = np.empty(n, np.int64)
+    point_of[order] = np.cumsum(new) - 1
     members = np.argsort(point_of, kind="stable").astype(np.int64)
     start = np.zeros(len(first) + 1, np.int64)
     np.cumsum(np.bincount(point_of, minlength=len(first)), out=start[1:])

@@ -109,13 +109,13 @@ class ThetaK(GroupingMethod):
             qi.n, size, bool(r.options.get("exact"))
         ):
             size = size or DEFAULT_BLOCK_SIZE
+            # The blocks list the rows in that order (no reordered copy of the arrays).
             gid, figures = thetak_blocks(
-                subset(qi, order), np.asarray(category)[order], np.asarray(value)[order],
-                model.k, model.theta, block_size=size, seed=r.seed or 0,  # type: ignore[arg-type]
-                leftovers=r.options["leftovers"], rule=model.rule,
+                qi, category, value, model.k, model.theta, block_size=size,
+                seed=r.seed or 0,  # type: ignore[arg-type]
+                leftovers=r.options["leftovers"], rule=model.rule, order=order,
             )  # fmt: skip
-            return restore(order, gid), {**figures, "clustering": "partitioned",
-                                         "block_size": size}  # fmt: skip
+            return gid, {**figures, "clustering": "partitioned", "block_size": size}
         gid, leftovers = thetak_detail(
             subset(qi, order), np.asarray(category)[order], np.asarray(value)[order], model.k,
             model.theta, seed=r.seed,  # type: ignore[arg-type]

@@ -169,12 +169,16 @@ class BoundCategories:
                 f"--category-width needs a numeric sensitive column; {quote_ident(column)} of "
                 f"{where} is not"
             )
+        # One hashed GROUP BY first (a few groups: the categories and the offending values),
+        # then the counts over those groups: count(DISTINCT) over the rows would sort them all.
         nulls, missing, categories = conn.execute(
             sql.SQL(
-                """SELECT count(*) FILTER (WHERE s IS NULL),
-                          array_agg(DISTINCT v::text) FILTER (WHERE s IS NOT NULL AND {bad}),
+                """SELECT coalesce(sum(n) FILTER (WHERE s_null), 0),
+                          array_agg(DISTINCT v::text) FILTER (WHERE NOT s_null AND bad),
                           count(DISTINCT cat)
-                   FROM {src}"""
+                   FROM (SELECT s IS NULL AS s_null, {bad} AS bad,
+                                CASE WHEN {bad} THEN v END AS v, cat, count(*) AS n
+                         FROM {src} GROUP BY 1, 2, 3, 4) x"""
             ).format(
                 bad=sql.SQL(
                     "cat IS NULL"

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 from psycopg import sql
@@ -100,11 +100,15 @@ class ThetaKAnonymity(PrivacyModel):
 
     def class_test(self, target: Target) -> ClassTest:
         """Per class: its rows `n` and `good`, the categories holding at least need_c distinct
-        values; need_c from the whole relation the target reads."""
+        values; need_c from the whole relation the target reads. A cell (a class's rows of one
+        category) counts its distinct values as the (class, category, value) groups below it
+        with a value: two hashed GROUP BYs, where count(DISTINCT) sorts every row."""
         src = self.categories.source(target)
         q = target.alias_list
         cells = sql.SQL(
-            "(SELECT {q}, cat, count(DISTINCT v) AS d, {rows} AS n FROM {src} GROUP BY {q}, cat)"
+            "(SELECT {q}, cat, count(v) AS d, sum(n)::bigint AS n"
+            " FROM (SELECT {q}, cat, v, {rows} AS n FROM {src} GROUP BY {q}, cat, v) cv"
+            " GROUP BY {q}, cat)"
         ).format(q=q, rows=target.rows, src=src)
         need = NEED_RULES[self.rule].sql(self.k, self.theta, target.rows, src)
         return ClassTest(
@@ -121,20 +125,23 @@ class ThetaKAnonymity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        from dbanon.metrics.vulnerability import vulnerability
+        """The verdict and, from the same pass over the classes, the release's similarity and
+        background-knowledge vulnerabilities (dbanon.metrics.vulnerability)."""
+        from dbanon.metrics.vulnerability import PER_CLASS, TOTALS, from_totals
 
         target.validate(conn, self)
-        cats = self.categories.bind(conn)
-        cats.validate(conn, target)
+        self.categories.bind(conn).validate(conn, target)
         test = self.class_test(target)
+        counted = replace(test, per_class={**test.per_class, **PER_CLASS})
         classes, bad, figs, worst = class_summary(
             conn,
             target,
-            test,
+            counted,
             worst=sql.SQL("{} DESC, good, n").format(test.failing),
             figures={
                 "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
                 "min_categories": Figure(sql.SQL("min(good)"), "min", 0),
+                **{name: Figure(expr, "sum", 0) for name, expr in TOTALS.items()},
             },
         )
         return CheckResult(
@@ -144,7 +151,7 @@ class ThetaKAnonymity(PrivacyModel):
                 "min_class_size": int(figs["min_class_size"]),
                 "min_diverse_categories": int(figs["min_categories"]),
                 "classes_failing_theta_k": bad,
-                **vulnerability(conn, target, cats),
+                **from_totals(figs),
             },
             worst_class=worst,
         )
