@@ -47,6 +47,7 @@ from psycopg import sql
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
+from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
@@ -214,15 +215,12 @@ class CrossBucket(Method):
                 "CREATE TEMP TABLE {} (key text, gid int4, b int4, u int4) ON COMMIT DROP"
             ).format(STAGE)
         )
-        with conn.cursor() as cur, cur.copy(
-            sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(STAGE)
-        ) as copy:
-            copy.set_types(["text", "int4", "int4", "int4"])
-            texts = list(keys)  # decoded once (extract keeps keys as COPY's bytes)
-            for i in kept.tolist():
-                copy.write_row((texts[i], int(gid[i]), int(bid[i]), int(unit[i])))
+        # One binary COPY from the arrays (keys as COPY's bytes): no Python object per row.
+        key = Field.entries(Dictionary.of_keys(keys))
+        copy_rows(conn, sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(
+            STAGE), [key, Field.int4(gid), Field.int4(bid), Field.int4(unit)], kept)  # fmt: skip
         if waiting is not None:  # sealed: rows waiting in a block, which the map keeps
-            cbg_sealed.stage_waiting(conn, STAGE, texts, waiting)
+            cbg_sealed.stage_waiting(conn, STAGE, key, waiting)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.stored(qit), r.stored(st))
