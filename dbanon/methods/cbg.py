@@ -48,6 +48,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
 from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.settings import analyze_stage
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
 
 # (key, gid: group, b: bucket, u: unit the map keeps, w: a waiting row's block) of this run
 STAGE = sql.Identifier("dbanon_cbg_stage")
+# Every source row joined once with the stage: (key, gid, b, u, w, t: tagged sensitive value,
+# fp: fingerprint) as the map reads them (composition.new_rows), then the QIs (dbanon_q0...)
+# and the sensitive value (dbanon_s) the QIT and ST are made of.
+ROWS = sql.Identifier("dbanon_cbg_rows")
 CBG_POLICY = Option(
     POLICY.name, str, "persist",
     "On refresh: keep persisting rows in their units (persist: safe against intersection, not "
@@ -80,6 +85,11 @@ CBG_BLOCK_SIZE = Option(
 CBG_EXACT = Option("exact", bool, False, "Always run the thesis's Algorithm 3.1 on the whole "
                    "table (O(n^2): about 11 s at 45,000 rows).")  # fmt: skip
 L_KIND = "cross-bucket-l-diversity"
+
+
+def _q(i: int) -> sql.Identifier:
+    """The i-th QI's column in ROWS (named apart from the map's columns)."""
+    return sql.Identifier(f"dbanon_q{i}")
 
 
 def ordinal(qi: QIArrays) -> np.ndarray:
@@ -222,6 +232,7 @@ class CrossBucket(Method):
         if waiting is not None:  # sealed: rows waiting in a block, which the map keeps
             cbg_sealed.stage_waiting(conn, STAGE, key, waiting)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+        self._join(conn, r, waiting is not None)
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.stored(qit), r.stored(st))
         ctx.lap("materialise")
@@ -234,22 +245,45 @@ class CrossBucket(Method):
         }
 
     def group_map(self, r: Resolved) -> sql.Composable:
-        """(key, gid, b, u): the map measures classes by their buckets' values and keeps u."""
-        return STAGE
+        """(key, gid, b, u, w, t, fp) of every source row: the map measures classes by their
+        buckets' values and keeps u (joined with the source once, as the release was built)."""
+        return ROWS
+
+    @staticmethod
+    def _join(conn: psycopg.Connection, r: Resolved, waits: bool) -> None:
+        """ROWS: the source joined with the stage once, for the QIT, the ST and the map (which
+        read it as composition.new_rows would have joined it)."""
+        released = r.released_columns
+        kind = composition.fingerprint_kind(conn, r.source, released)
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {rows} ON COMMIT DROP AS "
+                "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, "
+                "{w} AS w, {t} AS t, {fp} AS fp, {qi}, s.{sa} AS dbanon_s "
+                "FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
+            ).format(
+                rows=ROWS, key=r.key.ident, w=sql.SQL("st.w" if waits else "NULL::int4"),
+                t=composition.tag(r.sensitive[0]),
+                fp=composition.fingerprint(released, kind=kind),
+                qi=sql.SQL(", ").join(sql.SQL("s.{} AS {}").format(c.ident, _q(i))
+                                      for i, c in enumerate(r.qi)),
+                sa=r.sensitive[0].ident, src=r.source.ident, stage=STAGE,
+            )  # fmt: skip
+        )
+        analyze_stage(conn, ROWS)
 
     def _materialise(
         self, conn: psycopg.Connection, r: Resolved, qit: sql.Identifier, st: sql.Identifier
     ) -> None:
-        """QIT: source joined to the staged ids, each QI generalised over its group; ST: the
-        sensitive values counted per bucket."""
+        """QIT: the joined rows' QIs, each generalised over its group; ST: the sensitive
+        values counted per bucket."""
         qi_out = sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi)
         conn.execute(
             sql.SQL(
                 """CREATE TABLE {qit} AS
                    WITH rows AS (
-                       SELECT st.gid AS dbanon_g, st.b AS dbanon_b, {src_cols}
-                       FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                       WHERE st.gid IS NOT NULL
+                       SELECT gid AS dbanon_g, b AS dbanon_b, {src_cols}
+                       FROM {rows} WHERE gid IS NOT NULL
                    ), groups AS (
                        SELECT dbanon_g, {gen} FROM rows GROUP BY dbanon_g
                    )
@@ -258,8 +292,9 @@ class CrossBucket(Method):
                    ORDER BY rows.dbanon_b, {qi_out}"""
             ).format(
                 qit=qit,
-                src_cols=sql.SQL(", ").join(sql.SQL("s.{}").format(c.ident) for c in r.qi),
-                src=r.source.ident, stage=STAGE, key=r.key.ident,
+                src_cols=sql.SQL(", ").join(sql.SQL("{} AS {}").format(_q(i), c.ident)
+                                            for i, c in enumerate(r.qi)),
+                rows=ROWS,
                 gen=sql.SQL(", ").join(
                     sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in r.qi
                 ),
@@ -269,12 +304,11 @@ class CrossBucket(Method):
         conn.execute(
             sql.SQL(
                 """CREATE TABLE {st} AS
-                   SELECT st.b AS {bucket}, s.{sa} AS {sa}, count(*)::int AS {count}
-                   FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   WHERE st.gid IS NOT NULL GROUP BY st.b, s.{sa} ORDER BY 1, 2"""
+                   SELECT b AS {bucket}, dbanon_s AS {sa}, count(*)::int AS {count}
+                   FROM {rows} WHERE gid IS NOT NULL GROUP BY b, dbanon_s ORDER BY 1, 2"""
             ).format(
                 st=st, bucket=sql.Identifier(BUCKET_ID), sa=r.sensitive[0].ident,
-                count=sql.Identifier(COUNT), src=r.source.ident, stage=STAGE, key=r.key.ident,
+                count=sql.Identifier(COUNT), rows=ROWS,
             )  # fmt: skip
         )
 
