@@ -621,13 +621,12 @@ def _halves(
     """(QI, first half, second half): the rows cut along the widest QI at `blocks.even_aim`,
     so that blocks are of one size and cost the same per row at any table size. Equal values
     stay on one side, the boundary nearer the aim; None when the rows agree on every QI."""
-    pts = x[rows]
-    spans = np.ptp(pts, axis=0)
+    spans = np.array([np.ptp(x[rows, j]) for j in range(x.shape[1])])  # a QI at a time
     j = int(np.argmax(spans))
     if spans[j] <= 0:
         return None
     aim = even_aim(len(rows), size)
-    col = pts[:, j]
+    col = x[rows, j]
     at = np.partition(col, int(aim))[int(aim)]
     below, upto = col < at, col <= at
     mask = below if below.sum() > 0 and aim - below.sum() < upto.sum() - aim else upto
@@ -701,7 +700,7 @@ def in_blocks(
             counts[i] += int(local.max()) + 1
 
     for b, rows in enumerate(parts):
-        res = done[b]
+        res = done.pop(b)  # each block's ids go once numbered (memory, before the pool's run)
         # A block's last T_gens take what its rows have left, from all over the block: they
         # are dissolved with the rows it stranded, which then have more values to pair with.
         number(rows, res, (res.gid > 0) & (res.tgen < res.tgens - np.ceil(TAIL * res.tgens)))

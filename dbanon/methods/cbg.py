@@ -49,10 +49,12 @@ from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
+from dbanon.db.stream import Coded
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
-from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
+from dbanon.methods.grouped import POLICY, RANGES, generalised
+from dbanon.methods.grouped_rows import extract_coded
 from dbanon.methods.kmember import validate_blocks
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
@@ -94,9 +96,26 @@ def _q(i: int) -> sql.Identifier:
 
 def ordinal(qi: QIArrays) -> np.ndarray:
     """QIs as ordinal numbers in [0, 1]-scale per column: numeric values (already divided by
-    their span), categorical ones by leaf order in their hierarchy (siblings adjacent)."""
-    cats = [qi.cat[:, j] / max(len(h.leaves) - 1, 1) for j, h in enumerate(qi.hierarchies)]
-    return np.column_stack([qi.num, *cats]) if cats else qi.num
+    their span), categorical ones by leaf order in their hierarchy (siblings adjacent).
+    Filled a column at a time (no scaled copy of every categorical column at once)."""
+    if not qi.hierarchies:
+        return qi.num
+    width = qi.num.shape[1]
+    x = np.empty((len(qi.num), width + len(qi.hierarchies)))
+    x[:, :width] = qi.num
+    for j, h in enumerate(qi.hierarchies):
+        np.divide(qi.cat[:, j], max(len(h.leaves) - 1, 1), out=x[:, width + j])
+    return x
+
+
+def first_seen(coded: Coded) -> tuple[np.ndarray, list[str | None]]:
+    """The sensitive codes and values numbered by each value's first row, as `codes` numbers
+    an object column (Coded.of): the algorithm's ties follow the codes."""
+    present, first = np.unique(coded.codes, return_index=True)
+    present = present[np.argsort(first)]
+    renumber = np.zeros(max(len(coded.values), 1), dtype=np.int32)
+    renumber[present] = np.arange(len(present))
+    return renumber[coded.codes], [coded.values[c] for c in present.tolist()]
 
 
 class CrossBucket(Method):
@@ -170,11 +189,10 @@ class CrossBucket(Method):
 
         k, ell = self._kl(r)
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, qi, sensitive = extract(conn, r, True)
+        keys, qi, coded = extract_coded(conn, r)
         ctx.lap("extract")
         ctx.say(f"cross-bucket generalisation, k={k}, l={ell}")
-        assert sensitive is not None
-        sa, values = codes(sensitive)
+        sa, values = first_seen(coded)
         x = ordinal(qi)
         state, waiting = None, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
@@ -216,8 +234,12 @@ class CrossBucket(Method):
             figures = {"tgens": laid.units, "merged_units": laid.merged,
                        "persisting_rows": int((groups >= 0).sum())}  # fmt: skip
             suppressed = laid.suppressed
+        del x, sa  # the QIs' ordinals (8 bytes per row and QI) are needed no more
         kept = np.flatnonzero(gid > 0)
-        loss = loss_report(subset(qi, kept), gid[kept]) if len(kept) else None
+        shown_qi, shown_gid = (qi, gid) if len(kept) == len(gid) else (subset(qi, kept),
+                                                                        gid[kept])  # fmt: skip
+        loss = loss_report(shown_qi, shown_gid) if len(kept) else None
+        del shown_qi, shown_gid, qi  # the stage needs the ids and keys alone
         ctx.lap("cluster")
         ctx.say("materialising the QIT and ST")
         conn.execute(
