@@ -113,6 +113,24 @@ def test_check_reads_qit_with_st(conn: psycopg.Connection, dsn: str, toy: None) 
     assert code == 1 and out["max_disclosure"] >= 0.5 - 1e-9, out
 
 
+def test_check_finds_buckets_whose_st_disagrees(conn: psycopg.Connection, dsn: str,
+                                                toy: None) -> None:  # fmt: skip
+    """A bucket whose ST counts differ from its QIT rows, or a QIT row with no bucket id,
+    makes its classes inconsistent: the check fails and counts them."""
+    assert publish(dsn, "toy", "--k", "2", "--l", "4")[0] == 0
+    base = ["check", "released.toy_qit", "--qi", ",".join(QI), "--sensitive", "disease",
+            "--l-kind", "cross-bucket", "--buckets", "released.toy_st", "--k", "2", "--l", "4"]
+    conn.execute("UPDATE released.toy_st SET count = count + 1 WHERE bucket_id = 1")
+    conn.commit()
+    code, out = cli_json(dsn, *base)
+    assert code == 1 and out["classes_with_inconsistent_buckets"] >= 1, out
+    conn.execute("UPDATE released.toy_st SET count = count - 1 WHERE bucket_id = 1")
+    conn.execute("UPDATE released.toy_qit SET bucket_id = NULL WHERE bucket_id = 2")
+    conn.commit()
+    code, out = cli_json(dsn, *base)
+    assert code == 1 and out["classes_with_inconsistent_buckets"] >= 1, out
+
+
 def test_a_broken_build_is_refused(
     conn: psycopg.Connection, dsn: str, toy: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,11 +133,16 @@ def _covers(rows: np.ndarray, sa: np.ndarray, need: np.ndarray, beta: int, seen:
 def _pick(x: np.ndarray, sa: np.ndarray, alive: np.ndarray, need: np.ndarray, beta: int,
           seen: np.ndarray, stamp: int, tmp: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
     """Algorithm 3.3: narrow the alive rows to a small QI region holding every needed value,
-    then one row per needed value, nearest to the region's median point.
+    then one row per needed value, nearest to the region's median point (`_narrow`)."""
+    return _narrow(x, sa, alive.copy(), need, beta, seen, stamp, tmp)
 
-    The region is a slice [lo, hi) of a permutation of the alive rows, cut in place (as in
-    dbanon.algorithms.mondrian): each attempt costs one pass over the region, no allocation."""
-    perm = alive.copy()
+
+@njit(cache=True, nogil=True)
+def _narrow(x: np.ndarray, sa: np.ndarray, perm: np.ndarray, need: np.ndarray, beta: int,
+            seen: np.ndarray, stamp: int, tmp: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
+    """`_pick` from the region `perm` (rows holding every needed value), cut in place (as in
+    dbanon.algorithms.mondrian): each attempt costs one pass over the region, no allocation.
+    What it returns depends on the region's rows, not on their order in `perm`."""
     lo, hi = 0, len(perm)
     d = x.shape[1]
     tried = np.zeros(d, dtype=np.bool_)
@@ -218,18 +223,247 @@ def _pick(x: np.ndarray, sa: np.ndarray, alive: np.ndarray, need: np.ndarray, be
     return out, stamp
 
 
+@dataclass(frozen=True)
+class Sorted:
+    """The rows of a table sorted along each QI, kept as T_gens take rows away, so that the
+    first cut of `_pick` (over every row left) costs no pass over them: per QI j, its rows in
+    order (order[j], stable), their values (xs[j]), each row's place (pos[j]), a Fenwick tree
+    of the places still alive (fen[j]) and the rows again grouped by sensitive value, each
+    value's in order (byv[j]: value v at voff[v]..voff[v+1]); pointers to the first and last
+    alive row of each QI (slo, shi) and of each value along it (vlo, vhi)."""
+
+    order: np.ndarray
+    xs: np.ndarray
+    pos: np.ndarray
+    fen: np.ndarray
+    byv: np.ndarray
+    voff: np.ndarray
+    vlo: np.ndarray
+    vhi: np.ndarray
+    slo: np.ndarray
+    shi: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, sa: np.ndarray, m: int) -> Sorted:
+        n, d = x.shape
+        order = np.empty((d, n), dtype=np.int64)
+        byv = np.empty((d, n), dtype=np.int64)
+        pos = np.empty((d, n), dtype=np.int64)
+        for j in range(d):
+            order[j] = np.argsort(x[:, j], kind="stable")
+            byv[j] = order[j][np.argsort(sa[order[j]], kind="stable")]
+            pos[j, order[j]] = np.arange(n)
+        xs = np.ascontiguousarray(np.take_along_axis(x.T, order, axis=1))
+        at = np.arange(n + 1)
+        fen = np.tile(at & -at, (d, 1))  # every row alive: node i counts lowbit(i) places
+        voff = np.zeros(m + 1, dtype=np.int64)
+        np.cumsum(np.bincount(sa, minlength=m), out=voff[1:])
+        return cls(order, xs, pos, fen, byv, voff, np.tile(voff[:-1], (d, 1)),
+                   np.tile(voff[1:] - 1, (d, 1)), np.zeros(d, dtype=np.int64),
+                   np.full(d, n - 1, dtype=np.int64))  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def _fen_prefix(fen: np.ndarray, j: int, i: int) -> int:
+    """Alive places among the first i of QI j."""
+    s = 0
+    while i > 0:
+        s += fen[j, i]
+        i -= i & -i
+    return s
+
+
+@njit(cache=True, nogil=True)
+def _fen_select(fen: np.ndarray, j: int, k: int) -> int:
+    """The place of the (k + 1)-th alive row along QI j."""
+    n = fen.shape[1] - 1
+    step = 1
+    while step * 2 <= n:
+        step *= 2
+    at, rem = 0, k + 1
+    while step > 0:
+        if at + step <= n and fen[j, at + step] < rem:
+            at += step
+            rem -= fen[j, at]
+        step //= 2
+    return at
+
+
+@njit(cache=True, nogil=True)
+def _remove(fen: np.ndarray, pos: np.ndarray, r: int) -> None:
+    """Row r leaves every QI's tree."""
+    n = fen.shape[1] - 1
+    for j in range(fen.shape[0]):
+        i = pos[j, r] + 1
+        while i <= n:
+            fen[j, i] -= 1
+            i += i & -i
+
+
+@njit(cache=True, nogil=True)
+def _side(mask: np.ndarray, need: np.ndarray, byv: np.ndarray, voff: np.ndarray,
+          vlo: np.ndarray, vhi: np.ndarray, x: np.ndarray, j: int, med: float, strict: bool,
+          left: bool) -> bool:  # fmt: skip
+    """Whether every needed value has an alive row on the side of the cut at `med` along QI
+    j: below it (left: <= med, < med when `strict`) or above it (> med, >= med)."""
+    for v in range(len(need)):
+        if not need[v]:
+            continue
+        if left:
+            p = vlo[j, v]
+            while p < voff[v + 1] and not mask[byv[j, p]]:
+                p += 1
+            vlo[j, v] = p
+            if p == voff[v + 1]:
+                return False
+            low = x[byv[j, p], j]
+            if low > med or (strict and low == med):
+                return False
+        else:
+            q = vhi[j, v]
+            while q >= voff[v] and not mask[byv[j, q]]:
+                q -= 1
+            vhi[j, v] = q
+            if q < voff[v]:
+                return False
+            high = x[byv[j, q], j]
+            if high < med or (not strict and high == med):
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _pick_sorted(x: np.ndarray, sa: np.ndarray, alive: np.ndarray, mask: np.ndarray,
+                 need: np.ndarray, beta: int, seen: np.ndarray, stamp: int, tmp: np.ndarray,
+                 order: np.ndarray, xs: np.ndarray, fen: np.ndarray, byv: np.ndarray,
+                 voff: np.ndarray, vlo: np.ndarray, vhi: np.ndarray, slo: np.ndarray,
+                 shi: np.ndarray) -> tuple[np.ndarray, int]:  # fmt: skip
+    """`_pick` over the alive rows, its first cut read off the sorted index (`Sorted`):
+    spans from each QI's first and last alive row, the median from its tree, each half's size
+    from the tree and whether it holds every needed value from each value's least and
+    greatest alive row. Only the half the cut keeps is gathered and narrowed as `_pick` goes
+    on. When no first cut is taken, `_pick` itself (it chooses among every alive row)."""
+    m = len(alive)
+    d = x.shape[1]
+    low = np.empty(d)
+    high = np.empty(d)
+    for j in range(d):
+        while not mask[order[j, slo[j]]]:
+            slo[j] += 1
+        while not mask[order[j, shi[j]]]:
+            shi[j] -= 1
+        low[j] = xs[j, slo[j]]
+        high[j] = xs[j, shi[j]]
+    tried = np.zeros(d, dtype=np.bool_)
+    while True:
+        best, width = -1, 0.0
+        for j in range(d):
+            if not tried[j] and high[j] - low[j] > width:
+                best, width = j, high[j] - low[j]
+        if best < 0:
+            break
+        med = xs[best, _fen_select(fen, best, (m - 1) // 2)]
+        cut = _fen_prefix(fen, best, np.searchsorted(xs[best], med, side="right"))
+        strict = cut == m  # the median is the largest value: cut below it
+        if strict:
+            cut = _fen_prefix(fen, best, np.searchsorted(xs[best], med, side="left"))
+        left = cut >= beta and cut > 0 and _side(mask, need, byv, voff, vlo, vhi, x, best,
+                                                 med, strict, True)  # fmt: skip
+        right = not left and m - cut >= beta and cut < m and _side(
+            mask, need, byv, voff, vlo, vhi, x, best, med, strict, False)  # fmt: skip
+        if left or right:
+            size = cut if left else m - cut
+            perm = np.empty(size, dtype=np.int64)
+            c = 0
+            t = 0 if left else len(mask) - 1
+            while c < size:  # the half's rows: the first (last) alive ones along the QI
+                r = order[best, t]
+                t += 1 if left else -1
+                if mask[r]:
+                    perm[c] = r
+                    c += 1
+            return _narrow(x, sa, perm, need, beta, seen, stamp, tmp)
+        tried[best] = True
+    return _pick(x, sa, alive, need, beta, seen, stamp, tmp)
+
+
 def kd_order(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Rows in kd order: split at the median of the widest attribute, left half first."""
-    if len(rows) <= 2:
-        return rows[np.lexsort(x[rows].T[::-1])] if len(rows) == 2 else rows
-    pts = x[rows]
-    spans = pts.max(axis=0) - pts.min(axis=0)
-    j = int(np.argmax(spans))
-    if spans[j] == 0:
-        return rows
-    order = np.argsort(pts[:, j], kind="stable")
-    half = len(rows) // 2
-    return np.concatenate([kd_order(x, rows[order[:half]]), kd_order(x, rows[order[half:]])])
+    return rows[_kd(np.ascontiguousarray(x[rows], dtype=np.float64))]
+
+
+@njit(cache=True, nogil=True)
+def _kd(pts: np.ndarray) -> np.ndarray:
+    """The kd order of points (positions into `pts`): a segment of more than two points is
+    sorted (stably) along its widest attribute (the first of the widest) and cut in halves,
+    each ordered likewise; one whose points agree on every attribute stays as it is; two
+    points go in lexicographic order (ties as they were). Each segment is ordered in place,
+    so the order is the halves' concatenated, as a recursion would make it."""
+    n, d = pts.shape
+    perm = np.arange(n)
+    stack = [(0, n)]
+    while stack:
+        lo, hi = stack.pop()
+        if hi - lo == 2:
+            a, b = perm[lo], perm[lo + 1]
+            for j in range(d):
+                if pts[b, j] < pts[a, j]:
+                    perm[lo], perm[lo + 1] = b, a
+                    break
+                if pts[b, j] > pts[a, j]:
+                    break
+            continue
+        if hi - lo < 2:
+            continue
+        best, width = 0, -1.0
+        for j in range(d):
+            low, high = np.inf, -np.inf
+            for p in range(lo, hi):
+                v = pts[perm[p], j]
+                low, high = min(low, v), max(high, v)
+            if high - low > width:
+                best, width = j, high - low
+        if width == 0:
+            continue
+        seg = perm[lo:hi].copy()
+        perm[lo:hi] = seg[np.argsort(pts[seg, best], kind="mergesort")]
+        half = (hi - lo) // 2
+        stack.append((lo + half, hi))
+        stack.append((lo, lo + half))
+    return perm
+
+
+@njit(cache=True, nogil=True)
+def _take(x: np.ndarray, sa: np.ndarray, alive: np.ndarray, mask: np.ndarray,
+          need: np.ndarray, beta: int, alpha: int, seen: np.ndarray, stamp: int,
+          tmp: np.ndarray, out: np.ndarray, order: np.ndarray, xs: np.ndarray,
+          pos: np.ndarray, fen: np.ndarray, byv: np.ndarray, voff: np.ndarray,
+          vlo: np.ndarray, vhi: np.ndarray, slo: np.ndarray,
+          shi: np.ndarray) -> int:  # fmt: skip
+    """Algorithm 3.1's inner loop: alpha T_gens of the values in `need`, each picked
+    (`_pick`) from the alive rows and put in kd order into out[t * beta : (t + 1) * beta];
+    their rows leave `alive` (kept in order) and `mask`. Returns the stamp."""
+    n_alive = len(alive)
+    d = x.shape[1]
+    pts = np.empty((beta, d))
+    for t in range(alpha):
+        rows, stamp = _pick_sorted(x, sa, alive[:n_alive], mask, need, beta, seen, stamp,
+                                   tmp, order, xs, fen, byv, voff, vlo, vhi, slo, shi)
+        for i in range(beta):
+            pts[i] = x[rows[i]]
+            _remove(fen, pos, rows[i])
+        kd = _kd(pts)
+        for i in range(beta):
+            r = rows[kd[i]]
+            out[t * beta + i] = r
+            mask[r] = False
+        m = 0
+        for p in range(n_alive):
+            if mask[alive[p]]:
+                alive[m] = alive[p]
+                m += 1
+        n_alive = m
+    return stamp
 
 
 def group_sizes(size: int, k: int) -> list[int]:
@@ -293,6 +527,8 @@ def _cross_bucket(
     lex[np.lexsort(x.T[::-1])] = np.arange(n)
     seen = np.zeros(m, dtype=np.int64)
     tmp = np.empty(n)
+    out = np.empty(n, dtype=np.int64)
+    idx = Sorted.of(x, sa, m)
     stamp, tgens, groups, uneven = 0, 0, 0, 0
     while alive_mask.any():
         alive = np.flatnonzero(alive_mask)
@@ -306,24 +542,37 @@ def _cross_bucket(
         need = np.zeros(m, dtype=np.bool_)
         need[values] = True
         beta = len(values)
-        for _ in range(alpha):
-            rows, stamp = _pick(x, sa, alive, need, beta, seen, stamp, tmp)
-            rows = kd_order(x, rows)
-            labels = tgens * k + np.arange(beta) % k + 1  # the stride (Algorithm 3.5)
-            pos = 0
-            for size in group_sizes(beta, k):
-                groups += 1
-                gid[rows[pos : pos + size]] = groups
-                if rng is not None:  # who in the group takes which of its labels: secret
-                    labels[pos : pos + size] = rng.permutation(labels[pos : pos + size])
-                pos += size
-            bid[rows] = labels
-            tgen[rows] = tgens
-            tgens += 1
-            uneven += beta % k != 0
-            alive_mask[rows] = False
-            alive = alive[alive_mask[alive]]
+        stamp = _take(x, sa, alive, alive_mask, need, beta, alpha, seen, stamp, tmp, out,
+                      idx.order, idx.xs, idx.pos, idx.fen, idx.byv, idx.voff, idx.vlo, idx.vhi,
+                      idx.slo, idx.shi)  # fmt: skip
+        taken = out[: alpha * beta].reshape(alpha, beta)
+        sizes = group_sizes(beta, k)
+        within = np.repeat(np.arange(len(sizes)), sizes)  # each kd position's group
+        nth = np.arange(alpha)[:, None]
+        gid[taken] = groups + 1 + nth * len(sizes) + within
+        labels = (tgens + nth) * k + np.arange(beta) % k + 1  # the stride (Algorithm 3.5)
+        if rng is not None:  # who in a group takes which of its labels: secret
+            labels = _permuted(rng, labels, sizes)
+        bid[taken] = labels
+        tgen[taken] = tgens + nth
+        tgens += alpha
+        groups += alpha * len(sizes)
+        uneven += alpha * (beta % k != 0)
     return CBGResult(gid, bid, tgens, int(alive_mask.sum()), uneven, tgen)
+
+
+def _permuted(rng: np.random.Generator, labels: np.ndarray, sizes: list[int]) -> np.ndarray:
+    """Each group's labels (T_gens in rows, groups `sizes` long) permuted, group after group,
+    as one rng.permutation per group draws them (rng.permuted draws a row's as a
+    permutation of it does)."""
+    if len(set(sizes)) == 1:
+        return rng.permuted(labels.reshape(-1, sizes[0]), axis=1).reshape(labels.shape)
+    labels = labels.copy()
+    ends = np.cumsum(sizes).tolist()
+    for row in labels:
+        for start, end in zip([0, *ends[:-1]], ends, strict=True):
+            row[start:end] = rng.permutation(row[start:end])
+    return labels
 
 
 BLOCK_SIZE = 8_000  # measured: 45,000 rows in 0.95 s (exact 11 s), 55 rows left out (exact 70)
@@ -372,13 +621,12 @@ def _halves(
     """(QI, first half, second half): the rows cut along the widest QI at `blocks.even_aim`,
     so that blocks are of one size and cost the same per row at any table size. Equal values
     stay on one side, the boundary nearer the aim; None when the rows agree on every QI."""
-    pts = x[rows]
-    spans = np.ptp(pts, axis=0)
+    spans = np.array([np.ptp(x[rows, j]) for j in range(x.shape[1])])  # a QI at a time
     j = int(np.argmax(spans))
     if spans[j] <= 0:
         return None
     aim = even_aim(len(rows), size)
-    col = pts[:, j]
+    col = x[rows, j]
     at = np.partition(col, int(aim))[int(aim)]
     below, upto = col < at, col <= at
     mask = below if below.sum() > 0 and aim - below.sum() < upto.sum() - aim else upto
@@ -452,7 +700,7 @@ def in_blocks(
             counts[i] += int(local.max()) + 1
 
     for b, rows in enumerate(parts):
-        res = done[b]
+        res = done.pop(b)  # each block's ids go once numbered (memory, before the pool's run)
         # A block's last T_gens take what its rows have left, from all over the block: they
         # are dissolved with the rows it stranded, which then have more values to pair with.
         number(rows, res, (res.gid > 0) & (res.tgen < res.tgens - np.ceil(TAIL * res.tgens)))

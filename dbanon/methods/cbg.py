@@ -47,10 +47,14 @@ from psycopg import sql
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
+from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.settings import analyze_stage
+from dbanon.db.stream import Coded
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
-from dbanon.methods.grouped import POLICY, RANGES, codes, extract, generalised
+from dbanon.methods.grouped import POLICY, RANGES, generalised
+from dbanon.methods.grouped_rows import extract_coded
 from dbanon.methods.kmember import validate_blocks
 from dbanon.metrics.loss import loss_report
 from dbanon.models.base import TOLERANCE, CheckResult, Target
@@ -63,6 +67,10 @@ if TYPE_CHECKING:
 
 # (key, gid: group, b: bucket, u: unit the map keeps, w: a waiting row's block) of this run
 STAGE = sql.Identifier("dbanon_cbg_stage")
+# Every source row joined once with the stage: (key, gid, b, u, w, t: tagged sensitive value,
+# fp: fingerprint) as the map reads them (composition.new_rows), then the QIs (dbanon_q0...)
+# and the sensitive value (dbanon_s) the QIT and ST are made of.
+ROWS = sql.Identifier("dbanon_cbg_rows")
 CBG_POLICY = Option(
     POLICY.name, str, "persist",
     "On refresh: keep persisting rows in their units (persist: safe against intersection, not "
@@ -81,11 +89,33 @@ CBG_EXACT = Option("exact", bool, False, "Always run the thesis's Algorithm 3.1 
 L_KIND = "cross-bucket-l-diversity"
 
 
+def _q(i: int) -> sql.Identifier:
+    """The i-th QI's column in ROWS (named apart from the map's columns)."""
+    return sql.Identifier(f"dbanon_q{i}")
+
+
 def ordinal(qi: QIArrays) -> np.ndarray:
     """QIs as ordinal numbers in [0, 1]-scale per column: numeric values (already divided by
-    their span), categorical ones by leaf order in their hierarchy (siblings adjacent)."""
-    cats = [qi.cat[:, j] / max(len(h.leaves) - 1, 1) for j, h in enumerate(qi.hierarchies)]
-    return np.column_stack([qi.num, *cats]) if cats else qi.num
+    their span), categorical ones by leaf order in their hierarchy (siblings adjacent).
+    Filled a column at a time (no scaled copy of every categorical column at once)."""
+    if not qi.hierarchies:
+        return qi.num
+    width = qi.num.shape[1]
+    x = np.empty((len(qi.num), width + len(qi.hierarchies)))
+    x[:, :width] = qi.num
+    for j, h in enumerate(qi.hierarchies):
+        np.divide(qi.cat[:, j], max(len(h.leaves) - 1, 1), out=x[:, width + j])
+    return x
+
+
+def first_seen(coded: Coded) -> tuple[np.ndarray, list[str | None]]:
+    """The sensitive codes and values numbered by each value's first row, as `codes` numbers
+    an object column (Coded.of): the algorithm's ties follow the codes."""
+    present, first = np.unique(coded.codes, return_index=True)
+    present = present[np.argsort(first)]
+    renumber = np.zeros(max(len(coded.values), 1), dtype=np.int32)
+    renumber[present] = np.arange(len(present))
+    return renumber[coded.codes], [coded.values[c] for c in present.tolist()]
 
 
 class CrossBucket(Method):
@@ -159,11 +189,10 @@ class CrossBucket(Method):
 
         k, ell = self._kl(r)
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, qi, sensitive = extract(conn, r, True)
+        keys, qi, coded = extract_coded(conn, r)
         ctx.lap("extract")
         ctx.say(f"cross-bucket generalisation, k={k}, l={ell}")
-        assert sensitive is not None
-        sa, values = codes(sensitive)
+        sa, values = first_seen(coded)
         x = ordinal(qi)
         state, waiting = None, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
@@ -205,8 +234,12 @@ class CrossBucket(Method):
             figures = {"tgens": laid.units, "merged_units": laid.merged,
                        "persisting_rows": int((groups >= 0).sum())}  # fmt: skip
             suppressed = laid.suppressed
+        del x, sa  # the QIs' ordinals (8 bytes per row and QI) are needed no more
         kept = np.flatnonzero(gid > 0)
-        loss = loss_report(subset(qi, kept), gid[kept]) if len(kept) else None
+        shown_qi, shown_gid = (qi, gid) if len(kept) == len(gid) else (subset(qi, kept),
+                                                                        gid[kept])  # fmt: skip
+        loss = loss_report(shown_qi, shown_gid) if len(kept) else None
+        del shown_qi, shown_gid, qi  # the stage needs the ids and keys alone
         ctx.lap("cluster")
         ctx.say("materialising the QIT and ST")
         conn.execute(
@@ -214,16 +247,14 @@ class CrossBucket(Method):
                 "CREATE TEMP TABLE {} (key text, gid int4, b int4, u int4) ON COMMIT DROP"
             ).format(STAGE)
         )
-        with conn.cursor() as cur, cur.copy(
-            sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(STAGE)
-        ) as copy:
-            copy.set_types(["text", "int4", "int4", "int4"])
-            texts = list(keys)  # decoded once (extract keeps keys as COPY's bytes)
-            for i in kept.tolist():
-                copy.write_row((texts[i], int(gid[i]), int(bid[i]), int(unit[i])))
+        # One binary COPY from the arrays (keys as COPY's bytes): no Python object per row.
+        key = Field.entries(Dictionary.of_keys(keys))
+        copy_rows(conn, sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(
+            STAGE), [key, Field.int4(gid), Field.int4(bid), Field.int4(unit)], kept)  # fmt: skip
         if waiting is not None:  # sealed: rows waiting in a block, which the map keeps
-            cbg_sealed.stage_waiting(conn, STAGE, texts, waiting)
+            cbg_sealed.stage_waiting(conn, STAGE, key, waiting)
         conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
+        self._join(conn, r, waiting is not None)
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
         self._materialise(conn, r, r.stored(qit), r.stored(st))
         ctx.lap("materialise")
@@ -236,22 +267,45 @@ class CrossBucket(Method):
         }
 
     def group_map(self, r: Resolved) -> sql.Composable:
-        """(key, gid, b, u): the map measures classes by their buckets' values and keeps u."""
-        return STAGE
+        """(key, gid, b, u, w, t, fp) of every source row: the map measures classes by their
+        buckets' values and keeps u (joined with the source once, as the release was built)."""
+        return ROWS
+
+    @staticmethod
+    def _join(conn: psycopg.Connection, r: Resolved, waits: bool) -> None:
+        """ROWS: the source joined with the stage once, for the QIT, the ST and the map (which
+        read it as composition.new_rows would have joined it)."""
+        released = r.released_columns
+        kind = composition.fingerprint_kind(conn, r.source, released)
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {rows} ON COMMIT DROP AS "
+                "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, "
+                "{w} AS w, {t} AS t, {fp} AS fp, {qi}, s.{sa} AS dbanon_s "
+                "FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
+            ).format(
+                rows=ROWS, key=r.key.ident, w=sql.SQL("st.w" if waits else "NULL::int4"),
+                t=composition.tag(r.sensitive[0]),
+                fp=composition.fingerprint(released, kind=kind),
+                qi=sql.SQL(", ").join(sql.SQL("s.{} AS {}").format(c.ident, _q(i))
+                                      for i, c in enumerate(r.qi)),
+                sa=r.sensitive[0].ident, src=r.source.ident, stage=STAGE,
+            )  # fmt: skip
+        )
+        analyze_stage(conn, ROWS)
 
     def _materialise(
         self, conn: psycopg.Connection, r: Resolved, qit: sql.Identifier, st: sql.Identifier
     ) -> None:
-        """QIT: source joined to the staged ids, each QI generalised over its group; ST: the
-        sensitive values counted per bucket."""
+        """QIT: the joined rows' QIs, each generalised over its group; ST: the sensitive
+        values counted per bucket."""
         qi_out = sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi)
         conn.execute(
             sql.SQL(
                 """CREATE TABLE {qit} AS
                    WITH rows AS (
-                       SELECT st.gid AS dbanon_g, st.b AS dbanon_b, {src_cols}
-                       FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                       WHERE st.gid IS NOT NULL
+                       SELECT gid AS dbanon_g, b AS dbanon_b, {src_cols}
+                       FROM {rows} WHERE gid IS NOT NULL
                    ), groups AS (
                        SELECT dbanon_g, {gen} FROM rows GROUP BY dbanon_g
                    )
@@ -260,8 +314,9 @@ class CrossBucket(Method):
                    ORDER BY rows.dbanon_b, {qi_out}"""
             ).format(
                 qit=qit,
-                src_cols=sql.SQL(", ").join(sql.SQL("s.{}").format(c.ident) for c in r.qi),
-                src=r.source.ident, stage=STAGE, key=r.key.ident,
+                src_cols=sql.SQL(", ").join(sql.SQL("{} AS {}").format(_q(i), c.ident)
+                                            for i, c in enumerate(r.qi)),
+                rows=ROWS,
                 gen=sql.SQL(", ").join(
                     sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in r.qi
                 ),
@@ -271,12 +326,11 @@ class CrossBucket(Method):
         conn.execute(
             sql.SQL(
                 """CREATE TABLE {st} AS
-                   SELECT st.b AS {bucket}, s.{sa} AS {sa}, count(*)::int AS {count}
-                   FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   WHERE st.gid IS NOT NULL GROUP BY st.b, s.{sa} ORDER BY 1, 2"""
+                   SELECT b AS {bucket}, dbanon_s AS {sa}, count(*)::int AS {count}
+                   FROM {rows} WHERE gid IS NOT NULL GROUP BY b, dbanon_s ORDER BY 1, 2"""
             ).format(
                 st=st, bucket=sql.Identifier(BUCKET_ID), sa=r.sensitive[0].ident,
-                count=sql.Identifier(COUNT), src=r.source.ident, stage=STAGE, key=r.key.ident,
+                count=sql.Identifier(COUNT), rows=ROWS,
             )  # fmt: skip
         )
 

@@ -130,6 +130,17 @@ def extract(
     return _decoded(r, keys, values, with_sensitive)
 
 
+def extract_coded(conn: psycopg.Connection, r: Resolved) -> tuple[Keys, QIArrays, Coded]:
+    """`extract` with the (first) sensitive column as COPY coded it, streamed as text: its
+    distinct values and an int32 code per row, no object array of a million references."""
+    exprs, kinds = _qi_columns(r, True, None)
+    keys, *values = copy_columns(conn, _query(r, exprs), kinds, r.rows, _say(r))
+    coded = values[len(r.qi)]
+    assert isinstance(coded, Coded)
+    keys, qi, _ = _decoded(r, keys, values[: len(r.qi)], False)
+    return keys, qi, coded
+
+
 def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
     """A streamed column as an object array of its values, None for NULL (what methods'
     `encode_sensitive` receive)."""

@@ -205,8 +205,9 @@ def new_rows(
     fp = fingerprint(released, kind=fingerprint_kind(conn, source, released))
     columns = columns_of(conn, stage)
     if {"key", "gid", "w", "t", "fp"} <= set(columns) and isinstance(stage, sql.Identifier):
-        # joined with the source already, as the release was built (and with the map)
-        return Rows(stage, old=set(OLD) <= set(columns))
+        # joined with the source already, as the release was built (and with the map); with
+        # b and u, every source row in the bucket form (cbg)
+        return Rows(stage, buckets={"b", "u"} <= set(columns), old=set(OLD) <= set(columns))
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     if "pset" in columns:
         conn.execute(
