@@ -130,3 +130,16 @@ def test_fixed_width_numbers_read_back_in_their_types(conn: psycopg.Connection) 
         assert np.array_equal(np.float64(x), floats[i], equal_nan=True)
         assert np.signbit(np.float64(x)) == np.signbit(floats[i])
         assert (b, j, s) == (big[i], ints[i], shorts[i])
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_an_int4_fields_null_marker_is_null_in_any_width(
+    conn: psycopg.Connection, dtype: type
+) -> None:
+    """Field.int4(values, null=0): rows whose value is 0 are NULL, whatever the array's width
+    (NULL_INT does not fit in int32: a narrower where() wrapped it to 0)."""
+    values = np.array([3, 0, 5, 0], dtype=dtype)
+    conn.execute("CREATE TEMP TABLE b (x int4)")
+    copy_rows(conn, sql.SQL("COPY b FROM STDIN (FORMAT BINARY)"), [Field.int4(values, null=0)],
+              np.arange(4))  # fmt: skip
+    assert [x for (x,) in conn.execute("SELECT x FROM b").fetchall()] == [3, None, 5, None]

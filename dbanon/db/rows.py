@@ -115,8 +115,8 @@ class Field:
             return np.full(len(rows), self.const, dtype=np.int64)
         at = rows if self.via is None else self.via[rows]
         out = at if self.values is None else self.values[at]
-        if self.null is not None:
-            out = np.where(out == self.null, NULL_INT, out)
+        if self.null is not None:  # in int64: NULL_INT wraps to 0 in a narrower type
+            out = np.where(out == self.null, NULL_INT, out.astype(np.int64, copy=False))
         return out
 
 
