@@ -36,7 +36,7 @@ attribute -> frozenset of codes (only the attributes the consumer has seen her f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -56,7 +56,8 @@ class Attr:
 
     codes: np.ndarray
     principle: Principle
-    values: np.ndarray  # the row values (for bucketise's value order)
+    values: np.ndarray  # the row values, or their places in the value order (bucketise's)
+    names: Sequence[object] | None = None  # the value at each place, where `values` are places
 
     @property
     def need(self) -> int:
@@ -315,7 +316,8 @@ def _bucket(
         if not len(pool):
             return _numbered(out), dissolved
         try:
-            out[pool] = bucketise(attr.values[pool], attr.principle, heuristic, rng) + out.max()
+            out[pool] = bucketise(attr.values[pool], attr.principle, heuristic, rng,
+                                  attr.names) + out.max()
             return _numbered(out), dissolved
         except ValueError:
             if not out.any():
