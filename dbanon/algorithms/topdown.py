@@ -61,3 +61,74 @@ def top_down_split(
         size[best] += 1
         side[w] = best == 0
     return side
+
+
+@njit(cache=True)
+def median_cut_groups(x: np.ndarray, k: int) -> np.ndarray:
+    """LAG_1's median cuts (dbanon.algorithms.lag.median_cuts, whose loop this is) over the
+    rows of `x` (float64 (n, d), no NaN): group ids 0..g-1 in the order the sets are popped.
+    A set is a segment of one buffer of row numbers, parted in place (left, then right)."""
+    n, d = x.shape
+    gid = np.zeros(n, dtype=np.int64)
+    rows = np.arange(n)
+    spare = np.empty(n, dtype=np.int64)
+    stack = np.empty((2 * n + 2, 2), dtype=np.int64)
+    stack[0, 0], stack[0, 1] = 0, n
+    top, next_id = 1, 0
+    spread = np.empty(d)
+    order = np.empty(d, dtype=np.int64)
+    while top:
+        top -= 1
+        lo, hi = stack[top, 0], stack[top, 1]
+        m = hi - lo
+        cut_at = -1
+        median = 0.0
+        if m >= 2 * k:
+            for a in range(d):
+                mx, mn = x[rows[lo], a], x[rows[lo], a]
+                for i in range(lo + 1, hi):
+                    v = x[rows[i], a]
+                    mx = max(mx, v)
+                    mn = min(mn, v)
+                spread[a] = mx - mn
+            for a in range(d):  # widest first, ties by column (a stable sort of -spread)
+                j = a
+                while j > 0 and spread[order[j - 1]] < spread[a]:
+                    order[j] = order[j - 1]
+                    j -= 1
+                order[j] = a
+            vals = np.empty(m)
+            for t in range(d):
+                a = order[t]
+                if spread[a] <= 0:
+                    break
+                for i in range(m):
+                    vals[i] = x[rows[lo + i], a]
+                vals.sort()
+                median = vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+                left = 0
+                for i in range(lo, hi):
+                    if x[rows[i], a] <= median:
+                        left += 1
+                if k <= left <= m - k:
+                    cut_at = a
+                    break
+        if cut_at < 0:
+            for i in range(lo, hi):
+                gid[rows[i]] = next_id
+            next_id += 1
+            continue
+        nl, nr = lo, 0  # the left part in place (order kept), the right part after it
+        for i in range(lo, hi):
+            r = rows[i]
+            if x[r, cut_at] <= median:
+                rows[nl] = r
+                nl += 1
+            else:
+                spare[nr] = r
+                nr += 1
+        rows[nl:hi] = spare[:nr]
+        stack[top, 0], stack[top, 1] = nl, hi  # the right part, popped after the left
+        stack[top + 1, 0], stack[top + 1, 1] = lo, nl
+        top += 2
+    return gid
