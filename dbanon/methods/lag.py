@@ -30,10 +30,9 @@ from psycopg import sql
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.catalog import Column
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
-from dbanon.db.stream import Coded, Keys, Values, copy_in_ids
+from dbanon.db.stream import Coded, Keys, Values, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
@@ -46,6 +45,9 @@ from dbanon.methods.localanatomy import (
     STAGE,
     Extracted,
     LocalAnatomy,
+    create_like,
+    retype,
+    with_null,
 )
 from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
@@ -241,46 +243,46 @@ class LAG(LocalAnatomy):
         ex: Extracted, order: np.ndarray, row_id: np.ndarray, gid: np.ndarray | None,
         bucket: dict[str, np.ndarray],
     ) -> None:  # fmt: skip
-        """The stage (the map reads it), and NAME from source + stage: flagged cells NULL, the
-        rest generalised per group."""
+        """The stage (the map reads it); each group's labels in SQL (flagged cells NULL, the
+        rest generalised over the group) over the rows' values written from the arrays (no
+        join with the source), streamed out once per group; NAME written from them and the
+        arrays with one binary COPY, the rows in `order` (a fresh secret permutation): no
+        join of the labels back to the rows, no sort of the release to shuffle it."""
         assert ex.keys is not None and gid is not None
         whole = np.zeros(ex.n, dtype=np.int32)
         whole[row_id > 0] = gid
         stage_rows(conn, ex.keys, order, row_id, whole, [bucket[a.column] for a in attrs])
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {main} AS
-                   WITH rows AS (
-                       SELECT st.row_id, st.gid, {masked}
-                       FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   ), groups AS (
-                       SELECT gid, {gen} FROM rows GROUP BY gid
-                   )
-                   SELECT rows.row_id AS {rid}, rows.gid AS {gid}, {out}
-                   FROM rows JOIN groups g USING (gid) ORDER BY random()"""
-            ).format(
-                main=main,
-                masked=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(e, c.ident)
-                    for e, c in zip(self.main_columns(r, attrs), r.qi, strict=True)
-                ),
-                src=r.source.ident, stage=STAGE, key=r.key.ident,
-                gen=sql.SQL(", ").join(
-                    sql.SQL("CASE WHEN count({c}) > 0 THEN {g} END AS {c}").format(
-                        c=c.ident, g=generalised(r, c)
-                    )
-                    for c in r.qi
-                ),
-                rid=sql.Identifier(ROW_ID), gid=sql.Identifier(GROUP_ID),
-                out=sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi),
-            )
+        create_like(conn, sql.SQL("NULL::int4 AS gid"), r.qi, r, VALUES, ex.textual, temp=True)
+        fields = [Field.int4(whole)]
+        for c in r.qi:  # a flagged cell NULL, as NAME shows it
+            v = ex.shown[c.name]
+            fields.append(Field.entries(with_null(v), v.codes if c.name not in bucket else
+                                        np.where(bucket[c.name] > 0, np.int32(len(v)), v.codes)))
+        copy_rows(conn, COPY.format(VALUES), fields, order)
+        retype(conn, VALUES, r.qi, ex.textual)
+        groups = sql.SQL("SELECT gid, {gen} FROM {rows} GROUP BY gid").format(
+            rows=VALUES,
+            gen=sql.SQL(", ").join(
+                sql.SQL("CASE WHEN count({c}) > 0 THEN {g} END AS {c}").format(
+                    c=c.ident, g=generalised(r, c)
+                )
+                for c in r.qi
+            ),
         )  # fmt: skip
-
-    def main_columns(self, r: Resolved, attrs: list[Attribute]) -> list[sql.Composable]:
-        """NAME's columns over the staged rows `s` (source) and `st` (stage): the QIs as they
-        are, NULL where flagged."""
-        where = {a.column: i for i, a in enumerate(attrs)}
-        return [masked(c, where.get(c.name)) for c in r.qi]
+        conn.execute(sql.SQL(
+            "CREATE TABLE {main} AS SELECT NULL::int4 AS {rid}, NULL::int4 AS {gid}, {out} "
+            "FROM ({groups}) g WITH NO DATA"
+        ).format(main=main, rid=sql.Identifier(ROW_ID), gid=sql.Identifier(GROUP_ID),
+                 out=sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi),
+                 groups=groups))  # fmt: skip
+        ids, *labels = copy_columns(conn, groups, ["int4", *(["values"] * len(r.qi))])
+        place = np.full(int(whole.max()) + 1, -1, dtype=np.int64)
+        place[np.asarray(ids)] = np.arange(len(ids))
+        at = place[whole]  # each row's group among those streamed (rows not released: unused)
+        copy_rows(conn, COPY.format(main), [
+            Field.int4(row_id), Field.int4(whole),
+            *(Field.entries(Dictionary.of_values(v), v.codes, at) for v in labels),
+        ], order)  # fmt: skip
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Local anatomy's checks, and k-anonymity of NAME over its QI columns."""
@@ -290,16 +292,8 @@ class LAG(LocalAnatomy):
 
 
 SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
+VALUES = sql.Identifier("dbanon_lag_values")  # (gid, qi...): each released row's, as shown
 JUDGED = sql.Identifier("dbanon_lag_judged")  # (key, pset, pr, pv) of people known before
-
-
-def masked(col: Column, bucket: int | None) -> sql.Composable:
-    """A QI column with its flagged cells NULL (`bucket`: the attribute's stage column)."""
-    if bucket is None:
-        return sql.SQL("s.{}").format(col.ident)
-    return sql.SQL("CASE WHEN st.{} IS NULL THEN s.{} END").format(
-        sql.Identifier(f"b{bucket}"), col.ident
-    )
 
 
 def _tag(value: Any) -> str:
@@ -445,6 +439,6 @@ def _stage_map(
     conn.execute(sql.SQL("ANALYZE {}").format(composition.PSETS))
 
 
-__all__ = ["LAG", "masked"]
+__all__ = ["LAG"]
 
 register(LAG())

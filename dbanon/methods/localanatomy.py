@@ -16,6 +16,7 @@ COL=t:T` promises t-closeness of its buckets instead.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -84,12 +85,13 @@ def _flagged_columns(conn: psycopg.Connection, spec: ReleaseSpec) -> list[str]:
 
 
 def stream_type(col: Column) -> tuple[sql.Composable, str]:
-    """How a column streams out for the algorithms: numbers and dates as float8, else text."""
+    """How a column (of the source, aliased `s`) streams out for the algorithms: numbers and
+    dates as float8, else text."""
     if col.kind == catalog.DATE:
-        return sql.SQL("extract(epoch FROM {})::float8").format(col.ident), "float8"
+        return sql.SQL("extract(epoch FROM s.{})::float8").format(col.ident), "float8"
     if col.kind == catalog.NUMERIC:
-        return sql.SQL("{}::float8").format(col.ident), "float8"
-    return sql.SQL("{}::text").format(col.ident), "text"
+        return sql.SQL("s.{}::float8").format(col.ident), "float8"
+    return sql.SQL("s.{}::text").format(col.ident), "text"
 
 
 def _no_null_sensitive(conn: psycopg.Connection, r: Resolved) -> None:
@@ -222,8 +224,7 @@ class LocalAnatomy(Method):
                 algo.append((c, None))  # the bytes shown are the text
                 continue
             algo.append((c, len(exprs)))
-            exprs.append(sql.SQL("s.{}").format(expr) if kind == "float8" else
-                         sql.SQL("s.{}::text").format(c.ident))  # fmt: skip
+            exprs.append(expr)
             kinds.append(kind if kind == "float8" else "values")
         flagged_cols = [c.name for c in r.qi]
         rel = relation_of(conn, r.options["flags"], r.key) if r.options.get("flags") else None
@@ -342,8 +343,8 @@ class LocalAnatomy(Method):
     ) -> None:  # fmt: skip
         """NAME written from the arrays with one binary COPY, the released rows in `order` (a
         fresh secret permutation): each QI as it came, NULL where its owner flagged it."""
-        _create(conn, sql.SQL("NULL::int4 AS {}").format(sql.Identifier(ROW_ID)), r.qi, r,
-                main, ex.textual)  # fmt: skip
+        create_like(conn, sql.SQL("NULL::int4 AS {}").format(sql.Identifier(ROW_ID)), r.qi, r,
+                    main, ex.textual, masked=bucket)  # fmt: skip
         fields = [Field.int4(row_id)]
         for c in r.qi:
             v = ex.shown[c.name]
@@ -353,7 +354,7 @@ class LocalAnatomy(Method):
             else:
                 fields.append(Field.entries(Dictionary.of_values(v), v.codes))
         copy_rows(conn, COPY.format(main), fields, order)
-        _retype(conn, main, r.qi, ex.textual)
+        retype(conn, main, r.qi, ex.textual)
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Per attribute, its principle on its buckets and IDT/ST/NAME agreeing."""
@@ -429,20 +430,23 @@ def with_null(v: Values) -> Dictionary:
                       np.append(v.lens, -1).astype(np.int32), v.data)  # fmt: skip
 
 
-def _create(
+def create_like(
     conn: psycopg.Connection, lead: sql.Composable, cols: list[Column], r: Resolved,
-    target: sql.Identifier, textual: set[str], tail: sql.Composable | None = None,
+    target: sql.Identifier, textual: set[str], temp: bool = False,
+    masked: Collection[str] = (),
 ) -> None:  # fmt: skip
-    """`target`, empty: `lead`, then `cols` of their source types (as text where they have no
-    binary form: `_retype` casts them back once written), then `tail`."""
-    shown = [sql.SQL("s.{c}::text AS {c}" if c.name in textual else "s.{c}").format(c=c.ident)
-             for c in cols]  # fmt: skip
-    conn.execute(sql.SQL("CREATE TABLE {} AS SELECT {} FROM {} s WITH NO DATA").format(
-        target, sql.SQL(", ").join([lead, *shown, *([tail] if tail else [])]),
-        r.source.ident))  # fmt: skip
+    """`target`, empty (`temp`: dropped at commit): `lead`, then `cols` of their source types
+    (as text where they have no binary form: `retype` casts them back once written); those
+    `masked` (NULL where flagged) typed as a CASE makes them, without the type modifier."""
+    shown = [sql.SQL("s.{c}::text AS {c}" if c.name in textual else
+                     "CASE WHEN true THEN s.{c} END AS {c}" if c.name in masked else
+                     "s.{c}").format(c=c.ident) for c in cols]  # fmt: skip
+    conn.execute(sql.SQL("CREATE {}TABLE {} {}AS SELECT {} FROM {} s WITH NO DATA").format(
+        sql.SQL("TEMP " if temp else ""), target, sql.SQL("ON COMMIT DROP " if temp else ""),
+        sql.SQL(", ").join([lead, *shown]), r.source.ident))  # fmt: skip
 
 
-def _retype(
+def retype(
     conn: psycopg.Connection, target: sql.Identifier, cols: list[Column], textual: set[str]
 ) -> None:
     """Columns written as text (no binary form) cast back to their types, by name."""
@@ -471,14 +475,14 @@ def write_buckets(
     copy_rows(conn, COPY.format(idt), [Field.int4(row_id), Field.int4(bucket)],
               rows[np.lexsort((row_id[rows], b))])  # fmt: skip
     col = next(c for c in [*r.qi, *r.sensitive] if c.name == a.column)
-    _create(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
+    create_like(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
     v = ex.shown[a.column]
     in_st = rows[np.lexsort((ex.data[a.column][rows], b))]
     copy_rows(conn, COPY.format(st), [Field.int4(bucket),
                                       Field.entries(Dictionary.of_values(v), v.codes)], in_st)
-    _retype(conn, st, [col], ex.textual)
+    retype(conn, st, [col], ex.textual)
 
 
-__all__ = ["GROUP_ID", "Extracted", "LocalAnatomy"]
+__all__ = ["GROUP_ID", "Extracted", "LocalAnatomy", "create_like", "retype", "with_null"]
 
 register(LocalAnatomy())
