@@ -1,5 +1,6 @@
-"""The numba loop of LAG_2's Top-down split (Xu et al., KDD'06), apart so that importing
-dbanon.algorithms.lag does not load numba."""
+"""LAG's numba loops, apart so that importing dbanon.algorithms.lag does not load numba:
+LAG_2's Top-down split (Xu et al., KDD'06), LAG_1's median cuts, and the values each class
+holds (what its rows' buckets hold)."""
 
 from __future__ import annotations
 
@@ -132,3 +133,61 @@ def median_cut_groups(x: np.ndarray, k: int) -> np.ndarray:
         stack[top + 1, 0], stack[top + 1, 1] = lo, nl
         top += 2
     return gid
+
+
+@njit(cache=True)
+def _csr(owner: np.ndarray, item: np.ndarray, owners: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each owner's items (with repeats), one after another: (starts, items)."""
+    starts = np.zeros(owners + 1, dtype=np.int64)
+    for i in range(len(owner)):
+        starts[owner[i] + 1] += 1
+    for o in range(owners):
+        starts[o + 1] += starts[o]
+    at = starts[:-1].copy()
+    items = np.empty(len(owner), dtype=np.int64)
+    for i in range(len(owner)):
+        items[at[owner[i]]] = item[i]
+        at[owner[i]] += 1
+    return starts, items
+
+
+@njit(cache=True)
+def class_value_pairs(
+    g: np.ndarray, b: np.ndarray, c: np.ndarray, groups: int, nb: int, nc: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, value) pairs of rows in group g[i] and bucket b[i] holding value
+    c[i] (dbanon.algorithms.lag_persist.class_values, whose rows these are): every value of
+    every bucket a group's rows lie in, in (group, value) order; linear, but for each group's
+    values sorted."""
+    bstart, bvals = _csr(b, c, nb)
+    gstart, gbs = _csr(g, b, groups)
+    seen_b = np.full(nb, -1, dtype=np.int64)
+    seen_c = np.full(nc, -1, dtype=np.int64)
+    total = 0
+    for write in (False, True):
+        if write:
+            out_g = np.empty(total, dtype=np.int64)
+            out_c = np.empty(total, dtype=np.int64)
+            seen_b[:] = -1
+            seen_c[:] = -1
+        p = 0
+        for grp in range(groups):
+            first = p
+            for j in range(gstart[grp], gstart[grp + 1]):
+                bb = gbs[j]
+                if seen_b[bb] == grp:
+                    continue
+                seen_b[bb] = grp
+                for t in range(bstart[bb], bstart[bb + 1]):
+                    v = bvals[t]
+                    if seen_c[v] == grp:
+                        continue
+                    seen_c[v] = grp
+                    if write:
+                        out_g[p] = grp
+                        out_c[p] = v
+                    p += 1
+            if write:
+                out_c[first:p] = np.sort(out_c[first:p])
+        total = p
+    return out_g, out_c
