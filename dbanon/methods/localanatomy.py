@@ -327,9 +327,10 @@ class LocalAnatomy(Method):
                           r.stored(st))  # fmt: skip
         ctx.lap("materialise")
         metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
-        if r.options.get("flags"):  # flags of rows deleted since: ignored, counted
-            rel = relation_of(conn, r.options["flags"], r.key)
-            metrics["stale_flags"] = stale(conn, rel, r.source, r.key)
+        if r.options.get("flags"):  # flags of rows deleted since: ignored, counted (none at
+            rel = relation_of(conn, r.options["flags"], r.key)  # a first publish: refused)
+            metrics["stale_flags"] = 0 if r.release_id is None else stale(conn, rel, r.source,
+                                                                          r.key)  # fmt: skip
         for a in attrs:
             ids = buckets[a.column]
             metrics[f"{a.column}_flagged"] = int((ids > 0).sum())
