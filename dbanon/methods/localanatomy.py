@@ -226,10 +226,11 @@ class LocalAnatomy(Method):
             algo.append((c, len(exprs)))
             exprs.append(expr)
             kinds.append(kind if kind == "float8" else "values")
-        flagged_cols = [c.name for c in r.qi]
+        # The QIs the flags relation names (the others' masks are all False).
+        flagged_cols = [a.column for a in self.attributes(r) if a.in_main]
         rel = relation_of(conn, r.options["flags"], r.key) if r.options.get("flags") else None
         joined = sql.SQL("")
-        if rel is not None:
+        if rel is not None and flagged_cols:
             exprs += [sql.SQL("coalesce(f.{}, false)::int4").format(sql.Identifier(f"f{i}"))
                       for i in range(len(flagged_cols))]  # fmt: skip
             kinds += ["int4"] * len(flagged_cols)
@@ -258,11 +259,10 @@ class LocalAnatomy(Method):
             else:
                 data[c.name], names[c.name] = value_places(got)
                 coded[c.name] = got
-        if rel is None:
-            flagged = {c: np.zeros(n, dtype=bool) for c in flagged_cols}
-        else:
+        flagged = {c.name: np.zeros(n, dtype=bool) for c in r.qi}
+        if rel is not None and flagged_cols:
             first = len(exprs) - len(flagged_cols) - int(keys)
-            flagged = {c: streamed[first + i].astype(bool) for i, c in enumerate(flagged_cols)}
+            flagged |= {c: streamed[first + i].astype(bool) for i, c in enumerate(flagged_cols)}
         for c in r.sensitive:
             flagged[c.name] = np.ones(n, dtype=bool)
         return Extracted(n, shown, data, names, coded, flagged, textual,
