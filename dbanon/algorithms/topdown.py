@@ -105,8 +105,8 @@ def median_cut_groups(x: np.ndarray, k: int) -> np.ndarray:
                     break
                 for i in range(m):
                     vals[i] = x[rows[lo + i], a]
-                vals.sort()
-                median = vals[m // 2] if m % 2 else (vals[m // 2 - 1] + vals[m // 2]) / 2
+                part = np.partition(vals, m // 2)  # the middle order statistics, exactly
+                median = part[m // 2] if m % 2 else (part[: m // 2].max() + part[m // 2]) / 2
                 left = 0
                 for i in range(lo, hi):
                     if x[rows[i], a] <= median:
