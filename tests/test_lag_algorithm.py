@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.lag import generalise, leaf_order, ncp, qi_partition
+from dbanon.algorithms.lag import generalise, leaf_order, median_cuts, ncp, qi_partition
 from dbanon.core.hierarchy import Hierarchy
 
 H = Hierarchy.from_rows("h", [[v, "ab" if v in "ab" else "cd", "*"] for v in "abcd"])
@@ -85,6 +85,23 @@ def test_median_cuts_stop_only_where_no_cut_is_possible(seed: int) -> None:
         for a in range(x.shape[1]):  # Algorithm 5.2's condition, tried on every attribute
             left = x[rows, a] <= np.median(x[rows, a])
             assert not (k <= left.sum() <= len(rows) - k), (g, a)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [2, 3, 7])
+def test_compiled_median_cuts_are_the_numpy_loop(seed: int, k: int) -> None:
+    """The compiled loop (taken without NaN) gives the groups, numbered alike, of the numpy
+    loop (taken where a column holds NaN): an all-NaN column is never cut, so adding one sends
+    the same table down the numpy loop."""
+    qi, _, _ = _table(400, seed)
+    rng = np.random.default_rng(seed)
+    ties = QIArrays.build([qi.num[:, 0] // 7, rng.integers(0, 3, qi.n)],
+                          [(qi.cat[:, 0], H)])  # fmt: skip
+    for table in (qi, ties):
+        nan = QIArrays.build([*table.num.T, np.full(table.n, np.nan)], [(table.cat[:, 0], H)])
+        compiled = median_cuts(table, k)
+        assert compiled.max() > 3
+        assert np.array_equal(compiled, median_cuts(nan, k))
 
 
 def test_leaf_order_keeps_siblings_together() -> None:

@@ -4,6 +4,7 @@ dissolved and refilled across a refresh."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from dbanon.algorithms.lag_persist import Attr, Judge, _bucket, class_values
 from dbanon.algorithms.localanatomy import Principle
@@ -93,6 +94,25 @@ def test_a_class_holds_the_values_of_its_rows_buckets() -> None:
     g, c = class_values(gid, bucket, codes)
     assert list(zip(g.tolist(), c.tolist(), strict=True)) == [(0, 0), (0, 2), (0, 3), (1, 2),
                                                               (1, 3)]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_class_values_read_plainly(seed: int) -> None:
+    """Against a plain reading: per group (rows the release shows), every value of every
+    bucket its rows lie in, where a bucket's values are those of the shown rows in it."""
+    rng = np.random.default_rng(seed)
+    n = 400
+    gid = rng.integers(-1, 30, n)
+    bucket = rng.integers(0, 80, n)
+    codes = np.where(bucket > 0, rng.integers(0, 25, n), -1)
+    held: dict[int, set[int]] = {}
+    for g_, b_, c_ in zip(gid.tolist(), bucket.tolist(), codes.tolist(), strict=True):
+        if g_ >= 0 and b_ > 0:
+            held.setdefault(b_, set()).add(c_)
+    want = sorted({(g_, v) for g_, b_ in zip(gid.tolist(), bucket.tolist(), strict=True)
+                   if g_ >= 0 and b_ > 0 for v in held[b_]})  # fmt: skip
+    g, c = class_values(gid, bucket, codes)
+    assert list(zip(g.tolist(), c.tolist(), strict=True)) == want
 
 
 def test_a_person_no_grouping_can_keep_is_withheld_not_a_refused_refresh() -> None:

@@ -259,6 +259,33 @@ def test_dbanon_check_release_reruns_the_per_attribute_checks(
     assert result.exit_code == 2 and "--qi" in result.stderr
 
 
+def test_release_checks_catch_a_shown_flagged_value_and_an_unreleased_row_id(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """NAME showing a flagged age again, then NAME losing a row the age IDT names (and the
+    disease IDT, which holds every row), then an age IDT row moved to a bucket the ST lacks:
+    each is caught by `dbanon check --release`, naming what is wrong."""
+    load_t41(conn)
+    code, out = cli_json(dsn, *la_args("t46", "--l", "4"))
+    assert code == 0, out
+    flagged = "(SELECT min(row_id) FROM released.t46_age_idt)"
+    for change, found, attrs in (
+        (f"UPDATE released.t46 SET age = 30 WHERE row_id = {flagged}", "show a flagged value",
+         {"age"}),
+        (f"DELETE FROM released.t46 WHERE row_id = {flagged}", "1 row ids not released",
+         {"age", "disease"}),
+        ("UPDATE released.t46_age_idt SET bucket_id = 99 WHERE row_id = (SELECT max(row_id) "
+         "FROM released.t46_age_idt)", "2 buckets differ in size", {"age"}),
+    ):  # fmt: skip
+        conn.execute(change)
+        conn.commit()
+        code, checked = cli_json(dsn, "check", "t46", "--release")
+        failing = {m["worst_class"].partition(":")[0]: m["worst_class"]
+                   for m in checked["models"] if not m["holds"]}  # fmt: skip
+        assert code == 1 and set(failing) >= attrs, checked
+        assert all(found in failing[a] for a in attrs), failing
+
+
 def test_refresh_follows_changed_consent(conn: psycopg.Connection, dsn: str) -> None:
     """The flags relation is read at every run: once nobody flags occupation any more and
     gender is flagged instead, a refresh publishes gender's IDT/ST and drops occupation's."""

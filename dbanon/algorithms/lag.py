@@ -84,6 +84,10 @@ def median_cuts(qi: QIArrays, k: int) -> np.ndarray:
     if qi.width == 0 or n < 2 * k:
         return gid
     x = np.hstack([qi.num, leaf_order(qi)])
+    if not np.isnan(x).any():  # the loop below, compiled (NaN: numpy's own median and sort)
+        from dbanon.algorithms.topdown import median_cut_groups  # numba: when built
+
+        return median_cut_groups(np.ascontiguousarray(x, dtype=np.float64), k)
     stack, next_id = [np.arange(n)], 0
     while stack:
         idx = stack.pop()

@@ -24,6 +24,7 @@ neither the source's order nor the values' order.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,9 +144,11 @@ def closeness(codes: np.ndarray, t: float, rng: np.random.Generator) -> np.ndarr
 
 
 def bucketise(
-    values: np.ndarray, principle: Principle, use_heuristic: bool, rng: np.random.Generator
+    values: np.ndarray, principle: Principle, use_heuristic: bool, rng: np.random.Generator,
+    names: Sequence[object] | None = None,
 ) -> np.ndarray:
-    """Bucket ids 1..g of one attribute's flagged values. ValueError naming the value when the
+    """Bucket ids 1..g of one attribute's flagged values (anything in value order: the values,
+    or their places in it, whose value `names` gives). ValueError naming the value when the
     values cannot be l-eligible (the attribute is not named: the caller does)."""
     codes, uniq = ordered_codes(values)
     if principle.kind == "t":
@@ -159,6 +162,8 @@ def bucketise(
     if bad is not None:
         top = int(np.bincount(codes)[bad])
         value = uniq[bad].item() if hasattr(uniq[bad], "item") else uniq[bad]
+        if names is not None:
+            value = names[value]
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         raise ValueError(
@@ -180,17 +185,20 @@ def local_anatomy(
     principles: dict[str, Principle],
     use_heuristic: bool,
     seed: int,
+    names: Mapping[str, Sequence[object]] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Algorithms 4.1/4.3: per attribute (values of every row, flagged mask) a bucket id per row,
-    0 where the value is not flagged. ValueError "attribute ...: ..." when one cannot be
-    bucketised."""
+    """Algorithms 4.1/4.3: per attribute (values of every row in value order, flagged mask) a
+    bucket id per row, 0 where the value is not flagged. ValueError "attribute ...: ..." when
+    one cannot be bucketised. `names`: of an attribute given as places in its value order,
+    the value at each place (for the message)."""
     out = {}
     for i, (attr, (values, flagged)) in enumerate(columns.items()):
         rng = np.random.default_rng([seed, i])
         ids = np.zeros(len(values), dtype=np.int64)
         if flagged.any():
             try:
-                ids[flagged] = bucketise(values[flagged], principles[attr], use_heuristic, rng)
+                ids[flagged] = bucketise(values[flagged], principles[attr], use_heuristic, rng,
+                                         (names or {}).get(attr))
             except ValueError as e:
                 raise ValueError(f"attribute {quote_ident(attr)} {e}") from None
         out[attr] = ids

@@ -1,5 +1,6 @@
-"""The numba loop of LAG_2's Top-down split (Xu et al., KDD'06), apart so that importing
-dbanon.algorithms.lag does not load numba."""
+"""LAG's numba loops, apart so that importing dbanon.algorithms.lag does not load numba:
+LAG_2's Top-down split (Xu et al., KDD'06), LAG_1's median cuts, and the values each class
+holds (what its rows' buckets hold)."""
 
 from __future__ import annotations
 
@@ -61,3 +62,132 @@ def top_down_split(
         size[best] += 1
         side[w] = best == 0
     return side
+
+
+@njit(cache=True)
+def median_cut_groups(x: np.ndarray, k: int) -> np.ndarray:
+    """LAG_1's median cuts (dbanon.algorithms.lag.median_cuts, whose loop this is) over the
+    rows of `x` (float64 (n, d), no NaN): group ids 0..g-1 in the order the sets are popped.
+    A set is a segment of one buffer of row numbers, parted in place (left, then right)."""
+    n, d = x.shape
+    gid = np.zeros(n, dtype=np.int64)
+    rows = np.arange(n)
+    spare = np.empty(n, dtype=np.int64)
+    stack = np.empty((2 * n + 2, 2), dtype=np.int64)
+    stack[0, 0], stack[0, 1] = 0, n
+    top, next_id = 1, 0
+    spread = np.empty(d)
+    order = np.empty(d, dtype=np.int64)
+    while top:
+        top -= 1
+        lo, hi = stack[top, 0], stack[top, 1]
+        m = hi - lo
+        cut_at = -1
+        median = 0.0
+        if m >= 2 * k:
+            for a in range(d):
+                mx, mn = x[rows[lo], a], x[rows[lo], a]
+                for i in range(lo + 1, hi):
+                    v = x[rows[i], a]
+                    mx = max(mx, v)
+                    mn = min(mn, v)
+                spread[a] = mx - mn
+            for a in range(d):  # widest first, ties by column (a stable sort of -spread)
+                j = a
+                while j > 0 and spread[order[j - 1]] < spread[a]:
+                    order[j] = order[j - 1]
+                    j -= 1
+                order[j] = a
+            vals = np.empty(m)
+            for t in range(d):
+                a = order[t]
+                if spread[a] <= 0:
+                    break
+                for i in range(m):
+                    vals[i] = x[rows[lo + i], a]
+                part = np.partition(vals, m // 2)  # the middle order statistics, exactly
+                median = part[m // 2] if m % 2 else (part[: m // 2].max() + part[m // 2]) / 2
+                left = 0
+                for i in range(lo, hi):
+                    if x[rows[i], a] <= median:
+                        left += 1
+                if k <= left <= m - k:
+                    cut_at = a
+                    break
+        if cut_at < 0:
+            for i in range(lo, hi):
+                gid[rows[i]] = next_id
+            next_id += 1
+            continue
+        nl, nr = lo, 0  # the left part in place (order kept), the right part after it
+        for i in range(lo, hi):
+            r = rows[i]
+            if x[r, cut_at] <= median:
+                rows[nl] = r
+                nl += 1
+            else:
+                spare[nr] = r
+                nr += 1
+        rows[nl:hi] = spare[:nr]
+        stack[top, 0], stack[top, 1] = nl, hi  # the right part, popped after the left
+        stack[top + 1, 0], stack[top + 1, 1] = lo, nl
+        top += 2
+    return gid
+
+
+@njit(cache=True)
+def _csr(owner: np.ndarray, item: np.ndarray, owners: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each owner's items (with repeats), one after another: (starts, items)."""
+    starts = np.zeros(owners + 1, dtype=np.int64)
+    for i in range(len(owner)):
+        starts[owner[i] + 1] += 1
+    for o in range(owners):
+        starts[o + 1] += starts[o]
+    at = starts[:-1].copy()
+    items = np.empty(len(owner), dtype=np.int64)
+    for i in range(len(owner)):
+        items[at[owner[i]]] = item[i]
+        at[owner[i]] += 1
+    return starts, items
+
+
+@njit(cache=True)
+def class_value_pairs(
+    g: np.ndarray, b: np.ndarray, c: np.ndarray, groups: int, nb: int, nc: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct (group, value) pairs of rows in group g[i] and bucket b[i] holding value
+    c[i] (dbanon.algorithms.lag_persist.class_values, whose rows these are): every value of
+    every bucket a group's rows lie in, in (group, value) order; linear, but for each group's
+    values sorted."""
+    bstart, bvals = _csr(b, c, nb)
+    gstart, gbs = _csr(g, b, groups)
+    seen_b = np.full(nb, -1, dtype=np.int64)
+    seen_c = np.full(nc, -1, dtype=np.int64)
+    total = 0
+    for write in (False, True):
+        if write:
+            out_g = np.empty(total, dtype=np.int64)
+            out_c = np.empty(total, dtype=np.int64)
+            seen_b[:] = -1
+            seen_c[:] = -1
+        p = 0
+        for grp in range(groups):
+            first = p
+            for j in range(gstart[grp], gstart[grp + 1]):
+                bb = gbs[j]
+                if seen_b[bb] == grp:
+                    continue
+                seen_b[bb] = grp
+                for t in range(bstart[bb], bstart[bb + 1]):
+                    v = bvals[t]
+                    if seen_c[v] == grp:
+                        continue
+                    seen_c[v] = grp
+                    if write:
+                        out_g[p] = grp
+                        out_c[p] = v
+                    p += 1
+            if write:
+                out_c[first:p] = np.sort(out_c[first:p])
+        total = p
+    return out_g, out_c

@@ -92,7 +92,9 @@ def validate(
                 f"flags relation {flags} names {unknown} keys that {source} lacks, in {rows} "
                 f"flag rows: {listed}{more}"
             )
-    live = _live(flags, source, key)
+    # A first publish refused any flag of a key the source lacks (above): every flag is live.
+    live = _live(flags, source, key) if refresh else sql.SQL("SELECT * FROM {}").format(
+        flags.ident)  # fmt: skip
     per_column = dict(
         conn.execute(
             sql.SQL("SELECT {c}::text, count(*) FROM ({live}) f GROUP BY 1 ORDER BY 1").format(

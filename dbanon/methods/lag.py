@@ -30,18 +30,24 @@ from psycopg import sql
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.stream import Coded, Keys, copy_in_ids
+from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.settings import analyze_stage
+from dbanon.db.stream import Coded, Keys, Values, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
 from dbanon.methods.grouped import RANGES, encode, generalised
 from dbanon.methods.localanatomy import (
+    COPY,
     FLAGS,
     HEURISTIC,
     PRINCIPLE,
     STAGE,
+    Extracted,
     LocalAnatomy,
-    masked,
+    create_like,
+    retype,
+    with_null,
 )
 from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
@@ -77,6 +83,7 @@ class LAG(LocalAnatomy):
                "refused when it would narrow anyone).", ("persist", "regroup")),
     )  # fmt: skip
     generalises = True
+    keyed = True
     finite_qis = True  # unlike local anatomy, it measures its QIs to generalise them
     releases = (
         "as `localanatomy`, with `NAME`'s unflagged values generalised over k-anonymous groups "
@@ -92,14 +99,20 @@ class LAG(LocalAnatomy):
             raise DbanonError("--algorithm lag needs --k (at least 2)")
         super().validate(conn, r)
 
-    def qi_arrays(self, r: Resolved, data: dict[str, np.ndarray]) -> QIArrays:
+    def algorithm_columns(self, r: Resolved) -> list[str]:
+        """Every QI (grouped) and the bucketised attributes."""
+        return [*dict.fromkeys([*(c.name for c in r.qi), *super().algorithm_columns(r)])]
+
+    def qi_arrays(self, r: Resolved, ex: Extracted) -> QIArrays:
         numeric, categorical = [], []
         for col in r.qi:
             if r.is_categorical(col):
-                categorical.append(encode(r, col, Coded.of(data[col.name].tolist())))
+                got = ex.coded.get(col.name)
+                coded = Coded.of(ex.data[col.name].tolist()) if got is None else first_seen(got)
+                categorical.append(encode(r, col, coded))
             else:
-                numeric.append(data[col.name])
-        return QIArrays.build(numeric, categorical, n=len(next(iter(data.values()))))
+                numeric.append(ex.data[col.name])
+        return QIArrays.build(numeric, categorical, n=ex.n)
 
     def split_flags(
         self, r: Resolved, flagged: dict[str, np.ndarray], n: int
@@ -111,11 +124,10 @@ class LAG(LocalAnatomy):
         return as_matrix(num), as_matrix(cat)
 
     def released_rows(
-        self, r: Resolved, keys: list[str], data: dict[str, np.ndarray],
-        flagged: dict[str, np.ndarray],
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:  # fmt: skip
-        qi = self.qi_arrays(r, data)
-        fnum, fcat = self.split_flags(r, flagged, len(keys))
+        self, r: Resolved, ex: Extracted
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
+        qi = self.qi_arrays(r, ex)
+        fnum, fcat = self.split_flags(r, ex.flagged, ex.n)
         k = int(r.model("k-anonymity").k)  # type: ignore[union-attr]
         try:
             gid, figures = generalise(qi, fnum, fcat, k, r.options["variant"], r.seed or 0)
@@ -134,26 +146,27 @@ class LAG(LocalAnatomy):
         return kept, gid[kept] + 1, figures  # group ids from 1, as Table 5.4 numbers them
 
     def lay_out(
-        self, conn: psycopg.Connection, r: Resolved, keys: list[str],
-        data: dict[str, np.ndarray], flagged: dict[str, np.ndarray], attrs: list[Attribute],
+        self, conn: psycopg.Connection, r: Resolved, ex: Extracted, attrs: list[Attribute],
     ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
         """LAG's groups and local anatomy's buckets; on a refresh that persists, the layout of
         dbanon.algorithms.lag_persist. Either way every row is judged against what the
         release's earlier runs showed, and the map is staged (MAP, composition.PSETS)."""
-        previous = composition.previous_cells(conn, r.release_id, Keys.of(keys), r.source,
-                                              r.key, r.released_columns)  # fmt: skip
-        n = len(keys)
+        assert ex.keys is not None
+        previous = composition.previous_cells(conn, r.release_id, ex.keys, r.source, r.key,
+                                              r.released_columns)  # fmt: skip
+        n = ex.n
         cells, tags = {}, {}
         for a in attrs:
-            codes, tags[a.column] = _codes(data[a.column], flagged[a.column])
-            cells[a.column] = lag_persist.Attr(codes, a.principle, data[a.column])
+            names = ex.names.get(a.column)
+            codes, tags[a.column] = _codes(ex.data[a.column], ex.flagged[a.column], names)
+            cells[a.column] = lag_persist.Attr(codes, a.principle, ex.data[a.column], names)
         known: list[lag_persist.Plausible | None] = [None] * n
         if previous is not None:
             known = _known(previous[2], tags, r.sensitive[0].name if r.sensitive else None)
         k = int(r.model("k-anonymity").k)  # type: ignore[union-attr]
         regroup = r.regroup or r.options.get("refresh_policy") == "regroup"
         if previous is None or regroup or not (previous[0] >= 0).any():
-            kept, gid, buckets, figures = super().lay_out(conn, r, keys, data, flagged, attrs)
+            kept, gid, buckets, figures = super().lay_out(conn, r, ex, attrs)
             whole_gid = np.full(n, -1, dtype=np.int64)
             whole_gid[kept] = gid
             whole = {a: np.zeros(n, dtype=np.int64) for a in buckets}
@@ -162,19 +175,19 @@ class LAG(LocalAnatomy):
             judge = lag_persist.Judge(cells, whole, known, k)
         else:
             kept, gid, buckets, figures, judge, whole_gid = self._persist(
-                r, data, flagged, cells, previous, known, k
+                r, ex, cells, previous, known, k
             )
         measured = judge.measure(whole_gid)
-        _stage_map(conn, keys, whole_gid, judge, measured, tags)
+        _stage_map(conn, ex.keys, whole_gid, judge, measured, tags)
         return kept, gid, buckets, figures
 
     def _persist(
-        self, r: Resolved, data: dict[str, np.ndarray], flagged: dict[str, np.ndarray],
-        cells: dict[str, lag_persist.Attr], previous: tuple, known: list, k: int,
+        self, r: Resolved, ex: Extracted, cells: dict[str, lag_persist.Attr], previous: tuple,
+        known: list, k: int,
     ) -> tuple:  # fmt: skip
         old_gid, unchanged, _, shown = previous
-        qi = self.qi_arrays(r, data)
-        fnum, fcat = self.split_flags(r, flagged, len(old_gid))
+        qi = self.qi_arrays(r, ex)
+        fnum, fcat = self.split_flags(r, ex.flagged, len(old_gid))
         old_buckets = _old_buckets(shown, list(cells))
         same_flags = np.ones(len(old_gid), dtype=bool)
         for a, cell in cells.items():  # a row whose flags changed shows another pattern
@@ -226,37 +239,50 @@ class LAG(LocalAnatomy):
                  judged=JUDGED)  # fmt: skip
 
     def materialise(
-        self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier
-    ) -> None:
-        """NAME from source + stage: flagged cells NULL, the rest generalised per group."""
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {main} AS
-                   WITH rows AS (
-                       SELECT st.row_id, st.gid, {masked}
-                       FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-                   ), groups AS (
-                       SELECT gid, {gen} FROM rows GROUP BY gid
-                   )
-                   SELECT rows.row_id AS {rid}, rows.gid AS {gid}, {out}
-                   FROM rows JOIN groups g USING (gid) ORDER BY random()"""
-            ).format(
-                main=main,
-                masked=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(e, c.ident)
-                    for e, c in zip(self.main_columns(r, attrs), r.qi, strict=True)
-                ),
-                src=r.source.ident, stage=STAGE, key=r.key.ident,
-                gen=sql.SQL(", ").join(
-                    sql.SQL("CASE WHEN count({c}) > 0 THEN {g} END AS {c}").format(
-                        c=c.ident, g=generalised(r, c)
-                    )
-                    for c in r.qi
-                ),
-                rid=sql.Identifier(ROW_ID), gid=sql.Identifier(GROUP_ID),
-                out=sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi),
-            )
+        self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier,
+        ex: Extracted, order: np.ndarray, row_id: np.ndarray, gid: np.ndarray | None,
+        bucket: dict[str, np.ndarray],
+    ) -> None:  # fmt: skip
+        """The stage (the map reads it); each group's labels in SQL (flagged cells NULL, the
+        rest generalised over the group) over the rows' values written from the arrays (no
+        join with the source), streamed out once per group; NAME written from them and the
+        arrays with one binary COPY, the rows in `order` (a fresh secret permutation): no
+        join of the labels back to the rows, no sort of the release to shuffle it."""
+        assert ex.keys is not None and gid is not None
+        whole = np.zeros(ex.n, dtype=np.int32)
+        whole[row_id > 0] = gid
+        stage_rows(conn, ex.keys, order, row_id, whole, [bucket[a.column] for a in attrs])
+        create_like(conn, sql.SQL("NULL::int4 AS gid"), r.qi, r, VALUES, ex.textual, temp=True)
+        fields = [Field.int4(whole)]
+        for c in r.qi:  # a flagged cell NULL, as NAME shows it
+            v = ex.shown[c.name]
+            fields.append(Field.entries(with_null(v), v.codes if c.name not in bucket else
+                                        np.where(bucket[c.name] > 0, np.int32(len(v)), v.codes)))
+        copy_rows(conn, COPY.format(VALUES), fields, order)
+        retype(conn, VALUES, r.qi, ex.textual)
+        groups = sql.SQL("SELECT gid, {gen} FROM {rows} GROUP BY gid").format(
+            rows=VALUES,
+            gen=sql.SQL(", ").join(
+                sql.SQL("CASE WHEN count({c}) > 0 THEN {g} END AS {c}").format(
+                    c=c.ident, g=generalised(r, c)
+                )
+                for c in r.qi
+            ),
         )  # fmt: skip
+        conn.execute(sql.SQL(
+            "CREATE TABLE {main} AS SELECT NULL::int4 AS {rid}, NULL::int4 AS {gid}, {out} "
+            "FROM ({groups}) g WITH NO DATA"
+        ).format(main=main, rid=sql.Identifier(ROW_ID), gid=sql.Identifier(GROUP_ID),
+                 out=sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi),
+                 groups=groups))  # fmt: skip
+        ids, *labels = copy_columns(conn, groups, ["int4", *(["values"] * len(r.qi))])
+        place = np.full(int(whole.max()) + 1, -1, dtype=np.int64)
+        place[np.asarray(ids)] = np.arange(len(ids))
+        at = place[whole]  # each row's group among those streamed (rows not released: unused)
+        copy_rows(conn, COPY.format(main), [
+            Field.int4(row_id), Field.int4(whole),
+            *(Field.entries(Dictionary.of_values(v), v.codes, at) for v in labels),
+        ], order)  # fmt: skip
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Local anatomy's checks, and k-anonymity of NAME over its QI columns."""
@@ -266,6 +292,7 @@ class LAG(LocalAnatomy):
 
 
 SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
+VALUES = sql.Identifier("dbanon_lag_values")  # (gid, qi...): each released row's, as shown
 JUDGED = sql.Identifier("dbanon_lag_judged")  # (key, pset, pr, pv) of people known before
 
 
@@ -276,14 +303,47 @@ def _tag(value: Any) -> str:
     return f"v:{value}"
 
 
-def _codes(values: np.ndarray, flagged: np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Per row a code of its flagged value's tag (-1: not flagged), and the tag of each code."""
+def _codes(
+    values: np.ndarray, flagged: np.ndarray, names: list[str | None] | None
+) -> tuple[np.ndarray, list[str]]:
+    """Per row a code of its flagged value's tag (-1: not flagged), and the tag of each code
+    (`names`: the value at each place, where `values` are places in the value order)."""
     codes = np.full(len(values), -1, dtype=np.int64)
     if not flagged.any():
         return codes, []
     uniq, inverse = np.unique(values[flagged], return_inverse=True)  # equal values, equal tags
     codes[flagged] = inverse.reshape(-1)
-    return codes, [_tag(v) for v in uniq.tolist()]
+    return codes, [_tag(v if names is None else names[v]) for v in uniq.tolist()]
+
+
+def first_seen(v: Values) -> Coded:
+    """A column streamed as Values as a Coded whose values come in the order the rows first
+    show them (NULL too), as Coded.of would number them: no Python object per row."""
+    first = np.unique(v.codes, return_index=True)
+    order = first[0][np.argsort(first[1], kind="stable")]
+    renumber = np.empty(len(v), dtype=np.int32)
+    renumber[order] = np.arange(len(order), dtype=np.int32)
+    raw = v.data.tobytes()
+    values = [None if v.lens[e] < 0 else raw[v.starts[e] : v.starts[e] + v.lens[e]].decode()
+              for e in order.tolist()]  # fmt: skip
+    return Coded(values, renumber[v.codes])
+
+
+def stage_rows(
+    conn: psycopg.Connection, keys: Keys, rows: np.ndarray, row_id: np.ndarray,
+    gid: np.ndarray, buckets: list[np.ndarray],
+) -> None:  # fmt: skip
+    """The private (key, row_id, gid, b0..bm) of the released `rows`, dropped at commit, written
+    with one binary COPY from the arrays (bucket 0: NULL)."""
+    cols = [sql.SQL("key text"), sql.SQL("row_id int4"), sql.SQL("gid int4")]
+    cols += [sql.SQL("{} int4").format(sql.Identifier(f"b{i}")) for i in range(len(buckets))]
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(STAGE, sql.SQL(", ").join(cols))
+    )
+    copy_rows(conn, COPY.format(STAGE), [
+        Field.entries(Dictionary.of_keys(keys)), Field.int4(row_id), Field.int4(gid),
+        *(Field.int4(b.astype(np.int64), null=0) for b in buckets)], rows)  # int64: NULL_INT fits
+    analyze_stage(conn, STAGE)
 
 
 def _known(
@@ -326,7 +386,7 @@ def _old_buckets(shown: list[list[str] | None], attrs: list[str]) -> dict[str, n
 
 
 def _stage_map(
-    conn: psycopg.Connection, keys: list[str], gid: np.ndarray, judge: lag_persist.Judge,
+    conn: psycopg.Connection, keys: Keys, gid: np.ndarray, judge: lag_persist.Judge,
     measured: lag_persist.Measured, tags: dict[str, list[str]],
 ) -> None:  # fmt: skip
     """JUDGED (each person the consumer knew: her values' set, plausible rows and values)
@@ -344,13 +404,14 @@ def _stage_map(
         tag_ids.append(c + offset[a])
     ids: dict[int, int] = {}
     judged = []
+    decoded = list(keys) if measured.known else []  # only a refresh judges anyone
     for r, (plausible, pr, pv) in measured.known.items():
         if id(plausible) not in ids:
             ids[id(plausible)] = -1 - len(ids)
             members = [offset[a] + c for a, cs in plausible.items() if a in offset for c in cs]
             sets.append(np.full(len(members), ids[id(plausible)], dtype=np.int64))
             tag_ids.append(np.asarray(members, dtype=np.int64))
-        judged.append((keys[r], ids[id(plausible)], pr if pr >= 0 else None,
+        judged.append((decoded[r], ids[id(plausible)], pr if pr >= 0 else None,
                        pv if pv >= 0 else None))  # fmt: skip
     conn.execute(sql.SQL(
         "CREATE TEMP TABLE {} (key text, pset int4, pr int4, pv int4) ON COMMIT DROP"
@@ -378,6 +439,6 @@ def _stage_map(
     conn.execute(sql.SQL("ANALYZE {}").format(composition.PSETS))
 
 
-__all__ = ["LAG", "masked"]
+__all__ = ["LAG"]
 
 register(LAG())

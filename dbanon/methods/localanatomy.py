@@ -16,6 +16,8 @@ COL=t:T` promises t-closeness of its buckets instead.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -23,12 +25,12 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.localanatomy import Principle, local_anatomy, parse_principles
-from dbanon.core.flags import COLUMN, masks, relation_of, stale
+from dbanon.core.flags import COLUMN, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
-from dbanon.db.settings import analyze_stage
-from dbanon.db.stream import copy_out
+from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
+from dbanon.db.stream import Keys, Values, copy_columns
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
@@ -83,12 +85,13 @@ def _flagged_columns(conn: psycopg.Connection, spec: ReleaseSpec) -> list[str]:
 
 
 def stream_type(col: Column) -> tuple[sql.Composable, str]:
-    """How a column streams out for the algorithms: numbers and dates as float8, else text."""
+    """How a column (of the source, aliased `s`) streams out for the algorithms: numbers and
+    dates as float8, else text."""
     if col.kind == catalog.DATE:
-        return sql.SQL("extract(epoch FROM {})::float8").format(col.ident), "float8"
+        return sql.SQL("extract(epoch FROM s.{})::float8").format(col.ident), "float8"
     if col.kind == catalog.NUMERIC:
-        return sql.SQL("{}::float8").format(col.ident), "float8"
-    return sql.SQL("{}::text").format(col.ident), "text"
+        return sql.SQL("s.{}::float8").format(col.ident), "float8"
+    return sql.SQL("s.{}::text").format(col.ident), "text"
 
 
 def _no_null_sensitive(conn: psycopg.Connection, r: Resolved) -> None:
@@ -130,6 +133,7 @@ class LocalAnatomy(Method):
     keeps = False
     sensitive_apart = True
     finite_qis = False  # its QIs are released as they are, never measured
+    keyed = False  # whether its build reads the rows' keys (LAG: its map)
     releases = (
         "`NAME`: a random row id and each QI value as it is, the cells people flagged NULL; "
         "per flagged attribute `NAME_ATTR_idt` (row id, bucket id) and `NAME_ATTR_st` (bucket "
@@ -194,110 +198,164 @@ class LocalAnatomy(Method):
                     "bytes; choose a shorter --target"
                 )
 
-    def extract(
-        self, conn: psycopg.Connection, r: Resolved
-    ) -> tuple[list[str], dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Keys (text), every QI and sensitive column's values, and the flagged masks."""
+    def algorithm_columns(self, r: Resolved) -> list[str]:
+        """The columns whose values the algorithms read: the bucketised attributes."""
+        return [a.column for a in self.attributes(r)]
+
+    def extract(self, conn: psycopg.Connection, r: Resolved) -> Extracted:
+        """One binary COPY of the source: every QI and sensitive column as it is (its own
+        binary form), the algorithms' values of the columns they read, each flagged mask
+        (joined in SQL by key), and the keys where the method keeps a map (`keyed`): arrays,
+        no Python object per value."""
+        keys = self.keyed
+        textual = as_text(conn, [*r.qi, *r.sensitive])
         cols = [*r.qi, *r.sensitive]
-        streams = [stream_type(c) for c in cols]
-        query = sql.SQL("SELECT {}::text, {} FROM {}").format(
-            r.key.ident, sql.SQL(", ").join(e for e, _ in streams), r.source.ident
-        )
-        keys, *values = copy_out(conn, query, ["text", *(t for _, t in streams)])
-        data = {
-            c.name: np.asarray(v, dtype=np.float64 if t == "float8" else object)
-            for c, v, (_, t) in zip(cols, values, streams, strict=True)
-        }
+        exprs = [sql.SQL("s.{}::text" if c.name in textual else "s.{}").format(c.ident)
+                 for c in cols]  # fmt: skip
+        kinds = ["values"] * len(cols)
+        wanted = set(self.algorithm_columns(r))
+        algo: list[tuple[Column, int | None]] = []  # (column, its stream; None: as shown)
+        for c in cols:
+            if c.name not in wanted:
+                continue
+            expr, kind = stream_type(c)
+            if kind == "text" and (c.name in textual or c.type == "text"
+                                   or c.type.startswith("character varying")):  # fmt: skip
+                algo.append((c, None))  # the bytes shown are the text
+                continue
+            algo.append((c, len(exprs)))
+            exprs.append(expr)
+            kinds.append(kind if kind == "float8" else "values")
+        # The QIs the flags relation names (the others' masks are all False).
+        flagged_cols = [a.column for a in self.attributes(r) if a.in_main]
         rel = relation_of(conn, r.options["flags"], r.key) if r.options.get("flags") else None
-        flagged = masks(conn, rel, r.key, keys, [c.name for c in r.qi])
+        joined = sql.SQL("")
+        if rel is not None and flagged_cols:
+            exprs += [sql.SQL("coalesce(f.{}, false)::int4").format(sql.Identifier(f"f{i}"))
+                      for i in range(len(flagged_cols))]  # fmt: skip
+            kinds += ["int4"] * len(flagged_cols)
+            joined = sql.SQL(
+                " LEFT JOIN (SELECT {k}::text AS k, {per} FROM {f} GROUP BY 1) f "
+                "ON f.k = s.{key}::text"
+            ).format(k=sql.Identifier(r.key.name), f=rel.ident, key=r.key.ident,
+                     per=sql.SQL(", ").join(
+                         sql.SQL("bool_or({c}::text = {n}) AS {a}").format(
+                             c=sql.Identifier(COLUMN), n=sql.Literal(n),
+                             a=sql.Identifier(f"f{i}"))
+                         for i, n in enumerate(flagged_cols)))  # fmt: skip
+        if keys:
+            exprs.append(sql.SQL("s.{}::text").format(r.key.ident))
+            kinds.append("key")
+        query = sql.SQL("SELECT {} FROM {} s{}").format(
+            sql.SQL(", ").join(exprs), r.source.ident, joined)
+        streamed = copy_columns(conn, query, kinds, r.rows)
+        shown = {c.name: v for c, v in zip(cols, streamed, strict=False)}
+        n = len(shown[cols[0].name].codes)
+        data, names, coded = {}, {}, {}
+        for c, at in algo:
+            got = shown[c.name] if at is None else streamed[at]
+            if isinstance(got, np.ndarray):
+                data[c.name] = got
+            else:
+                data[c.name], names[c.name] = value_places(got)
+                coded[c.name] = got
+        flagged = {c.name: np.zeros(n, dtype=bool) for c in r.qi}
+        if rel is not None and flagged_cols:
+            first = len(exprs) - len(flagged_cols) - int(keys)
+            flagged |= {c: streamed[first + i].astype(bool) for i, c in enumerate(flagged_cols)}
         for c in r.sensitive:
-            flagged[c.name] = np.ones(len(keys), dtype=bool)
-        return keys, data, flagged
+            flagged[c.name] = np.ones(n, dtype=bool)
+        return Extracted(n, shown, data, names, coded, flagged, textual,
+                         streamed[-1] if keys else None)  # type: ignore[arg-type]
 
     def released_rows(
-        self, r: Resolved, keys: list[str], data: dict[str, np.ndarray],
-        flagged: dict[str, np.ndarray],
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:  # fmt: skip
+        self, r: Resolved, ex: Extracted
+    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
         """Which rows are released (LA: all) and their group ids (LA: None), with figures."""
-        return np.ones(len(keys), dtype=bool), None, {}
+        return np.ones(ex.n, dtype=bool), None, {}
 
     def lay_out(
-        self, conn: psycopg.Connection, r: Resolved, keys: list[str],
-        data: dict[str, np.ndarray], flagged: dict[str, np.ndarray], attrs: list[Attribute],
+        self, conn: psycopg.Connection, r: Resolved, ex: Extracted, attrs: list[Attribute],
     ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
         """Which rows are released, their group ids, and per attribute the bucket id of each
         released row (0: not flagged), with figures: `released_rows`, then local anatomy."""
-        kept, gid, figures = self.released_rows(r, keys, data, flagged)
-        return kept, gid, self.bucketise(r, data, flagged, attrs, kept), figures
+        kept, gid, figures = self.released_rows(r, ex)
+        return kept, gid, self.bucketise(r, ex, attrs, kept), figures
 
     def bucketise(
-        self, r: Resolved, data: dict[str, np.ndarray], flagged: dict[str, np.ndarray],
-        attrs: list[Attribute], kept: np.ndarray,
+        self, r: Resolved, ex: Extracted, attrs: list[Attribute], kept: np.ndarray,
     ) -> dict[str, np.ndarray]:  # fmt: skip
         """Algorithms 4.1-4.3 over the released rows' flagged values."""
         try:
             return local_anatomy(
-                {a.column: (data[a.column][kept], flagged[a.column][kept]) for a in attrs},
+                {a.column: (ex.data[a.column][kept], ex.flagged[a.column][kept]) for a in attrs},
                 {a.column: a.principle for a in attrs},
                 bool(r.options.get("heuristic")),
                 r.seed or 0,
+                ex.names,
             )
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, data, flagged = self.extract(conn, r)
+        ex = self.extract(conn, r)
         ctx.lap("extract")
         attrs = self.attributes(r)
         ctx.say(f"bucketising the flagged values of {len(attrs)} attributes")
-        kept, gid, buckets, figures = self.lay_out(conn, r, keys, data, flagged, attrs)
+        kept, gid, buckets, figures = self.lay_out(conn, r, ex, attrs)
         ctx.lap("bucketise")
-        n = int(kept.sum())
-        # Row ids from a fresh secret, whatever --seed (which fixes buckets and groups): two
-        # runs' row ids never line up, so releases cannot be joined on them.
-        row_id = np.random.default_rng(secrets.randbits(128)).permutation(n) + 1
-        stage_rows(conn, [k for k, x in zip(keys, kept, strict=True) if x], row_id, gid,
-                   [buckets[a.column] for a in attrs])  # fmt: skip
+        rows = np.flatnonzero(kept)
+        n = len(rows)
+        # Row ids and NAME's row order from a fresh secret, whatever --seed (which fixes
+        # buckets and groups): two runs' row ids and rows never line up, so releases cannot be
+        # joined on them (nor on where a row is stored).
+        fresh = np.random.default_rng(secrets.randbits(128))
+        row_id = np.zeros(ex.n, dtype=np.int32)
+        row_id[rows] = fresh.permutation(n) + 1
+        order = rows[fresh.permutation(n)]
+        bucket = {}
+        for a in attrs:
+            bucket[a.column] = np.zeros(ex.n, dtype=np.int32)
+            bucket[a.column][rows] = buckets[a.column]
         built = [ctx.made(o) for o in r.objects]
         ctx.say("materialising the release")
-        self.materialise(conn, r, attrs, r.stored(built[0]))
+        self.materialise(conn, r, attrs, r.stored(built[0]), ex, order, row_id, gid, bucket)
         for i, a in enumerate(attrs):
             idt, st = built[1 + 2 * i], built[2 + 2 * i]
-            materialise_buckets(conn, r, a, i, r.stored(idt), r.stored(st))
+            write_buckets(conn, r, a, ex, row_id, bucket[a.column], r.stored(idt),
+                          r.stored(st))  # fmt: skip
         ctx.lap("materialise")
         metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
-        if r.options.get("flags"):  # flags of rows deleted since: ignored, counted
-            rel = relation_of(conn, r.options["flags"], r.key)
-            metrics["stale_flags"] = stale(conn, rel, r.source, r.key)
+        if r.options.get("flags"):  # flags of rows deleted since: ignored, counted (none at
+            rel = relation_of(conn, r.options["flags"], r.key)  # a first publish: refused)
+            metrics["stale_flags"] = 0 if r.release_id is None else stale(conn, rel, r.source,
+                                                                          r.key)  # fmt: skip
         for a in attrs:
             ids = buckets[a.column]
             metrics[f"{a.column}_flagged"] = int((ids > 0).sum())
             metrics[f"{a.column}_buckets"] = int(ids.max()) if len(ids) else 0
         return metrics
 
-    def main_columns(self, r: Resolved, attrs: list[Attribute]) -> list[sql.Composable]:
-        """NAME's columns over the staged rows `s` (source) and `st` (stage): the QIs as they
-        are, NULL where flagged."""
-        where = {a.column: i for i, a in enumerate(attrs)}
-        return [masked(c, where.get(c.name)) for c in r.qi]
-
     def materialise(
-        self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier
-    ) -> None:
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {main} AS SELECT st.row_id AS {rid}, {cols}
-                   FROM {src} s JOIN {stage} st ON st.key = s.{key}::text ORDER BY random()"""
-            ).format(
-                main=main, rid=sql.Identifier(ROW_ID),
-                cols=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(e, c.ident)
-                    for e, c in zip(self.main_columns(r, attrs), r.qi, strict=True)
-                ),
-                src=r.source.ident, stage=STAGE, key=r.key.ident,
-            )
-        )  # fmt: skip
+        self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier,
+        ex: Extracted, order: np.ndarray, row_id: np.ndarray, gid: np.ndarray | None,
+        bucket: dict[str, np.ndarray],
+    ) -> None:  # fmt: skip
+        """NAME written from the arrays with one binary COPY, the released rows in `order` (a
+        fresh secret permutation): each QI as it came, NULL where its owner flagged it."""
+        create_like(conn, sql.SQL("NULL::int4 AS {}").format(sql.Identifier(ROW_ID)), r.qi, r,
+                    main, ex.textual, masked=bucket)  # fmt: skip
+        fields = [Field.int4(row_id)]
+        for c in r.qi:
+            v = ex.shown[c.name]
+            if c.name in bucket:
+                fields.append(Field.entries(with_null(v), np.where(
+                    bucket[c.name] > 0, np.int32(len(v)), v.codes)))  # fmt: skip
+            else:
+                fields.append(Field.entries(Dictionary.of_values(v), v.codes))
+        copy_rows(conn, COPY.format(main), fields, order)
+        retype(conn, main, r.qi, ex.textual)
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Per attribute, its principle on its buckets and IDT/ST/NAME agreeing."""
@@ -334,61 +392,98 @@ def _nothing(name: str) -> Any:
     return CheckResult(name, True, {"buckets": 0})
 
 
-def masked(col: Column, bucket: int | None) -> sql.Composable:
-    """A QI column with its flagged cells NULL (`bucket`: the attribute's stage column)."""
-    if bucket is None:
-        return sql.SQL("s.{}").format(col.ident)
-    return sql.SQL("CASE WHEN st.{} IS NULL THEN s.{} END").format(
-        sql.Identifier(f"b{bucket}"), col.ident
-    )
+@dataclass
+class Extracted:
+    """The source's rows as one COPY streamed them: `shown`, each QI and sensitive column as
+    it is; `data`, the algorithms' values of the columns they read (float64, or a value's
+    place in the value order, its bytes', whose value `names` gives; `coded`: those columns
+    as streamed for them); each flagged mask; the keys (LAG's map only)."""
+
+    n: int
+    shown: dict[str, Values]
+    data: dict[str, np.ndarray]
+    names: dict[str, list[str | None]]
+    coded: dict[str, Values]
+    flagged: dict[str, np.ndarray]
+    textual: set[str]  # columns streamed and written as text (no binary form), cast back
+    keys: Keys | None = None
 
 
-def stage_rows(
-    conn: psycopg.Connection, keys: list[str], row_id: np.ndarray, gid: np.ndarray | None,
-    buckets: list[np.ndarray],
+COPY = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)")
+
+
+def value_places(v: Values) -> tuple[np.ndarray, list[str | None]]:
+    """Each row's value as its place among the distinct values in the order of their bytes
+    (text: code point order, as Python orders str; NULL last), and the value at each place."""
+    raw = v.data.tobytes()
+    entries = [None if n < 0 else raw[s : s + n]
+               for s, n in zip(v.starts.tolist(), v.lens.tolist(), strict=True)]  # fmt: skip
+    order = sorted(range(len(entries)), key=lambda e: (entries[e] is None, entries[e] or b""))
+    place = np.empty(len(entries), dtype=np.int32)
+    place[order] = np.arange(len(entries), dtype=np.int32)
+    names = [None if entries[e] is None else entries[e].decode() for e in order]  # type: ignore[union-attr]
+    return place[v.codes], names
+
+
+def with_null(v: Values) -> Dictionary:
+    """A column's distinct values and NULL after them (entry len(v))."""
+    return Dictionary(np.append(v.starts, 0).astype(np.int64),
+                      np.append(v.lens, -1).astype(np.int32), v.data)  # fmt: skip
+
+
+def create_like(
+    conn: psycopg.Connection, lead: sql.Composable, cols: list[Column], r: Resolved,
+    target: sql.Identifier, textual: set[str], temp: bool = False,
+    masked: Collection[str] = (),
 ) -> None:  # fmt: skip
-    """The private (key, row_id, gid, b0..bm) of this run, dropped at commit; bucket 0 -> NULL."""
-    cols = [sql.SQL("key text"), sql.SQL("row_id int4"), sql.SQL("gid int4")]
-    cols += [sql.SQL("{} int4").format(sql.Identifier(f"b{i}")) for i in range(len(buckets))]
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(STAGE, sql.SQL(", ").join(cols))
-    )
-    gids = gid.tolist() if gid is not None else [None] * len(keys)
-    cells = [[b or None for b in col.tolist()] for col in buckets]
-    with (
-        conn.cursor() as cur,
-        cur.copy(sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(STAGE)) as copy,
-    ):
-        copy.set_types(["text", "int4", "int4", *(["int4"] * len(buckets))])
-        for i, (key, rid, g) in enumerate(zip(keys, row_id.tolist(), gids, strict=True)):
-            copy.write_row((key, rid, g, *(c[i] for c in cells)))
-    analyze_stage(conn, STAGE)
+    """`target`, empty (`temp`: dropped at commit): `lead`, then `cols` of their source types
+    (as text where they have no binary form: `retype` casts them back once written); those
+    `masked` (NULL where flagged) typed as a CASE makes them, without the type modifier."""
+    shown = [sql.SQL("s.{c}::text AS {c}" if c.name in textual else
+                     "CASE WHEN true THEN s.{c} END AS {c}" if c.name in masked else
+                     "s.{c}").format(c=c.ident) for c in cols]  # fmt: skip
+    conn.execute(sql.SQL("CREATE {}TABLE {} {}AS SELECT {} FROM {} s WITH NO DATA").format(
+        sql.SQL("TEMP " if temp else ""), target, sql.SQL("ON COMMIT DROP " if temp else ""),
+        sql.SQL(", ").join([lead, *shown]), r.source.ident))  # fmt: skip
 
 
-def materialise_buckets(
-    conn: psycopg.Connection, r: Resolved, a: Attribute, i: int, idt: sql.Identifier,
-    st: sql.Identifier,
+def retype(
+    conn: psycopg.Connection, target: sql.Identifier, cols: list[Column], textual: set[str]
+) -> None:
+    """Columns written as text (no binary form) cast back to their types, by name."""
+    cast = []
+    for c in cols:
+        if c.name in textual:
+            schema, name = conn.execute(
+                "SELECT n.nspname, t.typname FROM pg_type t JOIN pg_namespace n "
+                "ON n.oid = t.typnamespace WHERE t.oid = %s::regtype", [c.type]).fetchone()
+            cast.append(sql.SQL("ALTER COLUMN {c} TYPE {t} USING {c}::{t}").format(
+                c=c.ident, t=sql.Identifier(schema, name)))  # fmt: skip
+    if cast:
+        conn.execute(sql.SQL("ALTER TABLE {} {}").format(target, sql.SQL(", ").join(cast)))
+
+
+def write_buckets(
+    conn: psycopg.Connection, r: Resolved, a: Attribute, ex: Extracted, row_id: np.ndarray,
+    bucket: np.ndarray, idt: sql.Identifier, st: sql.Identifier,
 ) -> None:  # fmt: skip
-    """NAME_<attr>_idt(row_id, bucket_id) and NAME_<attr>_st(bucket_id, <attr>)."""
-    b = sql.Identifier(f"b{i}")
-    conn.execute(
-        sql.SQL(
-            """CREATE TABLE {idt} AS SELECT row_id AS {rid}, {b} AS {bid} FROM {stage}
-               WHERE {b} IS NOT NULL ORDER BY 2, 1"""
-        ).format(idt=idt, rid=sql.Identifier(ROW_ID), b=b, bid=sql.Identifier(BUCKET_ID),
-                 stage=STAGE)  # fmt: skip
-    )
-    col = sql.Identifier(a.column)
-    conn.execute(
-        sql.SQL(
-            """CREATE TABLE {st} AS SELECT st.{b} AS {bid}, s.{col}
-               FROM {src} s JOIN {stage} st ON st.key = s.{key}::text
-               WHERE st.{b} IS NOT NULL ORDER BY 1, 2"""
-        ).format(st=st, b=b, bid=sql.Identifier(BUCKET_ID), col=col, src=r.source.ident,
-                 stage=STAGE, key=r.key.ident)  # fmt: skip
-    )
+    """NAME_<attr>_idt(row_id, bucket_id) in (bucket, row id) order and NAME_<attr>_st(bucket_id,
+    <attr>) in (bucket, value) order, each written with one binary COPY from the arrays."""
+    rows = np.flatnonzero(bucket > 0)
+    b = bucket[rows]
+    rid, bid = sql.Identifier(ROW_ID), sql.Identifier(BUCKET_ID)
+    conn.execute(sql.SQL("CREATE TABLE {} ({} int4, {} int4)").format(idt, rid, bid))
+    copy_rows(conn, COPY.format(idt), [Field.int4(row_id), Field.int4(bucket)],
+              rows[np.lexsort((row_id[rows], b))])  # fmt: skip
+    col = next(c for c in [*r.qi, *r.sensitive] if c.name == a.column)
+    create_like(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
+    v = ex.shown[a.column]
+    in_st = rows[np.lexsort((ex.data[a.column][rows], b))]
+    copy_rows(conn, COPY.format(st), [Field.int4(bucket),
+                                      Field.entries(Dictionary.of_values(v), v.codes)], in_st)
+    retype(conn, st, [col], ex.textual)
 
 
-__all__ = ["GROUP_ID", "LocalAnatomy", "masked", "stage_rows"]
+__all__ = ["GROUP_ID", "Extracted", "LocalAnatomy", "create_like", "retype", "with_null"]
 
 register(LocalAnatomy())

@@ -62,15 +62,19 @@ def check_attribute(
     b, rid = sql.Identifier(BUCKET_ID), sql.Identifier(ROW_ID)
     if attr.principle.kind == "l":
         ell = int(attr.principle.value)
-        buckets, failing, worst, size, distinct = conn.execute(
+        # The ST's buckets counted once: for the principle and against the IDT's sizes.
+        buckets, failing, worst, size, distinct, mismatched = conn.execute(
             sql.SQL(
                 """WITH g AS (SELECT {b} AS b, count(*) AS n, count(DISTINCT {v}) AS d,
                                      count({v}) AS nn FROM {st} GROUP BY {b}),
+                   i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
                    bad AS (SELECT * FROM g WHERE b IS NULL OR n < {l} OR d < n OR nn < n)
-                   SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM bad), w.b, w.n, w.d
+                   SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM bad), w.b, w.n, w.d,
+                          (SELECT count(*) FROM i FULL JOIN g USING (b)
+                           WHERE i.n IS DISTINCT FROM g.n)
                    FROM (SELECT 1) one LEFT JOIN (SELECT * FROM bad ORDER BY d, n LIMIT 1) w
                    ON true"""
-            ).format(b=b, v=v, st=st, l=sql.Literal(ell))
+            ).format(b=b, v=v, st=st, idt=idt, l=sql.Literal(ell))
         ).fetchone()
         figures = {"buckets": buckets, "failing_buckets": failing}
         if failing:
@@ -99,36 +103,45 @@ def check_attribute(
         figures = {"buckets": buckets, "failing_buckets": failing, "max_emd": dist}
         if failing:
             return CheckResult(label, False, figures, f"{attr.column} bucket {worst}: EMD {dist}")
-    # IDT and ST: same buckets, same sizes; row ids once each and released in NAME.
-    mismatched, twice, missing = conn.execute(
+        mismatched = conn.execute(
+            sql.SQL(
+                """WITH i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
+                        s AS (SELECT {b} AS b, count(*) AS n FROM {st} GROUP BY {b})
+                   SELECT count(*) FROM i FULL JOIN s USING (b) WHERE i.n IS DISTINCT FROM s.n"""
+            ).format(b=b, idt=idt, st=st)
+        ).fetchone()[0]
+    # IDT and ST: same buckets, same sizes; row ids once each and released in NAME; NAME's
+    # cell NULL exactly where the row is in the IDT (a QI attribute). NAME and the IDT are
+    # joined once for both: IDT rows no NAME row matches are those not released, and the
+    # NAME rows among the join's are NAME LEFT JOIN IDT's.
+    joined = (
         sql.SQL(
-            """WITH i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
-                    s AS (SELECT {b} AS b, count(*) AS n FROM {st} GROUP BY {b})
-               SELECT (SELECT count(*) FROM i FULL JOIN s USING (b)
-                       WHERE i.n IS DISTINCT FROM s.n),
-                      (SELECT count(*) FROM (SELECT 1 FROM {idt} GROUP BY {rid}
-                                             HAVING count(*) > 1) t),
-                      (SELECT count(*) FROM {idt} x
-                       WHERE NOT EXISTS (SELECT 1 FROM {main} m WHERE m.{rid} = x.{rid}))"""
-        ).format(b=b, idt=idt, st=st, rid=rid, main=main)
-    ).fetchone()
+            """SELECT count(*) FILTER (WHERE m.shown IS NULL),
+                      count(*) FILTER (WHERE m.shown AND (x.here IS NULL) = (m.v IS NULL))
+               FROM (SELECT {rid} AS r, {v} AS v, true AS shown FROM {main}) m
+               FULL JOIN (SELECT {rid} AS r, true AS here FROM {idt}) x ON x.r = m.r"""
+        )
+        if attr.in_main
+        else sql.SQL(
+            """SELECT count(*), 0 FROM {idt} x
+               WHERE NOT EXISTS (SELECT 1 FROM {main} m WHERE m.{rid} = x.{rid})"""
+        )
+    ).format(main=main, idt=idt, rid=rid, v=v)
+    twice = conn.execute(
+        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {idt} GROUP BY {rid} HAVING count(*) > 1) t")
+        .format(idt=idt, rid=rid)
+    ).fetchone()[0]  # fmt: skip
+    missing, leaks = conn.execute(joined).fetchone()
     if mismatched or twice or missing:
         return CheckResult(
             label, False, figures,
             f"{attr.column}: {mismatched} buckets differ in size between IDT and ST, "
             f"{twice} row ids twice, {missing} row ids not released",
         )  # fmt: skip
-    if attr.in_main:
-        leaks = conn.execute(
-            sql.SQL(
-                """SELECT count(*) FROM {main} m LEFT JOIN {idt} x ON x.{rid} = m.{rid}
-                   WHERE (x.{rid} IS NULL) = (m.{v} IS NULL)"""
-            ).format(main=main, idt=idt, rid=rid, v=v)
-        ).fetchone()[0]
-        if leaks:
-            return CheckResult(
-                label, False, figures,
-                f"{attr.column}: {leaks} rows of the release show a flagged value or hide an "
-                "unflagged one",
-            )  # fmt: skip
+    if leaks:
+        return CheckResult(
+            label, False, figures,
+            f"{attr.column}: {leaks} rows of the release show a flagged value or hide an "
+            "unflagged one",
+        )  # fmt: skip
     return CheckResult(label, True, figures)
