@@ -21,6 +21,7 @@ from psycopg import sql
 
 from dbanon.algorithms.featuresel import (
     Feature,
+    codes_query,
     forward_search,
     hamdist_counts,
     hamdist_from_counts,
@@ -28,6 +29,7 @@ from dbanon.algorithms.featuresel import (
     indicator,
     oob_permutation_importance,
 )
+from dbanon.db.stream import copy_columns
 
 K = 5
 QI = ["age", "region", "sex", "job"]
@@ -175,16 +177,18 @@ def test_the_greedy_choice_equals_brute_force(conn: psycopg.Connection, seed: in
             assert smallest == min(sizes.values())
 
 
+@pytest.mark.parametrize("mixed", [True, False])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_batched_tests_of_binary_features_equal_one_query_each(
-    conn: psycopg.Connection, seed: int, monkeypatch: pytest.MonkeyPatch
+    conn: psycopg.Connection, seed: int, mixed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One-hot features are judged many to a query (`split_small`) and the kept ones grouped by
     one number per column (`grouping`); what the search keeps and drops, with each drop's
     classes below k and smallest class, is what one query per feature grouped by every kept
     boolean finds: indicators that are NULL on NULL values and indicators of NULL, a plain
     feature among them, batches cut short by a kept feature and by the batch limit, and an
-    empty table."""
+    empty table. Not `mixed` (only indicators), the batches are judged in compiled code over
+    the streamed codes (`_Compiled`)."""
     from dataclasses import replace
 
     from dbanon.algorithms import featuresel
@@ -211,10 +215,17 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
         for v in [*map(str, range(width[3])), None]
     ]
     rng.shuffle(features)
-    features.insert(rng.randrange(len(features)), Feature("c2", sql.Identifier("c2"), "c2"))
+    if mixed:
+        features.insert(rng.randrange(len(features)), Feature("c2", sql.Identifier("c2"), "c2"))
     source = sql.Identifier("s", "bin")
     for k in (2, 3, 6):
-        batched = forward_search(conn, source, features, k)
+        query = codes_query(source, features)
+        codes = None
+        if query is not None:
+            width = len({f.column for f in features})
+            codes = copy_columns(conn, query, ["int4"] * width, len(rows))
+        assert (codes is None) == mixed
+        batched = forward_search(conn, source, features, k, codes)
         # the reference: one query per feature, grouped by each kept indicator's own boolean
         plain = [replace(f, binary=False, key=None) for f in features]
         single = forward_search(conn, source, plain, k)
@@ -224,6 +235,38 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
         ], k
         assert single.queries == len(features)
         assert batched.queries <= single.queries
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_smallest_class_equals_one_query_per_feature(conn: psycopg.Connection, seed: int) -> None:
+    """The one-scan smallest classes (GROUPING SETS: one set per indicator column's key, one
+    per other feature) are what one GROUP BY per feature finds: nullable bins with NULL keys,
+    categories with a NULL value, a value no row holds, plain features, a repeated expression
+    and an empty table."""
+    from dbanon.algorithms.featuresel import smallest_class
+
+    rng = random.Random(seed)
+    n = rng.choice([0, 40, 300])
+    rows = [(None if rng.random() < 0.1 else rng.randrange(4),
+             None if rng.random() < 0.1 else str(rng.randrange(3)), rng.randrange(7))
+            for _ in range(n)]  # fmt: skip
+    make_table(conn, "s", "sc", [("a", "int"), ("b", "text"), ("c", "int")], rows)
+    features = [
+        *(indicator(f"a={v}", "a", sql.Identifier("a"), v, nullable=True) for v in range(5)),
+        *(indicator(f"b={v}", "b", sql.SQL("b::text"), v, nullable=False)
+          for v in ["0", "1", "2", None]),
+        Feature("c", sql.Identifier("c"), "c"),
+        Feature("a", sql.Identifier("a"), "a"),
+        Feature("c again", sql.Identifier("c"), "c"),
+    ]  # fmt: skip
+    rng.shuffle(features)
+    source = sql.Identifier("s", "sc")
+    expected = [
+        int(conn.execute(sql.SQL("SELECT coalesce(min(n), 0) FROM (SELECT count(*) AS n FROM {} "
+                                 "GROUP BY {}) g").format(source, f.expr)).fetchone()[0])
+        for f in features
+    ]  # fmt: skip
+    assert smallest_class(conn, source, features) == expected
 
 
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:

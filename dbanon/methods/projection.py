@@ -29,6 +29,7 @@ Decisions (the papers are silent on a live database):
 from __future__ import annotations
 
 import time
+import weakref
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -39,6 +40,7 @@ from psycopg import sql
 from dbanon.algorithms.featuresel import (
     Feature,
     Selection,
+    codes_query,
     encode_labels,
     equal_width_edges,
     forward_search,
@@ -47,7 +49,7 @@ from dbanon.algorithms.featuresel import (
 )
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
-from dbanon.db.stream import copy_out
+from dbanon.db.stream import copy_columns, copy_out
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
 from dbanon.models.base import Target
@@ -90,37 +92,63 @@ def onehot_features(
     conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
 ) -> list[Feature]:
     """One boolean feature per value of a categorical QI, per non-empty equal-width bin of a
-    numeric or date one (see the module doc)."""
-    out: list[Feature] = []
+    numeric or date one (see the module doc). Two scans of the source: the numeric QIs' ranges,
+    then every QI's distinct values (bins) in one GROUPING SETS query, each in its own order."""
+    numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
+    ranges: dict[str, tuple[Any, Any]] = {}
+    if numeric:
+        row = conn.execute(
+            sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("min({x}), max({x})").format(x=_number(c)) for c in numeric
+                ),
+                source,
+            )
+        ).fetchone()
+        ranges = {c.name: (row[2 * i], row[2 * i + 1]) for i, c in enumerate(numeric)}
+    keys: list[sql.Composable] = []
     for col in r.qi:
-        if col.kind in (NUMERIC, DATE) and not r.is_categorical(col):
-            x = _number(col)
-            lo, hi = conn.execute(
-                sql.SQL("SELECT min({x}), max({x}) FROM {src}").format(x=x, src=source)
-            ).fetchone()
-            edges = equal_width_edges(float(lo), float(hi), bins)
-            bucket = (
+        if col.name in ranges:
+            lo, hi = (float(v) for v in ranges[col.name])
+            keys.append(
                 sql.SQL("least(greatest(width_bucket({}, {}, {}, {}), 1), {})").format(
-                    x, sql.Literal(float(lo)), sql.Literal(float(hi)), sql.Literal(bins),
+                    _number(col), sql.Literal(lo), sql.Literal(hi), sql.Literal(bins),
                     sql.Literal(bins),
                 )
                 if hi > lo
-                else sql.SQL("1")
+                else sql.SQL("1::int")  # not a bare 1: GROUP BY would read a column number
             )  # fmt: skip
-            used = conn.execute(
-                sql.SQL("SELECT DISTINCT {} FROM {} ORDER BY 1").format(bucket, source)
-            ).fetchall()
-            for (b,) in used:
+        else:
+            keys.append(sql.SQL("{}::text").format(col.ident))
+    values: list[list[Any]] = [[] for _ in keys]
+    if keys:
+        which = sql.SQL("CASE {} END").format(sql.SQL(" ").join(
+            sql.SQL("WHEN GROUPING({}) = 0 THEN {}").format(x, sql.Literal(j))
+            for j, x in enumerate(keys)
+        ))  # fmt: skip
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT {which}, {keys} FROM {src} GROUP BY GROUPING SETS ({sets}) ORDER BY {by}"
+            ).format(
+                which=which, keys=sql.SQL(", ").join(keys), src=source,
+                sets=sql.SQL(", ").join(sql.SQL("({})").format(x) for x in keys),
+                by=sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(keys) + 2)),
+            )
+        ).fetchall()  # fmt: skip
+        for row in rows:  # a set's rows in its key's order (the other keys are NULL there)
+            values[row[0]].append(row[1 + row[0]])
+    out: list[Feature] = []
+    for col, key, used in zip(r.qi, keys, values, strict=True):
+        if col.name in ranges:
+            lo, hi = (float(v) for v in ranges[col.name])
+            edges = equal_width_edges(lo, hi, bins)
+            for b in used:
                 label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
                 name = _short(f"{col.name}={label}", col.name, b)
-                out.append(indicator(name, col.name, bucket, b, nullable=True))
+                out.append(indicator(name, col.name, key, b, nullable=True))
         else:
-            values = conn.execute(
-                sql.SQL("SELECT DISTINCT {}::text FROM {} ORDER BY 1").format(col.ident, source)
-            ).fetchall()
-            for i, (v,) in enumerate(values, 1):
+            for i, v in enumerate(used, 1):
                 name = _short(f"{col.name}={v}", col.name, i)
-                key = sql.SQL("{}::text").format(col.ident)
                 out.append(indicator(name, col.name, key, v, nullable=False))
     return out
 
@@ -187,11 +215,26 @@ def design_matrix(
     return x, encode_labels(data[-1])
 
 
+def search_source(
+    conn: psycopg.Connection, r: Resolved, ranked: list[Feature], k: int
+) -> Selection:
+    """`forward_search` of the source; one-hot candidates judged on their codes, streamed once
+    with binary COPY (int32 per row and source column), not by a GROUP BY per batch."""
+    query = codes_query(r.source.ident, ranked)
+    codes = None
+    if query is not None:
+        width = len({f.column for f in ranked})
+        codes = copy_columns(conn, query, ["int4"] * width, r.rows)
+    return forward_search(conn, r.source.ident, ranked, k, codes)  # type: ignore[arg-type]
+
+
 def projection_select(
-    r: Resolved, chosen: list[Feature], extra: list[str], k: int
+    r: Resolved, chosen: list[Feature], extra: list[str], k: int, suppress: bool = True
 ) -> sql.Composable:
     """The live projection: chosen features, label and kept columns of the rows whose class
-    has at least k rows at read time, in random order (see the module doc)."""
+    has at least k rows at read time, in random order (see the module doc). Not `suppress`:
+    every row, for a table of features the search found k-anonymous in this very snapshot
+    (no class under k to leave out, so no window sort to count them)."""
     names = [f.name for f in chosen] + extra
     size = _fresh("dbanon_class_size", names)
     exprs = sql.SQL(", ").join(f.expr for f in chosen)
@@ -199,6 +242,8 @@ def projection_select(
         [sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in chosen]
         + [sql.Identifier(n) for n in extra]
     )
+    if not suppress:
+        return sql.SQL("SELECT {} FROM {} ORDER BY random()").format(inner, r.source.ident)
     return sql.SQL(
         "SELECT {out} FROM (SELECT {inner}, count(*) OVER (PARTITION BY {exprs}) AS {size} "
         "FROM {src}) dbanon_classes WHERE {size} >= {k} ORDER BY random()"
@@ -210,6 +255,22 @@ def projection_select(
         src=r.source.ident,
         k=sql.Literal(k),
     )
+
+
+SNAPSHOT = sql.Identifier("dbanon_projection_snapshot")  # a view release, evaluated once
+
+
+def _snapshot(conn: psycopg.Connection, view: sql.Composable) -> None:
+    """SNAPSHOT: the view's rows now, for the checks and figures (dropped at commit)."""
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(SNAPSHOT, view)
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
+
+
+# Each live run's candidates (ProjectionMethod._features): id of its Resolved -> (a weak
+# reference to it, the features).
+_RUN_FEATURES: dict[int, tuple[weakref.ref[Resolved], list[Feature]]] = {}
 
 
 class ProjectionMethod(Method):
@@ -244,6 +305,19 @@ class ProjectionMethod(Method):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """One score per feature (higher first), and figures for the run record."""
 
+    def _features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+        """The run's candidates, found once: validate and build see the same snapshot (one
+        REPEATABLE READ transaction) and the same Resolved, which keys the memo (weakly: another
+        run, even one given the same id, never reads it)."""
+        held = _RUN_FEATURES.get(id(r))
+        if held is not None and held[0]() is r:
+            return held[1]
+        for stale in [i for i, (ref, _) in _RUN_FEATURES.items() if ref() is None]:
+            del _RUN_FEATURES[stale]
+        features = self.features(conn, r)
+        _RUN_FEATURES[id(r)] = (weakref.ref(r), features)
+        return features
+
     # --- lifecycle ------------------------------------------------------------------------------
 
     def _keep(self, r: Resolved) -> list[str]:
@@ -269,7 +343,7 @@ class ProjectionMethod(Method):
                 f"({values[0][0] if values else None!r}): there is nothing to classify"
             )
         k = r.k or 2
-        features = self.features(conn, r)
+        features = self._features(conn, r)
         smallest = smallest_class(conn, r.source.ident, features)
         if not any(n >= k for n in smallest):
             best = int(np.argmax(smallest))
@@ -281,7 +355,7 @@ class ProjectionMethod(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         k = r.k or 2
-        features = self.features(conn, r)
+        features = self._features(conn, r)
         ctx.say(f"scoring {len(features)} features")
         started = time.perf_counter()
         score, figures = self.scores(conn, r, features)
@@ -291,11 +365,12 @@ class ProjectionMethod(Method):
         ranked = [features[i] for i in order]
         started = time.perf_counter()
         kept = self._previous(conn, r) if r.options.get("refresh_policy") == "keep" else None
-        if kept is not None and set(kept) <= {f.name for f in features}:
+        searched = not (kept is not None and set(kept) <= {f.name for f in features})
+        if not searched:
             found = Selection([f for f in ranked if f.name in kept])
         else:
             ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
-            found = forward_search(conn, r.source.ident, ranked, k)
+            found = search_source(conn, r, ranked, k)
         search = time.perf_counter() - started
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
@@ -309,9 +384,13 @@ class ProjectionMethod(Method):
         # is re-pointed in place and what consumers built over it stays (dbanon.lifecycle.swap).
         picked = {f.name for f in found.chosen}
         shown = [f for f in features if f.name in picked]
-        conn.execute(
-            sql.SQL(create).format(r.stored(built), projection_select(r, shown, extra, k))
-        )
+        # A table of what the search just found k-anonymous has no class under k to leave out.
+        select = projection_select(r, shown, extra, k, suppress=as_view or not searched)
+        conn.execute(sql.SQL(create).format(r.stored(built), select))
+        if as_view:
+            # Evaluated once, in the publish's (repeatable read) snapshot: the checks and the
+            # figures read this copy, exactly the rows a reader of the view sees now.
+            _snapshot(conn, r.stored(built))
         ctx.lap("materialise")
         of = {f.name: float(score[i]) for i, f in enumerate(features)}
         chosen = [f.name for f in found.chosen]
@@ -348,12 +427,23 @@ class ProjectionMethod(Method):
         previous = self._previous(conn, r)
         return None if previous is None else sorted(previous) != sorted(chosen)
 
+    def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
+        """A published view is checked as its publish checked it: on a snapshot of its rows."""
+        if r.options.get("as", "view") == "view":
+            _snapshot(conn, r.stored(built[0]))
+
+    def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
+        if r.options.get("as", "view") == "view":
+            return SNAPSHOT
+        return super().checked_relation(r, built)
+
     def _target(self, conn: psycopg.Connection, r: Resolved, b: Built) -> Target:
-        """The released relation's classes: its columns but the label and the kept ones."""
+        """The released relation's classes (a view's as its snapshot has them): its columns
+        but the label and the kept ones."""
         extra = {r.sensitive[0].name, *self._keep(r)}
         cols = catalog.columns(conn, catalog.Relation(r.build_schema, b.build))
         qi = [c for c in cols if c not in extra]
-        return Target(r.stored(b), qi, r.sensitive[0].name)
+        return Target(self.checked_relation(r, [b]), qi, r.sensitive[0].name)
 
     def risk_target(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built]
