@@ -29,7 +29,7 @@ from dbanon.algorithms.featuresel import (
     indicator,
     oob_permutation_importance,
 )
-from dbanon.db.stream import copy_columns
+from dbanon.db.stream import fetch_arrays
 
 K = 5
 QI = ["age", "region", "sex", "job"]
@@ -220,10 +220,7 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
     source = sql.Identifier("s", "bin")
     for k in (2, 3, 6):
         query = codes_query(source, features)
-        codes = None
-        if query is not None:
-            width = len({f.column for f in features})
-            codes = copy_columns(conn, query, ["int4"] * width, len(rows))
+        codes = None if query is None else fetch_arrays(conn, query)
         assert (codes is None) == mixed
         batched = forward_search(conn, source, features, k, codes)
         # the reference: one query per feature, grouped by each kept indicator's own boolean

@@ -146,12 +146,15 @@ def split_small(
 
 
 def codes_query(source: sql.Composable, features: Sequence[Feature]) -> sql.Composable | None:
-    """When every feature is a one-hot indicator: the query of each source column's `grouping`
-    number of them per row (int4, never NULL), one column per source column in the order the
-    features first name them - what `forward_search` judges them on. Else None."""
+    """When every feature is a one-hot indicator: the one-row query of each source column's
+    `grouping` number of them for every row, as int4[] arrays (`array_agg` over one scan, so
+    the arrays are aligned row by row), one per source column in the order the features first
+    name them - what `forward_search` judges them on. Else None."""
     if not features or not all(f.binary and f.key is not None for f in features):
         return None
-    return sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(grouping(features)), source)
+    return sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join(sql.SQL("array_agg({})").format(g) for g in grouping(features)), source
+    )
 
 
 class _Compiled:
@@ -309,18 +312,18 @@ def smallest_class(
             least[s] = n
     out = []
     for f, j in zip(features, at, strict=True):
-        if f.key is None:
-            out.append(least.get(j, 0))
-            continue
-        c = counts[j]
-        if f.nullable and f.value is None:  # `key = NULL`: NULL everywhere, one class
-            out.append(sum(c.values()))
-            continue
-        true = c.get(f.value, 0)
-        null = c.get(None, 0) if f.nullable else 0
-        parts_ = [p for p in (true, sum(c.values()) - true - null, null) if p > 0]
-        out.append(min(parts_, default=0))
+        out.append(least.get(j, 0) if f.key is None else indicator_smallest(f, counts[j]))
     return out
+
+
+def indicator_smallest(f: Feature, counts: dict[object, int]) -> int:
+    """Rows of the smallest class of the indicator `f` alone, from its key's rows per value
+    (None: NULL): the rows with its value, without it and (nullable) with a NULL key."""
+    if f.nullable and f.value is None:  # `key = NULL`: NULL everywhere, one class
+        return sum(counts.values())
+    true = counts.get(f.value, 0)
+    null = counts.get(None, 0) if f.nullable else 0
+    return min((p for p in (true, sum(counts.values()) - true - null, null) if p > 0), default=0)
 
 
 # --- rankings -----------------------------------------------------------------------------------

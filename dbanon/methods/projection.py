@@ -45,11 +45,12 @@ from dbanon.algorithms.featuresel import (
     equal_width_edges,
     forward_search,
     indicator,
+    indicator_smallest,
     smallest_class,
 )
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
-from dbanon.db.stream import copy_columns, copy_out
+from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
 from dbanon.models.base import Target
@@ -92,8 +93,16 @@ def onehot_features(
     conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
 ) -> list[Feature]:
     """One boolean feature per value of a categorical QI, per non-empty equal-width bin of a
-    numeric or date one (see the module doc). Two scans of the source: the numeric QIs' ranges,
-    then every QI's distinct values (bins) in one GROUPING SETS query, each in its own order."""
+    numeric or date one (see the module doc)."""
+    return onehot_candidates(conn, source, r, bins)[0]
+
+
+def onehot_candidates(
+    conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
+) -> tuple[list[Feature], list[int]]:
+    """`onehot_features` and each one's smallest class alone (`smallest_class`), from two scans
+    of the source: the numeric QIs' ranges, then every QI's distinct values (bins) with their
+    rows in one GROUPING SETS query, each set in its own order."""
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     ranges: dict[str, tuple[Any, Any]] = {}
     if numeric:
@@ -121,6 +130,7 @@ def onehot_features(
         else:
             keys.append(sql.SQL("{}::text").format(col.ident))
     values: list[list[Any]] = [[] for _ in keys]
+    counts: list[dict[object, int]] = [{} for _ in keys]
     if keys:
         which = sql.SQL("CASE {} END").format(sql.SQL(" ").join(
             sql.SQL("WHEN GROUPING({}) = 0 THEN {}").format(x, sql.Literal(j))
@@ -128,7 +138,8 @@ def onehot_features(
         ))  # fmt: skip
         rows = conn.execute(
             sql.SQL(
-                "SELECT {which}, {keys} FROM {src} GROUP BY GROUPING SETS ({sets}) ORDER BY {by}"
+                "SELECT {which}, {keys}, count(*) FROM {src} GROUP BY GROUPING SETS ({sets}) "
+                "ORDER BY {by}"
             ).format(
                 which=which, keys=sql.SQL(", ").join(keys), src=source,
                 sets=sql.SQL(", ").join(sql.SQL("({})").format(x) for x in keys),
@@ -137,8 +148,11 @@ def onehot_features(
         ).fetchall()  # fmt: skip
         for row in rows:  # a set's rows in its key's order (the other keys are NULL there)
             values[row[0]].append(row[1 + row[0]])
+            counts[row[0]][row[1 + row[0]]] = int(row[-1])
     out: list[Feature] = []
-    for col, key, used in zip(r.qi, keys, values, strict=True):
+    smallest: list[int] = []
+    for col, key, used, rows_of in zip(r.qi, keys, values, counts, strict=True):
+        start = len(out)
         if col.name in ranges:
             lo, hi = (float(v) for v in ranges[col.name])
             edges = equal_width_edges(lo, hi, bins)
@@ -150,7 +164,8 @@ def onehot_features(
             for i, v in enumerate(used, 1):
                 name = _short(f"{col.name}={v}", col.name, i)
                 out.append(indicator(name, col.name, key, v, nullable=False))
-    return out
+        smallest += [indicator_smallest(f, rows_of) for f in out[start:]]
+    return out, smallest
 
 
 def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
@@ -218,14 +233,11 @@ def design_matrix(
 def search_source(
     conn: psycopg.Connection, r: Resolved, ranked: list[Feature], k: int
 ) -> Selection:
-    """`forward_search` of the source; one-hot candidates judged on their codes, streamed once
-    with binary COPY (int32 per row and source column), not by a GROUP BY per batch."""
+    """`forward_search` of the source; one-hot candidates judged on their codes, read once as
+    int4 arrays (one binary value per source column), not by a GROUP BY per batch."""
     query = codes_query(r.source.ident, ranked)
-    codes = None
-    if query is not None:
-        width = len({f.column for f in ranked})
-        codes = copy_columns(conn, query, ["int4"] * width, r.rows)
-    return forward_search(conn, r.source.ident, ranked, k, codes)  # type: ignore[arg-type]
+    codes = None if query is None else fetch_arrays(conn, query)
+    return forward_search(conn, r.source.ident, ranked, k, codes)
 
 
 def projection_select(
@@ -268,9 +280,11 @@ def _snapshot(conn: psycopg.Connection, view: sql.Composable) -> None:
     conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
 
 
-# Each live run's candidates (ProjectionMethod._features): id of its Resolved -> (a weak
-# reference to it, the features).
-_RUN_FEATURES: dict[int, tuple[weakref.ref[Resolved], list[Feature]]] = {}
+# A candidate list: the features and, when found with them, each one's smallest class alone.
+Candidates = tuple[list[Feature], list[int] | None]
+# Each live run's candidates (ProjectionMethod._candidates): id of its Resolved -> (a weak
+# reference to it, the candidates).
+_RUN_FEATURES: dict[int, tuple[weakref.ref[Resolved], Candidates]] = {}
 
 
 class ProjectionMethod(Method):
@@ -296,8 +310,9 @@ class ProjectionMethod(Method):
     score_name: ClassVar[str] = "score"
 
     @abstractmethod
-    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
-        """The candidate features of the release."""
+    def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
+        """The candidate features of the release, and each one's smallest class alone when
+        the scans that found them counted it (None: validate counts it)."""
 
     @abstractmethod
     def scores(
@@ -305,7 +320,7 @@ class ProjectionMethod(Method):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """One score per feature (higher first), and figures for the run record."""
 
-    def _features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+    def _candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
         """The run's candidates, found once: validate and build see the same snapshot (one
         REPEATABLE READ transaction) and the same Resolved, which keys the memo (weakly: another
         run, even one given the same id, never reads it)."""
@@ -314,9 +329,9 @@ class ProjectionMethod(Method):
             return held[1]
         for stale in [i for i, (ref, _) in _RUN_FEATURES.items() if ref() is None]:
             del _RUN_FEATURES[stale]
-        features = self.features(conn, r)
-        _RUN_FEATURES[id(r)] = (weakref.ref(r), features)
-        return features
+        found = self.candidates(conn, r)
+        _RUN_FEATURES[id(r)] = (weakref.ref(r), found)
+        return found
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -343,8 +358,9 @@ class ProjectionMethod(Method):
                 f"({values[0][0] if values else None!r}): there is nothing to classify"
             )
         k = r.k or 2
-        features = self._features(conn, r)
-        smallest = smallest_class(conn, r.source.ident, features)
+        features, smallest = self._candidates(conn, r)
+        if smallest is None:
+            smallest = smallest_class(conn, r.source.ident, features)
         if not any(n >= k for n in smallest):
             best = int(np.argmax(smallest))
             raise DbanonError(
@@ -355,7 +371,7 @@ class ProjectionMethod(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         k = r.k or 2
-        features = self._features(conn, r)
+        features = self._candidates(conn, r)[0]
         ctx.say(f"scoring {len(features)} features")
         started = time.perf_counter()
         score, figures = self.scores(conn, r, features)
