@@ -52,7 +52,8 @@ from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
 from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
-from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.models import sizes
 from dbanon.models.base import Target
 from dbanon.setlogic.fulldomain import _fresh
 
@@ -174,12 +175,15 @@ def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     if not numeric:
         return
+    # count(DISTINCT) of each, as a count of its non-NULL groups: one hashed GROUPING SETS
+    # scan (a column is NULL in the other columns' sets), not a sort per column
+    cols = sql.SQL(", ").join(c.ident for c in numeric)
     counts = conn.execute(
-        sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(c.ident) for c in numeric),
-            r.source.ident,
+        sql.SQL("SELECT {} FROM (SELECT {} FROM {} GROUP BY GROUPING SETS ({})) g").format(
+            sql.SQL(", ").join(sql.SQL("count({})").format(c.ident) for c in numeric), cols,
+            r.source.ident, sql.SQL(", ").join(sql.SQL("({})").format(c.ident) for c in numeric),
         )
-    ).fetchone()
+    ).fetchone()  # fmt: skip
     most, col = max(zip(counts, (c.name for c in numeric), strict=True))
     if bins > most:
         raise DbanonError(
@@ -479,5 +483,7 @@ class ProjectionMethod(Method):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
+        """The base's figures over the features shown: the histogram the k-anonymity check
+        counted (dbanon.models.sizes, shared within the publish's figures step)."""
         t = self._target(conn, r, built[0])
-        return class_sizes(conn, t.relation, [t.qi_list])
+        return sizes.figures(sizes.histogram(conn, t.relation, t.qi))
