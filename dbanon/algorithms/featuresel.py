@@ -6,7 +6,10 @@ it is still k-anonymous. A test is a query in PostgreSQL,
 `SELECT count(*), min(n) FROM (SELECT count(*) AS n FROM src GROUP BY f1..fm HAVING count(*) < k)`,
 over the live source: no table is copied or created per step, so a step costs one hash
 aggregate of the source and nothing grows with the number of steps taken. Binary features
-(one-hot indicators) are tested many to a query (`split_small`).
+(one-hot indicators) are tested many to a query (`split_small`); when every candidate is one,
+the source is read once instead, each column's indicators as one int32 code per row
+(`codes_query`), and the same tests are made by compiled passes over those arrays
+(`_Compiled`, dbanon.algorithms.featurekernels).
 
 The rankings are pure code (arrays in, one score per feature out):
 - `oob_permutation_importance`: the paper's random-forest importance, the mean decrease of a
