@@ -44,6 +44,7 @@ from dbanon.algorithms.featuresel import (
     encode_labels,
     equal_width_edges,
     forward_search,
+    grouping,
     indicator,
     indicator_smallest,
     smallest_class,
@@ -253,7 +254,9 @@ def projection_select(
     (no class under k to leave out, so no window sort to count them)."""
     names = [f.name for f in chosen] + extra
     size = _fresh("dbanon_class_size", names)
-    exprs = sql.SQL(", ").join(f.expr for f in chosen)
+    # the classes counted by one number per one-hot column (`grouping`: which of its shown
+    # indicators holds), the same partition as by every indicator, sorted on fewer keys
+    exprs = sql.SQL(", ").join(grouping(chosen))
     inner = sql.SQL(", ").join(
         [sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in chosen]
         + [sql.Identifier(n) for n in extra]
