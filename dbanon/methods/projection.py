@@ -51,12 +51,13 @@ from dbanon.algorithms.featuresel import (
 )
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
+from dbanon.db.settings import local_settings, work_mem_at_least
 from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.models import sizes
 from dbanon.models.base import Target
-from dbanon.setlogic.fulldomain import _fresh
+from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, _fresh
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -409,11 +410,13 @@ class ProjectionMethod(Method):
         shown = [f for f in features if f.name in picked]
         # A table of what the search just found k-anonymous has no class under k to leave out.
         select = projection_select(r, shown, extra, k, suppress=as_view or not searched)
-        conn.execute(sql.SQL(create).format(r.stored(built), select))
-        if as_view:
-            # Evaluated once, in the publish's (repeatable read) snapshot: the checks and the
-            # figures read this copy, exactly the rows a reader of the view sees now.
-            _snapshot(conn, r.stored(built))
+        # the rows' shuffle (and a view's class count) sorted in memory, as fulldomain's release
+        with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
+            conn.execute(sql.SQL(create).format(r.stored(built), select))
+            if as_view:
+                # Evaluated once, in the publish's (repeatable read) snapshot: the checks and
+                # the figures read this copy, exactly the rows a reader of the view sees now.
+                _snapshot(conn, r.stored(built))
         ctx.lap("materialise")
         of = {f.name: float(score[i]) for i, f in enumerate(features)}
         chosen = [f.name for f in found.chosen]
