@@ -234,36 +234,38 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
         assert batched.queries <= single.queries
 
 
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_smallest_class_equals_one_query_per_feature(conn: psycopg.Connection, seed: int) -> None:
-    """The one-scan smallest classes (GROUPING SETS: one set per indicator column's key, one
-    per other feature) are what one GROUP BY per feature finds: nullable bins with NULL keys,
-    categories with a NULL value, a value no row holds, plain features, a repeated expression
-    and an empty table."""
-    from dbanon.algorithms.featuresel import smallest_class
+@pytest.mark.parametrize("n", [0, 40, 300])
+def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
+    conn: psycopg.Connection, n: int
+) -> None:
+    """The one-hot candidates found by one GROUPING SETS scan, with each one's smallest class
+    alone taken from its key's counts (`indicator_smallest`), are what one SELECT DISTINCT per
+    column (in its order) and one GROUP BY per feature find: bins of a numeric QI with NULLs,
+    categories with NULL a value of its own, a constant numeric QI, an empty table."""
+    from types import SimpleNamespace
 
-    rng = random.Random(seed)
-    n = rng.choice([0, 40, 300])
-    rows = [(None if rng.random() < 0.1 else rng.randrange(4),
-             None if rng.random() < 0.1 else str(rng.randrange(3)), rng.randrange(7))
+    from dbanon.algorithms.featuresel import smallest_class
+    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column
+    from dbanon.methods.projection import onehot_candidates
+
+    rng = random.Random(n)
+    rows = [(None if rng.random() < 0.1 else rng.randrange(40),
+             None if rng.random() < 0.1 else rng.choice(["x", "y", "B", "a"]), 7)
             for _ in range(n)]  # fmt: skip
-    make_table(conn, "s", "sc", [("a", "int"), ("b", "text"), ("c", "int")], rows)
-    features = [
-        *(indicator(f"a={v}", "a", sql.Identifier("a"), v, nullable=True) for v in range(5)),
-        *(indicator(f"b={v}", "b", sql.SQL("b::text"), v, nullable=False)
-          for v in ["0", "1", "2", None]),
-        Feature("c", sql.Identifier("c"), "c"),
-        Feature("a", sql.Identifier("a"), "a"),
-        Feature("c again", sql.Identifier("c"), "c"),
-    ]  # fmt: skip
-    rng.shuffle(features)
-    source = sql.Identifier("s", "sc")
-    expected = [
-        int(conn.execute(sql.SQL("SELECT coalesce(min(n), 0) FROM (SELECT count(*) AS n FROM {} "
-                                 "GROUP BY {}) g").format(source, f.expr)).fetchone()[0])
-        for f in features
-    ]  # fmt: skip
-    assert smallest_class(conn, source, features) == expected
+    make_table(conn, "s", "oc", [("a", "int"), ("b", "text"), ("c", "int")], rows)
+    qi = [Column("a", "integer", NUMERIC, False), Column("b", "text", CATEGORICAL, False),
+          Column("c", "integer", NUMERIC, False)]  # fmt: skip
+    r = SimpleNamespace(qi=qi if n else qi[1:2], is_categorical=lambda c: c.kind == CATEGORICAL)
+    source = sql.Identifier("s", "oc")
+    features, smallest = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    assert smallest == smallest_class(conn, source, features)
+    values = [
+        v for (v,) in conn.execute(sql.SQL("SELECT DISTINCT b FROM {} ORDER BY 1").format(source))
+    ]
+    assert [f.value for f in features if f.column == "b"] == values
+    if n:
+        assert {f.value for f in features if f.column == "a"} <= {1, 2, 3, 4}
+        assert [f.name for f in features if f.column == "c"] == ["c=7"]
 
 
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:
