@@ -21,6 +21,7 @@ from psycopg import sql
 
 from dbanon.algorithms.featuresel import (
     Feature,
+    codes_query,
     forward_search,
     hamdist_counts,
     hamdist_from_counts,
@@ -28,6 +29,7 @@ from dbanon.algorithms.featuresel import (
     indicator,
     oob_permutation_importance,
 )
+from dbanon.db.stream import fetch_arrays
 
 K = 5
 QI = ["age", "region", "sex", "job"]
@@ -175,16 +177,18 @@ def test_the_greedy_choice_equals_brute_force(conn: psycopg.Connection, seed: in
             assert smallest == min(sizes.values())
 
 
+@pytest.mark.parametrize("mixed", [True, False])
 @pytest.mark.parametrize("seed", [1, 2, 3, 4, 5])
 def test_batched_tests_of_binary_features_equal_one_query_each(
-    conn: psycopg.Connection, seed: int, monkeypatch: pytest.MonkeyPatch
+    conn: psycopg.Connection, seed: int, mixed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One-hot features are judged many to a query (`split_small`) and the kept ones grouped by
     one number per column (`grouping`); what the search keeps and drops, with each drop's
     classes below k and smallest class, is what one query per feature grouped by every kept
     boolean finds: indicators that are NULL on NULL values and indicators of NULL, a plain
     feature among them, batches cut short by a kept feature and by the batch limit, and an
-    empty table."""
+    empty table. Not `mixed` (only indicators), the batches are judged in compiled code over
+    the streamed codes (`_Compiled`)."""
     from dataclasses import replace
 
     from dbanon.algorithms import featuresel
@@ -211,10 +215,14 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
         for v in [*map(str, range(width[3])), None]
     ]
     rng.shuffle(features)
-    features.insert(rng.randrange(len(features)), Feature("c2", sql.Identifier("c2"), "c2"))
+    if mixed:
+        features.insert(rng.randrange(len(features)), Feature("c2", sql.Identifier("c2"), "c2"))
     source = sql.Identifier("s", "bin")
     for k in (2, 3, 6):
-        batched = forward_search(conn, source, features, k)
+        query = codes_query(source, features)
+        codes = None if query is None else fetch_arrays(conn, query)
+        assert (codes is None) == mixed
+        batched = forward_search(conn, source, features, k, codes)
         # the reference: one query per feature, grouped by each kept indicator's own boolean
         plain = [replace(f, binary=False, key=None) for f in features]
         single = forward_search(conn, source, plain, k)
@@ -224,6 +232,40 @@ def test_batched_tests_of_binary_features_equal_one_query_each(
         ], k
         assert single.queries == len(features)
         assert batched.queries <= single.queries
+
+
+@pytest.mark.parametrize("n", [0, 40, 300])
+def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
+    conn: psycopg.Connection, n: int
+) -> None:
+    """The one-hot candidates found by one GROUPING SETS scan, with each one's smallest class
+    alone taken from its key's counts (`indicator_smallest`), are what one SELECT DISTINCT per
+    column (in its order) and one GROUP BY per feature find: bins of a numeric QI with NULLs,
+    categories with NULL a value of its own, a constant numeric QI, an empty table."""
+    from types import SimpleNamespace
+
+    from dbanon.algorithms.featuresel import smallest_class
+    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column
+    from dbanon.methods.projection import onehot_candidates
+
+    rng = random.Random(n)
+    rows = [(None if rng.random() < 0.1 else rng.randrange(40),
+             None if rng.random() < 0.1 else rng.choice(["x", "y", "B", "a"]), 7)
+            for _ in range(n)]  # fmt: skip
+    make_table(conn, "s", "oc", [("a", "int"), ("b", "text"), ("c", "int")], rows)
+    qi = [Column("a", "integer", NUMERIC, False), Column("b", "text", CATEGORICAL, False),
+          Column("c", "integer", NUMERIC, False)]  # fmt: skip
+    r = SimpleNamespace(qi=qi if n else qi[1:2], is_categorical=lambda c: c.kind == CATEGORICAL)
+    source = sql.Identifier("s", "oc")
+    features, smallest = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    assert smallest == smallest_class(conn, source, features)
+    values = [
+        v for (v,) in conn.execute(sql.SQL("SELECT DISTINCT b FROM {} ORDER BY 1").format(source))
+    ]
+    assert [f.value for f in features if f.column == "b"] == values
+    if n:
+        assert {f.value for f in features if f.column == "a"} <= {1, 2, 3, 4}
+        assert [f.name for f in features if f.column == "c"] == ["c=7"]
 
 
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:

@@ -15,7 +15,7 @@ import psycopg
 from dbanon.algorithms.featuresel import Feature, hamdist_counts, hamdist_from_counts
 from dbanon.methods import projection, register
 from dbanon.methods.base import Option
-from dbanon.methods.projection import AS, BINS, REFRESH, ProjectionMethod
+from dbanon.methods.projection import AS, BINS, REFRESH, Candidates, ProjectionMethod
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -31,8 +31,8 @@ class Hamdist(ProjectionMethod):
     score_name = "hamdist"
     options: ClassVar[tuple[Option, ...]] = (AS, BINS, REFRESH)
 
-    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
-        return projection.onehot_features(conn, r.source.ident, r, r.options["bins"])
+    def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
+        return projection.onehot_candidates(conn, r.source.ident, r, r.options["bins"])
 
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]

@@ -29,6 +29,7 @@ Decisions (the papers are silent on a live database):
 from __future__ import annotations
 
 import time
+import weakref
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -39,19 +40,24 @@ from psycopg import sql
 from dbanon.algorithms.featuresel import (
     Feature,
     Selection,
+    codes_query,
     encode_labels,
     equal_width_edges,
     forward_search,
+    grouping,
     indicator,
+    indicator_smallest,
     smallest_class,
 )
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
-from dbanon.db.stream import copy_out
+from dbanon.db.settings import local_settings, work_mem_at_least
+from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
-from dbanon.methods.base import BuildContext, Built, Check, Method, Option, class_sizes
+from dbanon.methods.base import BuildContext, Built, Check, Method, Option
+from dbanon.models import sizes
 from dbanon.models.base import Target
-from dbanon.setlogic.fulldomain import _fresh
+from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, _fresh
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -91,38 +97,78 @@ def onehot_features(
 ) -> list[Feature]:
     """One boolean feature per value of a categorical QI, per non-empty equal-width bin of a
     numeric or date one (see the module doc)."""
-    out: list[Feature] = []
+    return onehot_candidates(conn, source, r, bins)[0]
+
+
+def onehot_candidates(
+    conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
+) -> tuple[list[Feature], list[int]]:
+    """`onehot_features` and each one's smallest class alone (`smallest_class`), from two scans
+    of the source: the numeric QIs' ranges, then every QI's distinct values (bins) with their
+    rows in one GROUPING SETS query, each set in its own order."""
+    numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
+    ranges: dict[str, tuple[Any, Any]] = {}
+    if numeric:
+        row = conn.execute(
+            sql.SQL("SELECT {} FROM {}").format(
+                sql.SQL(", ").join(
+                    sql.SQL("min({x}), max({x})").format(x=_number(c)) for c in numeric
+                ),
+                source,
+            )
+        ).fetchone()
+        ranges = {c.name: (row[2 * i], row[2 * i + 1]) for i, c in enumerate(numeric)}
+    keys: list[sql.Composable] = []
     for col in r.qi:
-        if col.kind in (NUMERIC, DATE) and not r.is_categorical(col):
-            x = _number(col)
-            lo, hi = conn.execute(
-                sql.SQL("SELECT min({x}), max({x}) FROM {src}").format(x=x, src=source)
-            ).fetchone()
-            edges = equal_width_edges(float(lo), float(hi), bins)
-            bucket = (
+        if col.name in ranges:
+            lo, hi = (float(v) for v in ranges[col.name])
+            keys.append(
                 sql.SQL("least(greatest(width_bucket({}, {}, {}, {}), 1), {})").format(
-                    x, sql.Literal(float(lo)), sql.Literal(float(hi)), sql.Literal(bins),
+                    _number(col), sql.Literal(lo), sql.Literal(hi), sql.Literal(bins),
                     sql.Literal(bins),
                 )
                 if hi > lo
-                else sql.SQL("1")
+                else sql.SQL("1::int")  # not a bare 1: GROUP BY would read a column number
             )  # fmt: skip
-            used = conn.execute(
-                sql.SQL("SELECT DISTINCT {} FROM {} ORDER BY 1").format(bucket, source)
-            ).fetchall()
-            for (b,) in used:
+        else:
+            keys.append(sql.SQL("{}::text").format(col.ident))
+    values: list[list[Any]] = [[] for _ in keys]
+    counts: list[dict[object, int]] = [{} for _ in keys]
+    if keys:
+        which = sql.SQL("CASE {} END").format(sql.SQL(" ").join(
+            sql.SQL("WHEN GROUPING({}) = 0 THEN {}").format(x, sql.Literal(j))
+            for j, x in enumerate(keys)
+        ))  # fmt: skip
+        rows = conn.execute(
+            sql.SQL(
+                "SELECT {which}, {keys}, count(*) FROM {src} GROUP BY GROUPING SETS ({sets}) "
+                "ORDER BY {by}"
+            ).format(
+                which=which, keys=sql.SQL(", ").join(keys), src=source,
+                sets=sql.SQL(", ").join(sql.SQL("({})").format(x) for x in keys),
+                by=sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(keys) + 2)),
+            )
+        ).fetchall()  # fmt: skip
+        for row in rows:  # a set's rows in its key's order (the other keys are NULL there)
+            values[row[0]].append(row[1 + row[0]])
+            counts[row[0]][row[1 + row[0]]] = int(row[-1])
+    out: list[Feature] = []
+    smallest: list[int] = []
+    for col, key, used, rows_of in zip(r.qi, keys, values, counts, strict=True):
+        start = len(out)
+        if col.name in ranges:
+            lo, hi = (float(v) for v in ranges[col.name])
+            edges = equal_width_edges(lo, hi, bins)
+            for b in used:
                 label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
                 name = _short(f"{col.name}={label}", col.name, b)
-                out.append(indicator(name, col.name, bucket, b, nullable=True))
+                out.append(indicator(name, col.name, key, b, nullable=True))
         else:
-            values = conn.execute(
-                sql.SQL("SELECT DISTINCT {}::text FROM {} ORDER BY 1").format(col.ident, source)
-            ).fetchall()
-            for i, (v,) in enumerate(values, 1):
+            for i, v in enumerate(used, 1):
                 name = _short(f"{col.name}={v}", col.name, i)
-                key = sql.SQL("{}::text").format(col.ident)
                 out.append(indicator(name, col.name, key, v, nullable=False))
-    return out
+        smallest += [indicator_smallest(f, rows_of) for f in out[start:]]
+    return out, smallest
 
 
 def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
@@ -131,12 +177,15 @@ def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     if not numeric:
         return
+    # count(DISTINCT) of each, as a count of its non-NULL groups: one hashed GROUPING SETS
+    # scan (a column is NULL in the other columns' sets), not a sort per column
+    cols = sql.SQL(", ").join(c.ident for c in numeric)
     counts = conn.execute(
-        sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(c.ident) for c in numeric),
-            r.source.ident,
+        sql.SQL("SELECT {} FROM (SELECT {} FROM {} GROUP BY GROUPING SETS ({})) g").format(
+            sql.SQL(", ").join(sql.SQL("count({})").format(c.ident) for c in numeric), cols,
+            r.source.ident, sql.SQL(", ").join(sql.SQL("({})").format(c.ident) for c in numeric),
         )
-    ).fetchone()
+    ).fetchone()  # fmt: skip
     most, col = max(zip(counts, (c.name for c in numeric), strict=True))
     if bins > most:
         raise DbanonError(
@@ -187,18 +236,34 @@ def design_matrix(
     return x, encode_labels(data[-1])
 
 
+def search_source(
+    conn: psycopg.Connection, r: Resolved, ranked: list[Feature], k: int
+) -> Selection:
+    """`forward_search` of the source; one-hot candidates judged on their codes, read once as
+    int4 arrays (one binary value per source column), not by a GROUP BY per batch."""
+    query = codes_query(r.source.ident, ranked)
+    codes = None if query is None else fetch_arrays(conn, query)
+    return forward_search(conn, r.source.ident, ranked, k, codes)
+
+
 def projection_select(
-    r: Resolved, chosen: list[Feature], extra: list[str], k: int
+    r: Resolved, chosen: list[Feature], extra: list[str], k: int, suppress: bool = True
 ) -> sql.Composable:
     """The live projection: chosen features, label and kept columns of the rows whose class
-    has at least k rows at read time, in random order (see the module doc)."""
+    has at least k rows at read time, in random order (see the module doc). Not `suppress`:
+    every row, for a table of features the search found k-anonymous in this very snapshot
+    (no class under k to leave out, so no window sort to count them)."""
     names = [f.name for f in chosen] + extra
     size = _fresh("dbanon_class_size", names)
-    exprs = sql.SQL(", ").join(f.expr for f in chosen)
+    # the classes counted by one number per one-hot column (`grouping`: which of its shown
+    # indicators holds), the same partition as by every indicator, sorted on fewer keys
+    exprs = sql.SQL(", ").join(grouping(chosen))
     inner = sql.SQL(", ").join(
         [sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in chosen]
         + [sql.Identifier(n) for n in extra]
     )
+    if not suppress:
+        return sql.SQL("SELECT {} FROM {} ORDER BY random()").format(inner, r.source.ident)
     return sql.SQL(
         "SELECT {out} FROM (SELECT {inner}, count(*) OVER (PARTITION BY {exprs}) AS {size} "
         "FROM {src}) dbanon_classes WHERE {size} >= {k} ORDER BY random()"
@@ -210,6 +275,24 @@ def projection_select(
         src=r.source.ident,
         k=sql.Literal(k),
     )
+
+
+SNAPSHOT = sql.Identifier("dbanon_projection_snapshot")  # a view release, evaluated once
+
+
+def _snapshot(conn: psycopg.Connection, view: sql.Composable) -> None:
+    """SNAPSHOT: the view's rows now, for the checks and figures (dropped at commit)."""
+    conn.execute(
+        sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS SELECT * FROM {}").format(SNAPSHOT, view)
+    )
+    conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
+
+
+# A candidate list: the features and, when found with them, each one's smallest class alone.
+Candidates = tuple[list[Feature], list[int] | None]
+# Each live run's candidates (ProjectionMethod._candidates): id of its Resolved -> (a weak
+# reference to it, the candidates).
+_RUN_FEATURES: dict[int, tuple[weakref.ref[Resolved], Candidates]] = {}
 
 
 class ProjectionMethod(Method):
@@ -235,14 +318,28 @@ class ProjectionMethod(Method):
     score_name: ClassVar[str] = "score"
 
     @abstractmethod
-    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
-        """The candidate features of the release."""
+    def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
+        """The candidate features of the release, and each one's smallest class alone when
+        the scans that found them counted it (None: validate counts it)."""
 
     @abstractmethod
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """One score per feature (higher first), and figures for the run record."""
+
+    def _candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
+        """The run's candidates, found once: validate and build see the same snapshot (one
+        REPEATABLE READ transaction) and the same Resolved, which keys the memo (weakly: another
+        run, even one given the same id, never reads it)."""
+        held = _RUN_FEATURES.get(id(r))
+        if held is not None and held[0]() is r:
+            return held[1]
+        for stale in [i for i, (ref, _) in _RUN_FEATURES.items() if ref() is None]:
+            del _RUN_FEATURES[stale]
+        found = self.candidates(conn, r)
+        _RUN_FEATURES[id(r)] = (weakref.ref(r), found)
+        return found
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -269,8 +366,9 @@ class ProjectionMethod(Method):
                 f"({values[0][0] if values else None!r}): there is nothing to classify"
             )
         k = r.k or 2
-        features = self.features(conn, r)
-        smallest = smallest_class(conn, r.source.ident, features)
+        features, smallest = self._candidates(conn, r)
+        if smallest is None:
+            smallest = smallest_class(conn, r.source.ident, features)
         if not any(n >= k for n in smallest):
             best = int(np.argmax(smallest))
             raise DbanonError(
@@ -281,7 +379,7 @@ class ProjectionMethod(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         k = r.k or 2
-        features = self.features(conn, r)
+        features = self._candidates(conn, r)[0]
         ctx.say(f"scoring {len(features)} features")
         started = time.perf_counter()
         score, figures = self.scores(conn, r, features)
@@ -291,11 +389,12 @@ class ProjectionMethod(Method):
         ranked = [features[i] for i in order]
         started = time.perf_counter()
         kept = self._previous(conn, r) if r.options.get("refresh_policy") == "keep" else None
-        if kept is not None and set(kept) <= {f.name for f in features}:
+        searched = not (kept is not None and set(kept) <= {f.name for f in features})
+        if not searched:
             found = Selection([f for f in ranked if f.name in kept])
         else:
             ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
-            found = forward_search(conn, r.source.ident, ranked, k)
+            found = search_source(conn, r, ranked, k)
         search = time.perf_counter() - started
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
@@ -309,9 +408,15 @@ class ProjectionMethod(Method):
         # is re-pointed in place and what consumers built over it stays (dbanon.lifecycle.swap).
         picked = {f.name for f in found.chosen}
         shown = [f for f in features if f.name in picked]
-        conn.execute(
-            sql.SQL(create).format(r.stored(built), projection_select(r, shown, extra, k))
-        )
+        # A table of what the search just found k-anonymous has no class under k to leave out.
+        select = projection_select(r, shown, extra, k, suppress=as_view or not searched)
+        # the rows' shuffle (and a view's class count) sorted in memory, as fulldomain's release
+        with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
+            conn.execute(sql.SQL(create).format(r.stored(built), select))
+            if as_view:
+                # Evaluated once, in the publish's (repeatable read) snapshot: the checks and
+                # the figures read this copy, exactly the rows a reader of the view sees now.
+                _snapshot(conn, r.stored(built))
         ctx.lap("materialise")
         of = {f.name: float(score[i]) for i, f in enumerate(features)}
         chosen = [f.name for f in found.chosen]
@@ -348,12 +453,23 @@ class ProjectionMethod(Method):
         previous = self._previous(conn, r)
         return None if previous is None else sorted(previous) != sorted(chosen)
 
+    def rechecking(self, conn: psycopg.Connection, r: Resolved, built: list[Built]) -> None:
+        """A published view is checked as its publish checked it: on a snapshot of its rows."""
+        if r.options.get("as", "view") == "view":
+            _snapshot(conn, r.stored(built[0]))
+
+    def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
+        if r.options.get("as", "view") == "view":
+            return SNAPSHOT
+        return super().checked_relation(r, built)
+
     def _target(self, conn: psycopg.Connection, r: Resolved, b: Built) -> Target:
-        """The released relation's classes: its columns but the label and the kept ones."""
+        """The released relation's classes (a view's as its snapshot has them): its columns
+        but the label and the kept ones."""
         extra = {r.sensitive[0].name, *self._keep(r)}
         cols = catalog.columns(conn, catalog.Relation(r.build_schema, b.build))
         qi = [c for c in cols if c not in extra]
-        return Target(r.stored(b), qi, r.sensitive[0].name)
+        return Target(self.checked_relation(r, [b]), qi, r.sensitive[0].name)
 
     def risk_target(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built]
@@ -373,5 +489,7 @@ class ProjectionMethod(Method):
     def figures(
         self, conn: psycopg.Connection, r: Resolved, built: list[Built], checked: dict[str, Any]
     ) -> dict[str, Any]:
+        """The base's figures over the features shown: the histogram the k-anonymity check
+        counted (dbanon.models.sizes, shared within the publish's figures step)."""
         t = self._target(conn, r, built[0])
-        return class_sizes(conn, t.relation, [t.qi_list])
+        return sizes.figures(sizes.histogram(conn, t.relation, t.qi))

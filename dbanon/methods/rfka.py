@@ -29,9 +29,10 @@ from dbanon.methods.projection import (
     AS,
     BINS,
     REFRESH,
+    Candidates,
     ProjectionMethod,
     design_matrix,
-    onehot_features,
+    onehot_candidates,
     plain_features,
 )
 
@@ -76,10 +77,10 @@ class RFKA(ProjectionMethod):
             )
         super().validate(conn, r)
 
-    def features(self, conn: psycopg.Connection, r: Resolved) -> list[Feature]:
+    def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
         if r.options["features"] == "onehot":
-            return onehot_features(conn, r.source.ident, r, r.options["bins"])
-        return plain_features(r)
+            return onehot_candidates(conn, r.source.ident, r, r.options["bins"])
+        return plain_features(r), None
 
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
