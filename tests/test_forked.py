@@ -116,3 +116,23 @@ def test_a_fork_waits_for_numbas_set_up_thread() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_a_publishs_numba_set_up_leaves_scipy_out() -> None:
+    """numba's set-up in a publish (warmup) does not load scipy.linalg (numba's BLAS, for
+    compiled np.dot, which no kernel calls; ~15 MB resident), kernels still run, and
+    scipy.linalg still imports afterwards."""
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from dbanon.algorithms import warmup\n"
+        "from dbanon.db import copykernels\n"
+        "warmup.start(); warmup.join()\n"
+        "assert copykernels.int_texts(np.arange(3, dtype=np.int64))[2].tolist() == [48, 49, 50]\n"
+        "assert 'scipy.linalg' not in sys.modules, 'scipy.linalg loaded'\n"
+        "import scipy.linalg.cython_blas\n"
+        "print('ok')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.stdout.strip() == "ok", done.stderr

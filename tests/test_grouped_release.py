@@ -155,3 +155,32 @@ def test_a_refresh_tells_the_rows_that_changed(
         code, out = cli_json(dsn, "refresh", name)
         assert code == 0, out
         assert _changed(conn, name) == updated > 0
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_loss_in_parts_is_loss_report(seed: int) -> None:
+    """The publish's loss figures, measured a run of groups at a time (grouped_rows.
+    loss_in_parts), equal metrics.loss.loss_report's exactly: both costs, hierarchies and
+    value sets, numeric columns or none, ids with gaps, parts of one row to the whole table."""
+    import numpy as np
+
+    from dbanon.algorithms.base import QIArrays
+    from dbanon.core.hierarchy import Hierarchy
+    from dbanon.methods.grouped_rows import loss_in_parts
+    from dbanon.metrics.loss import loss_report
+
+    rng = np.random.default_rng(seed)
+    tree = Hierarchy.from_rows("tree", [[f"l{i}", f"m{i // 3}", f"t{i // 6}", "*"]
+                                        for i in range(12)])  # fmt: skip
+    flat = Hierarchy.flat("v", [f"v{i}" for i in range(9)])
+    n = 3000
+    numeric = [rng.normal(40, 12, n), rng.integers(0, 5, n).astype(float)][: seed % 3]
+    categorical = [(rng.integers(0, 12, n).astype(np.int32), tree),
+                   (np.array([flat.leaves[f"v{c}"] for c in rng.integers(0, 9, n)],
+                             dtype=np.int32), flat)]  # fmt: skip
+    qi = QIArrays.build(numeric, categorical, n)
+    gid = rng.integers(0, 400, n) * 3  # gaps, uneven groups
+    for sets in ([False, True], [True, True], [False, False]):
+        whole = loss_report(qi, gid, sets)
+        for rows in (1, 97, 1000, n):
+            assert loss_in_parts(qi, gid, sets, rows) == whole

@@ -91,3 +91,30 @@ def test_contradicting_or_too_small_blocks_are_refused(
         assert result.exit_code == 2, result.output
         assert message in result.output and len(result.output.strip().splitlines()) == 1
     assert snapshot(conn) == before
+
+
+def test_rows_put_in_order_in_place_and_back() -> None:
+    """k-member clusters the rows in a secret order permuted in place (methods.kmember.
+    in_order): inside, the arrays are what subset(qi, order) copies; after, and after an
+    error inside, they are the caller's again, bit for bit."""
+    import numpy as np
+
+    from dbanon.algorithms.base import QIArrays
+    from dbanon.algorithms.persist import subset
+    from dbanon.core.hierarchy import Hierarchy
+    from dbanon.methods.kmember import in_order
+
+    rng = np.random.default_rng(3)
+    n = 500
+    flat = Hierarchy.flat("v", [f"v{i}" for i in range(7)])
+    qi = QIArrays.build([rng.normal(size=n), rng.random(n)],
+                        [(rng.integers(0, 7, n).astype(np.int32), flat)] * 2, n)  # fmt: skip
+    num, cat = qi.num.copy(), qi.cat.copy()
+    order = rng.permutation(n)
+    with in_order(qi, order):
+        want = subset(QIArrays(num, cat, qi.lca, qi.height, qi.hierarchies), order)
+        assert np.array_equal(qi.num, want.num) and np.array_equal(qi.cat, want.cat)
+    assert np.array_equal(qi.num, num) and np.array_equal(qi.cat, cat)
+    with pytest.raises(ZeroDivisionError), in_order(qi, order):
+        _ = 1 / 0
+    assert np.array_equal(qi.num, num) and np.array_equal(qi.cat, cat)

@@ -273,8 +273,9 @@ def group_labels(
         return nodes, list(h.labels), None
     top = int(leaves.max()) + 1 if len(leaves) else 0
     if top <= 64:  # each group's values as the bits of one integer: a label per distinct set
-        masks = np.bitwise_or.reduceat(np.left_shift(np.uint64(1), leaves.astype(np.uint64)),
-                                       starts) if len(starts) else np.zeros(0, np.uint64)
+        bits = np.left_shift(np.uint64(1), np.arange(top, dtype=np.uint64))  # one per value
+        masks = np.bitwise_or.reduceat(bits[leaves], starts) if len(starts) else (
+            np.zeros(0, np.uint64))  # fmt: skip
         distinct, ids = np.unique(masks, return_inverse=True)
         sets = [[v for v in range(top) if int(m) >> v & 1] for m in distinct.tolist()]
         covered = np.array([len(x) for x in sets], dtype=np.int64)[ids.reshape(-1)]

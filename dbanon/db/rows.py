@@ -172,8 +172,9 @@ def copy_rows(
             vals = np.empty((len(part), len(fields)), dtype=np.int64)
             for j, f in enumerate(fields):
                 vals[:, j] = f.at(part)
-            copy.write(_k.pack_rows(kinds, width, fdict, vals, starts, lens, data, offs, elems,
-                                    _k.HEX_DIGITS).tobytes())  # fmt: skip
+            # the packed array itself, not a copy of it as bytes (psycopg reads any buffer)
+            copy.write(memoryview(_k.pack_rows(kinds, width, fdict, vals, starts, lens, data,
+                                               offs, elems, _k.HEX_DIGITS)))  # fmt: skip
         copy.write(b"\xff\xff")
 
 

@@ -39,10 +39,10 @@ from dbanon.methods.grouped_rows import (
     extract,
     extract_rows,
     label_groups,
+    loss_in_parts,
     mapped,
     write_release,
 )
-from dbanon.metrics.loss import loss_report
 from dbanon.setlogic import composition, grouped_map
 
 # What the methods import from here as before (the experiments hash their modules' sources).
@@ -304,6 +304,7 @@ class GroupingMethod(Method):
                                   r.sensitive[0] if r.sensitive else None)  # fmt: skip
         ex = extract_rows(conn, r, with_sensitive, self.sensitive_stream(r), prior)
         qi, keys, sensitive = ex.qi, ex.keys, ex.sensitive
+        ex = replace(ex, sensitive=None)  # one per row: held by `sensitive` while it is needed
         if with_sensitive:
             sensitive = self.encode_sensitive(conn, r, sensitive)  # type: ignore[arg-type]
         ctx.lap("extract")
@@ -348,6 +349,7 @@ class GroupingMethod(Method):
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None
         gid, found = out if isinstance(out, tuple) else (out, {})
+        sensitive = out = None  # the algorithm's input: not held at the peak that follows
         figures = {**figures, **found}
         withheld = gid < 0  # sealed: a row that waits
         if withheld.all():
@@ -361,14 +363,14 @@ class GroupingMethod(Method):
         )
         sets = [c.name not in r.hierarchies for c in r.qi if r.is_categorical(c)]
         # value-set columns' leaf loss as Xu et al. count it, over the rows released
-        loss = loss_report(shown_qi, shown_gid, sets)
+        loss = loss_in_parts(shown_qi, shown_gid, sets)
         ctx.lap("cluster")
         ctx.say("materialising the release")
         built = ctx.made(r.objects[0])
         released = np.where(withheld, -1, gid)
         labels, value_sets = label_groups(conn, r, ex, shown_qi, released)
-        ex = replace(ex, qi=None, sensitive=None)  # the QI arrays go before the rows are written
-        qi = shown_qi = sensitive = None  # type: ignore[assignment]
+        ex = replace(ex, qi=None)  # the QI arrays go before the rows are written
+        qi = shown_qi = None  # type: ignore[assignment]
         write_release(conn, r, r.stored(built), ex, labels, released)
         wait = None if block is None else np.where(withheld, block, -1)
         ctx.mapped = mapped(ex, released, wait)  # the map and the guard read the same rows

@@ -3,6 +3,8 @@ partitioned mode for large tables (dbanon.algorithms.blocks)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -77,7 +79,6 @@ class KMember(GroupingMethod):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         from dbanon.algorithms.blocks import DEFAULT_BLOCK_SIZE, kmember_blocks, partitioned
         from dbanon.algorithms.kmember import kmember
-        from dbanon.algorithms.persist import subset
         from dbanon.algorithms.ties import restore, secret_order
 
         pk = r.model("p-k-anonymity")
@@ -87,24 +88,40 @@ class KMember(GroupingMethod):
         codes_ = None if sensitive is None or p == 1 else codes(sensitive)[0]
         # Ties go to the lowest row: rows in an order drawn from the seed, not the source's.
         order = secret_order(r.seed, qi.n)
-        qi = subset(qi, order)
         codes_ = None if codes_ is None else codes_[order]
-        if partitioned(qi.n, size, bool(r.options.get("exact"))):
-            size = size or DEFAULT_BLOCK_SIZE
-            gid, figures = kmember_blocks(
-                qi, r.k, block_size=size, progress=r.say, sensitive=codes_, p=p,  # type: ignore[arg-type]
+        with in_order(qi, order):
+            if partitioned(qi.n, size, bool(r.options.get("exact"))):
+                size = size or DEFAULT_BLOCK_SIZE
+                gid, figures = kmember_blocks(
+                    qi, r.k, block_size=size, progress=r.say, sensitive=codes_, p=p,  # type: ignore[arg-type]
+                    **common,  # type: ignore[arg-type]
+                )
+                return restore(order, gid), {"clustering": "partitioned", "block_size": size,
+                                             **figures}
+            gid = kmember(
+                qi,
+                r.k,  # type: ignore[arg-type]
+                sensitive=codes_,
+                p=p,
                 **common,  # type: ignore[arg-type]
             )
-            return restore(order, gid), {"clustering": "partitioned", "block_size": size,
-                                         **figures}
-        gid = kmember(
-            qi,
-            r.k,  # type: ignore[arg-type]
-            sensitive=codes_,
-            p=p,
-            **common,  # type: ignore[arg-type]
-        )
         return restore(order, gid), {"clustering": "exact"}
+
+
+@contextmanager
+def in_order(qi: QIArrays, order: np.ndarray) -> Iterator[None]:
+    """qi's rows put in `order` in place, a column at a time, and back when done: what
+    subset(qi, order) would copy, without a second copy of the QI arrays held beside the
+    caller's while the rows are clustered (36 MB at 1M rows of the bench's 7 QIs)."""
+    for a in (qi.num, qi.cat):
+        for j in range(a.shape[1]):
+            a[:, j] = a[order, j]
+    try:
+        yield
+    finally:
+        for a in (qi.num, qi.cat):
+            for j in range(a.shape[1]):
+                a[order, j] = a[:, j].copy()
 
 
 register(KMember())
