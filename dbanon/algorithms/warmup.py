@@ -52,14 +52,17 @@ def _without_blas() -> None:
 
 def _warm() -> None:
     with suppress(Exception):  # best effort: the run's own first kernel says what fails
-        _without_blas()
         _one(1)
 
 
 def start() -> None:
-    """Set numba's target up in a thread, once per process."""
+    """Set numba's target up in a thread, once per process. The BLAS modules are made
+    unimportable for a moment (`_without_blas`) here, before the thread: an import of
+    scipy.linalg by another thread meanwhile (sklearn's, say) would fail."""
     with _lock:
         if not _started:
+            with suppress(Exception):
+                _without_blas()
             thread = threading.Thread(target=_warm, name="dbanon-numba-warmup", daemon=True)
             thread.start()
             _started.append(thread)

@@ -50,6 +50,10 @@ class Aside(Generic[T]):
             # the run, which waits for it: a deadlock the server cannot see. So it never
             # waits: a lock not granted at once sends the work back to the run's connection.
             side.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
+            # Its scan of the source must not tell the run's where to start: with synchronized
+            # scans a scan of a large table joins one under way, so the run would read the
+            # rows in an order that depends on this thread's progress.
+            side.execute("SELECT set_config('synchronize_seqscans', 'off', true)")
         except psycopg.Error:
             side.close()
             return

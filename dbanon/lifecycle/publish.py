@@ -126,6 +126,10 @@ def publish(
             raise
         if locked is None and existing:
             raise DbanonError(f"release {quote_name(spec.name)} does not exist (it was dropped)")
+        # The run's scans start at the table's first page, not where another session's scan
+        # of a large table has got to (synchronized scans): what a method reads in the order
+        # the rows come in then depends on the source, not on who else reads it.
+        conn.execute("SELECT set_config('synchronize_seqscans', 'off', true)")
         fp = skip_if(conn) if skip_if is not None and locked is not None else None
         if fp is not None:  # decided under the lock: another run cannot have changed it since
             runs.finish(conn, run_id, locked, "skipped", fingerprint=fp)
