@@ -1,4 +1,4 @@
-"""Work beside a run (dbanon.lifecycle.aside): on a second backend, over the run's snapshot; on
+"""Work beside a run (dbanon.db.aside): on a second backend, over the run's snapshot; on
 the run's own connection where a second backend cannot read what it needs; stopped with it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import time
 import psycopg
 import pytest
 
+from dbanon.db.aside import Aside
 from dbanon.db.connection import sibling
-from dbanon.lifecycle.aside import Aside
 
 
 def _count_and_pid(table: str, wait: threading.Event | None = None):  # noqa: ANN202

@@ -19,10 +19,10 @@ from dbanon import methods
 from dbanon.core.hierarchy import HierarchyError
 from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
+from dbanon.db.aside import Aside
 from dbanon.db.catalog import STORE_SCHEMA
 from dbanon.errors import DbanonError, first_line, quote_ident, quote_name
 from dbanon.lifecycle import budget, hierarchy_pins, identifying, interrupts, runs
-from dbanon.lifecycle.aside import Aside
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
 from dbanon.lifecycle.counts import released_classes
 from dbanon.lifecycle.resolve import (

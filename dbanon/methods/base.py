@@ -282,7 +282,7 @@ class Method(ABC):
     def source_figures(self, r: Resolved) -> Callable[[psycopg.Connection], dict[str, Any]] | None:
         """Figures of the release that are figures of the source itself (a release that shows
         every row's QIs as they are has the source's classes): counted on the source beside
-        the build, over the run's snapshot on a second backend (dbanon.lifecycle.aside), instead
+        the build, over the run's snapshot on a second backend (dbanon.db.aside), instead
         of on the release after it. None: none."""
         return None
 

@@ -312,7 +312,7 @@ class GroupingMethod(Method):
         before = None
         if ex.before is not None and ex.state is not None and policy in ("persist", "sealed"):
             assert r.release_id is not None and ex.old is not None
-            before = composition.previous_of(conn, r.release_id, ex.before, ex.state)
+            before = composition.previous_of(conn, r.release_id, ex.before, ex.state, ex.sizes)
             if ex.tags is not None:
                 hist = history_of(conn, r, ex.tags, ex.old.vid)
         if policy in ("persist", "sealed"):

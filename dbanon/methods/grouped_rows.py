@@ -34,6 +34,7 @@ from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
+from dbanon.db.aside import Aside
 from dbanon.db.catalog import Column
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
@@ -173,6 +174,7 @@ class Extracted:
     before: np.ndarray | None  # the map's group of each row (-1: none); None: no map
     state: np.ndarray | None  # its fingerprint's state (composition.Prior)
     old: OldMap | None
+    sizes: np.ndarray | None = None  # rows per group of the map (all its rows); None: no map
 
 
 def shown_columns(r: Resolved) -> list[Column]:
@@ -188,9 +190,28 @@ def extract_rows(
     conn: psycopg.Connection, r: Resolved, with_sensitive: bool,
     stream: tuple[sql.Composable, str] | None, prior: composition.Prior,
 ) -> Extracted:  # fmt: skip
-    """One COPY of the source (joined with the map, when the release has one): see Extracted.
+    """One COPY of the source (matched with the map, when the release has one): see Extracted.
     What one column gives twice is streamed once: an integer QI's text is its number's, a
-    text sensitive column (the first) is its tag's value, as the algorithm reads it too."""
+    text sensitive column (the first) is its tag's value, as the algorithm reads it too.
+    The map is read meanwhile on a second backend over the run's snapshot (Aside): a refresh
+    then costs its publish's extract, not that and a second COPY after it."""
+    held: Aside[composition.MapRows] | None = None
+    if prior.mapped:
+        assert r.release_id is not None
+        release_id = r.release_id
+        held = Aside(conn, lambda c: composition.read_map(c, release_id))
+    try:
+        return _extract(conn, r, with_sensitive, stream, prior, held)
+    finally:
+        if held is not None:
+            held.close()
+
+
+def _extract(
+    conn: psycopg.Connection, r: Resolved, with_sensitive: bool,
+    stream: tuple[sql.Composable, str] | None, prior: composition.Prior,
+    held_map: Aside[composition.MapRows] | None,
+) -> Extracted:  # fmt: skip
     from_tags = bool(r.sensitive) and generalise.base_type(r.sensitive[0]) in _TEXTS
     sensitive_text = with_sensitive and stream is None and bool(r.sensitive)
     exprs, kinds = _qi_columns(r, with_sensitive and not sensitive_text, stream)
@@ -227,10 +248,9 @@ def extract_rows(
     shown = [None if j == 0 and from_tags else next(given)
              for j in range(len(shown_columns(r)))]  # fmt: skip
     at += 2 if r.sensitive else 1
-    before = state = old = None
-    if prior.mapped:  # what the latest map holds of each row, matched by key
-        assert r.release_id is not None
-        held = composition.read_map(conn, r.release_id)
+    before = state = old = sizes = None
+    if held_map is not None:  # what the latest map holds of each row, matched by key
+        held = held_map.result()
         at = kernels.match_keys(keys.blob, keys.lens, held.keys.blob, held.keys.lens)
         mapped = at >= 0
         where = np.where(mapped, at, 0)
@@ -239,6 +259,7 @@ def extract_rows(
             return np.where(mapped, column[where] if len(column) else -1, -1)
 
         before = of(held.gid)
+        sizes = np.bincount(held.gid[held.gid >= 0])
         old = OldMap(mapped, of(held.vid).astype(np.int32), of(held.sid).astype(np.int32))
         # 1: unchanged since; 0: changed, or new; -1: mapped before fingerprints were kept.
         # A map row's fingerprint is compared with this run's of its own kind.
@@ -251,7 +272,7 @@ def extract_rows(
                 same = ~record & (stored == fp)
             state = np.where(~mapped, 0, np.where(~has, -1, same.astype(np.int64)))
     return Extracted(keys, qi, sensitive, texts, shown, textual, tags, fp, prior.kind, before,
-                     state, old)  # type: ignore[arg-type]
+                     state, old, sizes)  # type: ignore[arg-type]
 
 
 def _span(values: np.ndarray) -> float:

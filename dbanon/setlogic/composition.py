@@ -123,6 +123,14 @@ def fingerprint(cols: list[Column], ref: str = "s", kind: str = MD5) -> sql.Comp
     return sql.SQL("left(md5({}::text), 16)").format(_row(cols, ref))
 
 
+def fingerprint_bits(cols: list[Column], ref: str = "s", kind: str = MD5) -> sql.Composable:
+    """`fingerprint`'s 64 bits as an int8, as a run holds them: a RECORD one is the hash
+    itself (its text is only how the map stores it), an MD5 one its 16 hex digits read."""
+    if kind == RECORD:
+        return sql.SQL("hash_record_extended({}, 0)").format(_row(cols, ref))
+    return sql.SQL("('x' || {})::bit(64)::int8").format(fingerprint(cols, ref, MD5))
+
+
 def fingerprint_kind(conn: psycopg.Connection, source: Relation, cols: list[Column]) -> str:
     """RECORD when the server hashes records and every column has a hash function (asked of
     one row of NULLs of their types: the lookup fails for a type without one), else MD5."""
@@ -730,18 +738,20 @@ class Prior:
         """`query` (the extract's `width` columns named c0.. with `columns()` after them) with
         what the map needs added after its own."""
         cols = [sql.SQL("x.{}").format(sql.Identifier(f"c{i}")) for i in range(width)]
-        cols.append(sql.SQL("('x' || right(x.dbanon_fp, 16))::bit(64)::int8"))
+        cols.append(sql.SQL("x.dbanon_fp"))
         if self.legacy:
-            cols.append(sql.SQL("('x' || x.dbanon_md5)::bit(64)::int8"))
+            cols.append(sql.SQL("x.dbanon_md5"))
         if self.sensitive:
             cols.append(sql.SQL("x.dbanon_tag"))
         return sql.SQL("SELECT {} FROM ({}) x").format(sql.SQL(", ").join(cols), query)
 
     def columns(self) -> list[sql.Composable]:
         """What the extract's own SELECT over `s` adds for `wrap` (fingerprints, tag)."""
-        out = [sql.SQL("{} AS dbanon_fp").format(fingerprint(self.released, kind=self.kind))]
+        out = [sql.SQL("{} AS dbanon_fp").format(
+            fingerprint_bits(self.released, kind=self.kind))]
         if self.legacy:
-            out.append(sql.SQL("{} AS dbanon_md5").format(fingerprint(self.released, kind=MD5)))
+            out.append(sql.SQL("{} AS dbanon_md5").format(
+                fingerprint_bits(self.released, kind=MD5)))
         if self.sensitive:
             out.append(sql.SQL("{} AS dbanon_tag").format(tag(self.sensitive)))
         return out
@@ -799,19 +809,21 @@ def read_map(conn: psycopg.Connection, release_id: int) -> MapRows:
 
 
 def previous_of(conn: psycopg.Connection, release_id: int, gid: np.ndarray,
-                state: np.ndarray) -> Previous:  # fmt: skip
+                state: np.ndarray, sizes: np.ndarray | None = None) -> Previous:  # fmt: skip
     """`Previous` from each row's map group and fingerprint state (`Prior`'s columns), with
-    the size of every group as released."""
+    the size of every group as released (`sizes`, when the caller counted the map's rows
+    already: read_map's)."""
     import numpy as np
 
-    counts = conn.execute(
-        sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
-            map_of(conn, release_id)
-        )
-    ).fetchall()
-    sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
-    for g, n in counts:
-        sizes[g] = n
+    if sizes is None:
+        counts = conn.execute(
+            sql.SQL("SELECT gid, count(*) FROM {} WHERE gid >= 0 GROUP BY gid").format(
+                map_of(conn, release_id)
+            )
+        ).fetchall()
+        sizes = np.zeros(max((g for g, _ in counts), default=-1) + 1, dtype=np.int64)
+        for g, n in counts:
+            sizes[g] = n
     state = np.asarray(state)
     return Previous(np.asarray(gid, dtype=np.int64), state > 0, sizes, state < 0)
 
