@@ -54,6 +54,32 @@ _CELLS = 1 << 20  # distances per block of rows x groups (8 MB of float64): boun
 def _blocks(groups: int) -> int:
     """Rows per block when each row's distance to every group is computed."""
     return max(16, _CELLS // max(groups, 1))
+
+
+Many = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+class Judge:
+    """A Holds that also judges many groups in one pass (`many(order, bounds, groups)`: per
+    group g of `groups`, whether its rows order[bounds[g]:bounds[g + 1]] hold), with the same
+    answers as one call a group: a refresh judges every group that lost or changed a row,
+    thousands of calls of a few microseconds of Python each."""
+
+    def __init__(self, one: Holds, many: Many) -> None:
+        self.one, self.many = one, many
+
+    def __call__(self, rows: np.ndarray) -> bool:
+        return self.one(rows)
+
+
+def each_holds(holds: Holds, order: np.ndarray, bounds: np.ndarray,
+               groups: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per group of `groups` (its rows order[bounds[g]:bounds[g + 1]]), whether it holds."""
+    groups = np.asarray(groups, dtype=np.int64)
+    if isinstance(holds, Judge):
+        return np.asarray(holds.many(order, bounds, groups), dtype=bool)
+    return np.array([holds(order[bounds[g] : bounds[g + 1]]) for g in groups.tolist()],
+                    dtype=bool)  # fmt: skip
 _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
 
 
@@ -173,6 +199,16 @@ class History:
         return _useful(np.asarray(rows, dtype=np.int64), np.asarray(candidates, dtype=np.int64),
                        self.history, self.tag, offs, codes)  # fmt: skip
 
+    def each(self, order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        """`holds` of many groups (`Judge.many`)."""
+        if self.spread is None:
+            offs, codes = self.flat
+            return _keeps_each(np.asarray(order, dtype=np.int64), np.asarray(bounds, np.int64),
+                               groups, self.history, self.tag, offs, codes, self.k,
+                               self.needed)  # fmt: skip
+        return np.array([self.holds(order[bounds[g] : bounds[g + 1]]) for g in groups.tolist()],
+                        dtype=bool)  # fmt: skip
+
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""
         if self.spread is None:  # compiled: the same judgement as `_short`
@@ -232,6 +268,18 @@ def _keeps(rows: np.ndarray, history: np.ndarray, tag: np.ndarray, offs: np.ndar
         if left < needed:
             return False
     return True
+
+
+@njit(cache=True)
+def _keeps_each(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray, history: np.ndarray,
+                tag: np.ndarray, offs: np.ndarray, codes: np.ndarray, k: int,
+                needed: int) -> np.ndarray:  # fmt: skip
+    """`_keeps` of each group of `groups` (its rows order[bounds[g]:bounds[g + 1]])."""
+    out = np.empty(len(groups), dtype=np.bool_)
+    for i in range(len(groups)):
+        g = groups[i]
+        out[i] = _keeps(order[bounds[g] : bounds[g + 1]], history, tag, offs, codes, k, needed)
+    return out
 
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
@@ -422,8 +470,13 @@ def persist_groups(
         guard = history.fixable()
         models = holds
 
-        def holds(rows: np.ndarray) -> bool:
+        def both(rows: np.ndarray) -> bool:
             return models(rows) and guard.holds(rows)
+
+        def many(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
+            return each_holds(models, order, bounds, groups) & guard.each(order, bounds, groups)
+
+        holds = Judge(both, many) if isinstance(models, Judge) else both
 
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
@@ -552,10 +605,10 @@ def _fill_short(
     order = placed[np.argsort(gid[placed], kind="stable")]
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
-    failing = [g for g in range(groups)
-               if len(members[g]) and not intact[g] and not holds(members[g])]  # fmt: skip
-    held[[g for g in range(groups) if len(members[g]) and not intact[g]]] = True
-    held[failing] = False
+    judged = np.flatnonzero((np.diff(bounds) > 0) & ~intact[:groups])
+    ok = each_holds(holds, order, bounds, judged)
+    held[judged] = ok
+    failing = judged[~ok].tolist()
     if not failing:
         return held
     # Centres stay as they were while groups take rows (rows taken meanwhile are not free).
@@ -790,8 +843,9 @@ def merge_failing(
     members = {
         g: order[bounds[g] : bounds[g + 1]] for g in range(groups) if bounds[g + 1] > bounds[g]
     }
-    failing = {g for g, rows in members.items()
-               if not (intact is not None and intact[g]) and not holds(rows)}  # fmt: skip
+    judged = np.array([g for g in members if not (intact is not None and intact[g])],
+                      dtype=np.int64)  # fmt: skip
+    failing = set(judged[~each_holds(holds, order, bounds, judged)].tolist())
     cnum, ccat = centres(qi, gid, groups)
     alive = np.zeros(groups, dtype=bool)
     alive[list(members)] = True

@@ -26,7 +26,7 @@ from psycopg import sql
 
 from dbanon.algorithms import persist
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.persist import History, persist_groups, subset
+from dbanon.algorithms.persist import History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
 from dbanon.db.catalog import Column
@@ -400,7 +400,33 @@ class GroupingMethod(Method):
             here = counts(rows)
             return all(m.class_holds(here, overall if m.needs_overall else None) for m in r.models)
 
-        return holds
+        floors = [m.floors() for m in r.models]
+        if any(f is None for f in floors):
+            return holds
+        least = max(f[0] for f in floors), max(f[1] for f in floors)  # type: ignore[index]
+        coded: list[np.ndarray] = []  # each row's value as a code, made when first needed
+
+        def many(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
+            """Every group's rows and distinct values counted at once (`PrivacyModel.floors`):
+            the same answers as `holds`, whose counts have one value (0) without a column."""
+            sizes = bounds[groups + 1] - bounds[groups]
+            if sensitive is None or least[1] <= 1:
+                distinct = (sizes > 0).astype(np.int64)
+            else:
+                if not coded:
+                    keys = _keys(sensitive)
+                    index = {v: i for i, v in enumerate(dict.fromkeys(keys))}
+                    coded.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
+                codes = coded[0]
+                width = int(codes.max(initial=0)) + 1
+                owner = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+                at = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+                rows = order[np.repeat(bounds[groups], sizes) + at]
+                pairs = np.unique(owner * width + codes[rows])
+                distinct = np.bincount(pairs // width, minlength=len(groups))
+            return (sizes >= least[0]) & (distinct >= least[1])
+
+        return Judge(holds, many)
 
 
 def _same_promise(conn: psycopg.Connection, r: Resolved) -> bool:

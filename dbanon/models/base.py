@@ -197,6 +197,12 @@ class PrivacyModel(ABC):
         (t-closeness: against the whole of `target`)."""
         return self.class_test(target).passing(target)
 
+    def floors(self) -> tuple[int, int] | None:
+        """(rows, distinct sensitive values) when a class satisfies the model exactly when it
+        has at least that many of each, so that many classes can be judged by counting (see
+        `class_holds`); None when the model reads more of a class."""
+        return None
+
     def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
         """Whether one class (sensitive value -> rows) satisfies the model; `overall` is the
         whole relation's counts, needed only where `needs_overall`."""

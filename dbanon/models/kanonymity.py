@@ -85,6 +85,9 @@ class KAnonymity(PrivacyModel):
             worst_class=worst,
         )
 
+    def floors(self) -> tuple[int, int]:
+        return self.k, 0
+
     def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
         return sum(positive(counts).values()) >= self.k
 
@@ -214,6 +217,9 @@ class PKAnonymity(PrivacyModel):
             },
             worst_class=worst,
         )
+
+    def floors(self) -> tuple[int, int]:
+        return self.k, self.p
 
     def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
         c = positive(counts)

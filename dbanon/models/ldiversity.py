@@ -67,6 +67,9 @@ class DistinctLDiversity(PrivacyModel):
             worst_class=worst,
         )
 
+    def floors(self) -> tuple[int, int]:
+        return 0, self.l
+
     def class_holds(self, counts: Counts, overall: Counts | None = None) -> bool:
         return len(positive(counts)) >= self.l
 
