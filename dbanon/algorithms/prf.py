@@ -216,7 +216,7 @@ def prf_words(secret: np.ndarray, blob: np.ndarray, lens: np.ndarray, bits: np.n
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def prf_floats(secret: np.ndarray, blob: np.ndarray, lens: np.ndarray, bits: np.ndarray,
                keying: int) -> np.ndarray:  # fmt: skip
     """`prf_words` as the reference turns them into [-1, 1): (w >> 11) * 2^-52 - 1, each

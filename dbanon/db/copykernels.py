@@ -253,7 +253,7 @@ def _pack(
     return out, begin
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def pack_rows(
     kinds: np.ndarray, width: np.ndarray, fdict: np.ndarray, vals: np.ndarray, starts: tuple,
     lens: tuple, data: tuple, offs: np.ndarray, elems: np.ndarray, digits: np.ndarray,

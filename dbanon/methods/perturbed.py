@@ -43,6 +43,7 @@ import hashlib
 import json
 import secrets
 from abc import abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -280,27 +281,44 @@ class PerturbingMethod(Method):
         clamped = np.zeros(len(r.qi), dtype=np.int64)
         security = Security([c.name for c in r.qi])
         counters: dict[str, int] = {}
-        lens, at = rows.keys.lens, 0  # the batch's keys: rows.keys.blob[at:...]
-        # In batches, as the rows were once read: the figures' sums merge as they always did.
-        for lo in range(0, n, BATCH):
+        lens, keying = rows.keys.lens, self.keying(state)
+        at = np.concatenate([[0], np.cumsum(np.maximum(lens, 0))])  # batch keys: blob[at[lo]:]
+
+        def keyed(lo: int, columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+            """A batch's values and their keyed uniforms (compiled, without the GIL)."""
             hi = min(lo + BATCH, n)
             x = np.column_stack([c[lo:hi] for c in columns])
-            size = int(np.maximum(lens[lo:hi], 0).sum())
-            u = prf_uniform_blob(state.secret, rows.keys.blob[at : at + size], lens[lo:hi], x,
-                                 self.keying(state))  # fmt: skip
-            at += size
-            batch, count = self.noise(r, state, x, u)
-            batch, n_clamped = shape.apply(batch)
-            clamped += n_clamped
-            measure.add_rows(np.where((sampled >= lo) & (sampled < hi), sampled - lo, -1), x)
-            for name, v in count.items():
-                counters[name] = counters.get(name, 0) + int(v)
-            security.add(x, batch)
-            for j, t in enumerate(types):
-                if t != "float8" and np.isnan(batch[:, j]).any():
-                    raise DbanonError(f"column {quote_ident(r.qi[j].name)} of {r.source} holds "
-                                      f"NaN: --integral cannot release it as {t}")  # fmt: skip
-                out[j][lo:hi] = batch[:, j]
+            return x, prf_uniform_blob(state.secret, rows.keys.blob[at[lo] : at[hi]],
+                                       lens[lo:hi], x, keying)  # fmt: skip
+
+        # In batches, as the rows were once read: the figures' sums merge as they always did.
+        # The next batch's keyed noise and the linkage's k-d trees (scipy, without the GIL) run
+        # beside this thread's noise and sums, each in the batches' order.
+        with ThreadPoolExecutor(1, "dbanon-prf") as ahead, ThreadPoolExecutor(
+            1, "dbanon-linkage"
+        ) as linked:
+            nxt = ahead.submit(keyed, 0, columns) if n else None
+            measured = []
+            for lo in range(0, n, BATCH):
+                hi = min(lo + BATCH, n)
+                assert nxt is not None
+                x, u = nxt.result()
+                nxt = ahead.submit(keyed, hi, columns) if hi < n else None
+                batch, count = self.noise(r, state, x, u)
+                batch, n_clamped = shape.apply(batch)
+                clamped += n_clamped
+                own = np.where((sampled >= lo) & (sampled < hi), sampled - lo, -1)
+                measured.append(linked.submit(measure.add_rows, own, x))
+                for name, v in count.items():
+                    counters[name] = counters.get(name, 0) + int(v)
+                security.add(x, batch)
+                for j, t in enumerate(types):
+                    if t != "float8" and np.isnan(batch[:, j]).any():
+                        raise DbanonError(f"column {quote_ident(r.qi[j].name)} of {r.source} "
+                                          f"holds NaN: --integral cannot release it as {t}")
+                    out[j][lo:hi] = batch[:, j]
+            for done in measured:
+                done.result()
         del columns  # the release is written from the keys, `out` and the shown columns
         ctx.lap("stream")
         ctx.say("writing the release")
