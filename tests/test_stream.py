@@ -138,3 +138,32 @@ def test_fetch_arrays_agree_with_psycopg(conn: psycopg.Connection) -> None:
     assert len(empty) == 0
     with pytest.raises(ValueError, match="NULL"):
         stream.fetch_arrays(conn, sql.SQL("SELECT ARRAY[1, NULL]::int4[]"))
+
+
+def test_bulk_reader_reads_as_row_by_row(
+    conn: psycopg.Connection, mixed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled PQgetCopyData loop (dbanon.db.pqbulk) is what reads here, and reads what
+    psycopg's row-by-row calls read, rows far longer than a chunk's room included (taken
+    apart and freed), chunk boundaries anywhere."""
+    import sys
+
+    from dbanon.db import pqbulk
+
+    if sys.platform.startswith("linux"):
+        assert pqbulk.reader() is not None  # else every test here reads row by row
+    conn.execute("INSERT INTO mixed SELECT 'long' || g, g, repeat('é', 150000 * g), 'u' "
+                 "FROM generate_series(1, 3) g")  # fmt: skip
+    query = sql.SQL("SELECT id, v, t, u FROM mixed ORDER BY id")
+    kinds = ["key", "float8", "key", "text"]
+    for chunk in (None, 64, 5000):
+        if chunk:
+            monkeypatch.setattr(stream, "CHUNK", chunk)
+        bulk = stream.copy_columns(conn, query, kinds)
+        with monkeypatch.context() as m:
+            m.setattr(stream, "_bulk", lambda: None)
+            rows = stream.copy_columns(conn, query, kinds)
+        assert list(bulk[0]) == list(rows[0]) and len(rows[0]) == mixed + 3
+        assert np.array_equal(bulk[1], rows[1], equal_nan=True)
+        assert list(bulk[2]) == list(rows[2]) and max(len(x or "") for x in bulk[2]) == 450000
+        assert bulk[3].objects().tolist() == rows[3].objects().tolist()

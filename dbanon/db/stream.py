@@ -12,6 +12,7 @@ array value each.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -323,12 +324,17 @@ def _messages(conn: psycopg.Connection, copy: sql.Composable) -> Iterator[memory
                 psycopg.OperationalError("COPY: no result"))  # fmt: skip
         ended = False
         try:
-            while True:
-                n, data = pg.get_copy_data(0)
-                if n < 0:
-                    ended = True
-                    break
-                yield data
+            bulk = _bulk()
+            if bulk is None:
+                while True:
+                    n, data = pg.get_copy_data(0)
+                    if n < 0:
+                        ended = True
+                        break
+                    yield data
+            else:
+                yield from _pulled(pg, *bulk)
+                ended = True
         finally:
             if not ended:  # left early: stop the server's side, read what it still sends
                 conn.cancel_safe()
@@ -339,6 +345,38 @@ def _messages(conn: psycopg.Connection, copy: sql.Composable) -> Iterator[memory
                 pass
         if final is not None and final.status != pq.ExecStatus.COMMAND_OK and ended:
             raise psycopg.errors.error_from_result(final, encoding)
+
+
+def _bulk() -> tuple[Any, Callable[[int], None]] | None:
+    from dbanon.db.pqbulk import reader
+
+    return reader()
+
+
+def _pulled(pg: Any, pull: Any, free: Callable[[int], None]) -> Iterator[memoryview]:
+    """The COPY's data in chunks of about CHUNK bytes, rows whole, read by the compiled
+    PQgetCopyData loop (dbanon.db.pqbulk) until the stream ends; each chunk a fresh array."""
+    from dbanon.db import pqbulk
+
+    slot = np.zeros(2, dtype=np.uint64)
+    conn = int(pg.pgconn_ptr)
+    while True:
+        buf = np.empty(CHUNK + (1 << 16), dtype=np.uint8)
+        pos, state = pull(conn, buf, 0, slot, CHUNK)
+        if state == pqbulk.BIG:  # a row longer than the room left: taken apart
+            n = int(slot[1])
+            row = np.frombuffer((ctypes.c_uint8 * n).from_address(int(slot[0])), np.uint8)
+            buf = np.concatenate([buf[:pos], row])
+            free(int(slot[0]))
+            pos = len(buf)
+        if pos:
+            yield memoryview(buf[:pos])
+        if state == pqbulk.FAILED:
+            raise psycopg.OperationalError(
+                "receiving copy data failed: " + (pg.error_message or b"").decode(errors="replace")
+            )
+        if state == pqbulk.ENDED:
+            return
 
 
 def copy_in_ids(

@@ -235,7 +235,7 @@ class PerturbingMethod(Method):
                 )
         if r.rows < 2:
             raise DbanonError(f"{r.source} has {r.rows} rows: nothing to perturb")
-        for c, (low, high, std) in zip(r.qi, stats(conn, r), strict=True):
+        for c, (low, high, std) in zip(r.qi, self._stats_of(conn, r), strict=True):
             if low == high or std == 0:
                 raise DbanonError(
                     f"column {quote_ident(c.name)} of {r.source} is constant ({low}): noise "
@@ -249,7 +249,7 @@ class PerturbingMethod(Method):
         m = len(r.qi)
         low, high = np.full(m, -np.inf), np.full(m, np.inf)
         if r.options.get("clamp"):
-            for i, (lo, hi, _) in enumerate(stats(conn, r)):
+            for i, (lo, hi, _) in enumerate(self._stats_of(conn, r)):
                 low[i], high[i] = lo, hi
         integral = np.array([bool(r.options.get("integral")) and c.type in INTEGER_TYPES
                              for c in r.qi], dtype=bool)  # fmt: skip
@@ -326,6 +326,7 @@ class PerturbingMethod(Method):
             types, out, strict=True), strict=True)))  # fmt: skip
         ctx.lap("materialise")
         self._counters[r.spec.name] = counters  # one run of a release at a time (runs.py)
+        self._stats.pop(r.spec.name, None)
         self._states[r.spec.name] = state
         floor = {c.name: float(f) for c, f in zip(r.qi, state.floor, strict=True)}
         shaped = {"clamped": {c.name: int(n) for c, n in zip(r.qi, clamped, strict=True)}
@@ -336,10 +337,20 @@ class PerturbingMethod(Method):
     def __init__(self) -> None:
         # per release: what the stream counted, and the state to keep once recorded
         self._counters: dict[str, dict[str, int]] = {}
+        # per release: the run's column statistics (validate, the state and the clamp read the
+        # same snapshot's: one scan, not three), with the run they were counted for
+        self._stats: dict[str, tuple[Resolved, list[tuple[float, float, float]]]] = {}
         self._states: dict[str, NoiseState] = {}
         # the row map the checks pair released rows through: the run's own (kept once
         # recorded) or, rechecking a published release, its kept one
         self._maps: dict[str, sql.Identifier] = {}
+
+    def _stats_of(self, conn: psycopg.Connection, r: Resolved) -> list[tuple[float, float, float]]:
+        """`stats` of this run, counted once."""
+        held = self._stats.get(r.spec.name)
+        if held is None or held[0] is not r:
+            held = self._stats[r.spec.name] = (r, stats(conn, r))
+        return held[1]
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Independent SQL checks of the built table (shape; every row paired with one source
@@ -479,7 +490,7 @@ class PerturbingMethod(Method):
             ).fetchone()
             if row is not None and row[1].get("signature") == sig:
                 return NoiseState(bytes(row[0]), np.array(row[1]["alpha"]), row[1]["extra"], sig)
-        low_high_std = stats(conn, r)
+        low_high_std = self._stats_of(conn, r)
         ranges = np.array([h - lo for lo, h, _ in low_high_std])
         if r.options["normalise"] == "range":
             alpha = np.array([h - lo for lo, h, _ in low_high_std])
