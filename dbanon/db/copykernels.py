@@ -595,3 +595,40 @@ def entry_hashes(starts: np.ndarray, lens: np.ndarray, data: np.ndarray) -> np.n
         h = _key_hash(data, starts[e], max(lens[e], 0))
         out[e] = (h ^ np.uint64(lens[e] + 1)) * np.uint64(1099511628211)
     return out
+
+
+@njit(cache=True, nogil=True)
+def hex_fingerprints(blob: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                   np.ndarray]:  # fmt: skip
+    """A map's fingerprints as its text holds them (lens -1: NULL), read as PostgreSQL reads
+    ('x' || 16 hex digits)::bit(64)::int8, the digits after a leading 'r' (the RECORD kind)
+    or the first 16 (MD5's), a shorter one padded with zeros on the right: (value, present,
+    of the RECORD kind) per entry."""
+    n = len(lens)
+    fp = np.zeros(n, np.int64)
+    has = np.zeros(n, np.bool_)
+    record = np.zeros(n, np.bool_)
+    p = 0
+    for i in range(n):
+        k = lens[i]
+        if k < 0:
+            continue
+        has[i] = True
+        s = p
+        if k > 0 and blob[p] == 114:  # 'r'
+            record[i] = True
+            s += 1
+        end = p + k
+        v = np.uint64(0)
+        for d in range(16):
+            c = blob[s + d] if s + d < end else 48
+            if 48 <= c <= 57:
+                x = c - 48
+            elif 97 <= c <= 102:
+                x = c - 87
+            else:
+                x = c - 55  # 'A'..'F'
+            v = (v << np.uint64(4)) | np.uint64(x)
+        fp[i] = np.int64(v)
+        p = end
+    return fp, has, record

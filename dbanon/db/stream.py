@@ -249,7 +249,7 @@ def copy_columns(
     nf = len(kinds)
     # The stream since the last chunk was parsed (appending each message, a row, to a
     # bytearray is cheaper than keeping the messages: each holds a buffer of the driver's).
-    pending = bytearray()
+    pending: bytearray | memoryview = bytearray()
     header = True
     finished = False
     job: Future | None = None  # the previous chunk, being parsed while this one is read
@@ -259,7 +259,12 @@ def copy_columns(
         data: bytes | memoryview = b"."
         while data:
             data = next(messages, b"")
-            pending += data
+            if not pending and not header and isinstance(data, memoryview):
+                pending = data  # a fresh chunk of whole rows (the bulk reader's): read in place
+            else:
+                if not isinstance(pending, bytearray):
+                    pending = bytearray(pending)
+                pending += data
             if len(pending) < CHUNK and data:
                 continue
             if header:
@@ -287,7 +292,7 @@ def copy_columns(
             if job is not None:
                 job.result()  # chunks are added in order
             job = parser.submit(_add, cols, buf, found)
-            pending = pending[pos:]  # a new bytearray: the chunk's is not resized under `buf`
+            pending = pending[pos:]  # a new bytearray (or a view): `buf` is never resized
             if progress is not None:
                 progress(seen)
         if job is not None:
