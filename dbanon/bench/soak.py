@@ -176,7 +176,9 @@ def step(dsn: str, method: str, source: str, k: int, refresh: bool) -> dict[str,
     """One publish (or refresh) of the soak's release, in this process: its figures and the
     digest of what it released (or its error)."""
     from dbanon.api import Database
+    from dbanon.db.memory import return_freed_memory
 
+    return_freed_memory()  # the process as the `dbanon` command sets it up (dbanon.cli)
     db = Database(dsn or None)
     try:
         s = spec(method, source, k)

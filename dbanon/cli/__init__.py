@@ -62,7 +62,7 @@ def main(ctx: click.Context, dsn: str | None, as_json: bool) -> None:
     """Publish anonymised releases of PostgreSQL tables."""
     from click.core import ParameterSource
 
-    from dbanon.cli.memory import return_freed_memory
+    from dbanon.db.memory import return_freed_memory
 
     return_freed_memory()  # the process is the command's: its peak memory is ours to keep low
 
