@@ -48,7 +48,7 @@ def _pairwise(a: np.ndarray, n: int) -> float:
     return 0.0 + s
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _nearest(x: np.ndarray, refs: np.ndarray, alpha: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
     """Per row: the first nearest reference point (as np.argmin), the smallest distance and

@@ -43,6 +43,7 @@ import hashlib
 import json
 import secrets
 from abc import abstractmethod
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 
 ROW = "dbanon_row"
 BATCH = 20_000
+AHEAD = 2  # batches perturbed at once, in threads beside the one that sums them
 NORMALISE = Option(
     "normalise", str, "range", "Per-column scale of distances and noise: range or std.",
     ("range", "std"),
@@ -284,27 +286,30 @@ class PerturbingMethod(Method):
         lens, keying = rows.keys.lens, self.keying(state)
         at = np.concatenate([[0], np.cumsum(np.maximum(lens, 0))])  # batch keys: blob[at[lo]:]
 
-        def keyed(lo: int, columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-            """A batch's values and their keyed uniforms (compiled, without the GIL)."""
+        def perturbed(lo: int, columns: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray,
+                                                                    dict[str, int]]:  # fmt: skip
+            """A batch's values, their keyed noise and the method's perturbed values (pure:
+            compiled or NumPy, mostly without the GIL)."""
             hi = min(lo + BATCH, n)
             x = np.column_stack([c[lo:hi] for c in columns])
-            return x, prf_uniform_blob(state.secret, rows.keys.blob[at[lo] : at[hi]],
-                                       lens[lo:hi], x, keying)  # fmt: skip
+            u = prf_uniform_blob(state.secret, rows.keys.blob[at[lo] : at[hi]], lens[lo:hi], x,
+                                 keying)  # fmt: skip
+            return x, *self.noise(r, state, x, u)
 
         # In batches, as the rows were once read: the figures' sums merge as they always did.
-        # The next batch's keyed noise and the linkage's k-d trees (scipy, without the GIL) run
-        # beside this thread's noise and sums, each in the batches' order.
-        with ThreadPoolExecutor(1, "dbanon-prf") as ahead, ThreadPoolExecutor(
+        # Batches are perturbed AHEAD at a time in threads, and the linkage's k-d trees (scipy,
+        # without the GIL) built in one more, while this thread sums each batch in its order.
+        with ThreadPoolExecutor(AHEAD, "dbanon-perturb") as pool, ThreadPoolExecutor(
             1, "dbanon-linkage"
         ) as linked:
-            nxt = ahead.submit(keyed, 0, columns) if n else None
+            starts = list(range(0, n, BATCH))
+            coming = deque(pool.submit(perturbed, lo, columns) for lo in starts[:AHEAD])
             measured = []
-            for lo in range(0, n, BATCH):
+            for i, lo in enumerate(starts):
                 hi = min(lo + BATCH, n)
-                assert nxt is not None
-                x, u = nxt.result()
-                nxt = ahead.submit(keyed, hi, columns) if hi < n else None
-                batch, count = self.noise(r, state, x, u)
+                x, batch, count = coming.popleft().result()
+                if i + AHEAD < len(starts):
+                    coming.append(pool.submit(perturbed, starts[i + AHEAD], columns))
                 batch, n_clamped = shape.apply(batch)
                 clamped += n_clamped
                 own = np.where((sampled >= lo) & (sampled < hi), sampled - lo, -1)
