@@ -519,3 +519,34 @@ def test_checks_name_every_promised_model(
     for model in r.models:
         assert model.name in names, (model.name, names)
     assert len(r.models) == len(models) >= len(m.promises)
+
+
+@pytest.mark.parametrize("method", sorted(OWN_CHECKS))
+@pytest.mark.parametrize("pairing", ["swapped", "twice"])
+def test_a_perturbed_build_that_mispairs_is_refused(
+    conn: psycopg.Connection, dsn: str, ward: list[tuple], monkeypatch: pytest.MonkeyPatch,
+    method: str, pairing: str,
+) -> None:  # fmt: skip
+    """The private map pairs released rows with source rows: a build whose map swaps two rows'
+    keys (their other columns then differ from their source rows'), or names one key twice and
+    another never (ids 1 and 7: the same dx, so no column differs row by row), is refused."""
+    args = ["publish", "gate", "--source", "h.ward", "--key", "id", "--qi", "age,severity",
+            "--algorithm", method, "--sensitive", "dx", *OWN_CHECKS[method]]  # fmt: skip
+    cls = type(methods()[method])
+    real_build = cls.build
+
+    def mispairing_build(self: Any, conn_: psycopg.Connection, r: Any, ctx: BuildContext) -> Any:
+        metrics = real_build(self, conn_, r, ctx)
+        pairs = self._maps[r.spec.name]
+        if pairing == "swapped":  # ids 1 and 2: different dx
+            change = "key = CASE key WHEN '1' THEN '2' ELSE '1' END WHERE key IN ('1', '2')"
+        else:
+            change = "key = '7' WHERE key = '1'"
+        conn_.execute(psycopg.sql.SQL("UPDATE {} SET " + change).format(pairs))
+        return metrics
+
+    monkeypatch.setattr(cls, "build", mispairing_build)
+    result = cli(dsn, *args)
+    assert result.exit_code == 2 and "failed its check of" in result.stderr, result.stderr
+    assert "release rows" in result.stderr or "paired" in result.stderr, result.stderr
+    assert conn.execute("SELECT to_regclass('released.gate')").fetchone()[0] is None

@@ -53,6 +53,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import catalog
+from dbanon.db.aside import Aside
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Keys, copy_columns
@@ -373,12 +374,41 @@ class PerturbingMethod(Method):
                                f"columns {idents(found)}, expected {idents(expected)}")  # fmt: skip
 
         def paired(conn: psycopg.Connection) -> CheckResult:
+            """Each released row's key (through the map) and other columns, as a record's text,
+            hashed and summed, against the same sum over the source: equal multisets of (key,
+            other columns), so every row is paired with one source row whose other columns it
+            carries unchanged. A join of the release, the map and the source row by row took
+            twice as long (1.3 s at 1M rows); it runs only to name what differs."""
             perturbed = {q.name for q in r.qi}
-            others = [c for c in released_columns(conn, r) if c not in perturbed]
-            differ = sql.SQL(" OR ").join(
-                [sql.SQL("b.{c}::text IS DISTINCT FROM s.{c}::text").format(c=sql.Identifier(c))
-                 for c in others] or [sql.SQL("false")])  # fmt: skip
+            others = [sql.Identifier(c) for c in released_columns(conn, r) if c not in perturbed]
+
+            def digest(key: sql.Composable, ref: str) -> sql.Composable:
+                cols = [key, *(sql.SQL("{}.{}::text").format(sql.Identifier(ref), c)
+                               for c in others)]  # fmt: skip
+                return sql.SQL("sum(hashtextextended(ROW({})::text, 17)::numeric)").format(
+                    sql.SQL(", ").join(cols))
+
             nulls = sql.SQL(" OR ").join(sql.SQL("b.{} IS NULL").format(c.ident) for c in r.qi)
+            # the source's sum on a second backend over this snapshot, beside the release's
+            summed = sql.SQL("SELECT {} FROM {} s").format(
+                digest(sql.SQL("s.{}::text").format(r.key.ident), "s"), r.source.ident)
+            aside = Aside(conn, lambda c: c.execute(summed).fetchone()[0])
+            try:
+                rows, matched, released, null = conn.execute(sql.SQL(
+                    """SELECT count(*), count(st.key), {digest}, count(*) FILTER (WHERE {nulls})
+                       FROM {rel} b LEFT JOIN {pairs} st ON st.row_id = b.{row}"""
+                ).format(digest=digest(sql.SQL("st.key"), "b"), nulls=nulls, rel=rel,
+                         pairs=pairs, row=sql.Identifier(ROW))).fetchone()  # fmt: skip
+                source = aside.result()
+            finally:
+                aside.close()
+            holds = rows == matched == r.rows and null == 0 and released == source
+            figures = {"released_rows": rows, "paired_rows": matched}
+            if holds:
+                return CheckResult("rows paired, other columns unchanged", True, figures, None)
+            differ = sql.SQL(" OR ").join(
+                [sql.SQL("b.{c}::text IS DISTINCT FROM s.{c}::text").format(c=c) for c in others]
+                or [sql.SQL("false")])  # fmt: skip
             rows, matched, changed, null = conn.execute(
                 sql.SQL(
                     """SELECT count(*), count(s.{key}), count(*) FILTER (WHERE {differ}),
@@ -395,13 +425,14 @@ class PerturbingMethod(Method):
                     src=r.source.ident,
                 )  # fmt: skip
             ).fetchone()
-            holds = rows == matched == r.rows and changed == 0 and null == 0
             figures = {"released_rows": rows, "paired_rows": matched}
-            worst = None if holds else (
+            worst = (
                 f"{rows} rows for {r.rows} source rows, {matched} paired, {changed} with other "
                 f"columns changed, {null} with a NULL perturbed value"
-            )  # fmt: skip
-            return CheckResult("rows paired, other columns unchanged", holds, figures, worst)
+            )
+            if rows == matched == r.rows and changed == 0 and null == 0:
+                worst = "released rows and source rows differ as multisets (a key paired twice)"
+            return CheckResult("rows paired, other columns unchanged", False, figures, worst)
 
         counters = self._counters.pop(r.spec.name, {})
         pairs = self._maps[r.spec.name]
