@@ -26,7 +26,7 @@ from dbanon.db.catalog import Column
 from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
 from dbanon.db.stream import _HEADER, Keys, Values
 
-STEP = 1 << 16  # rows packed at once: a few MiB of COPY data
+STEP = 1 << 15  # rows packed at once (two chunks in hand: one sent, one packed): a few MiB
 
 
 @dataclass(frozen=True)

@@ -313,11 +313,16 @@ class LocalAnatomy(Method):
         fresh = np.random.default_rng(secrets.randbits(128))
         row_id = np.zeros(ex.n, dtype=np.int32)
         row_id[rows] = fresh.permutation(n) + 1
-        order = rows[fresh.permutation(n)]
+        order = rows[fresh.permutation(n)].astype(np.int32)  # int32: rows are fewer than 2^31
         bucket = {}
+        metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
+        ids = None
         for a in attrs:
             bucket[a.column] = np.zeros(ex.n, dtype=np.int32)
-            bucket[a.column][rows] = buckets[a.column]
+            bucket[a.column][rows] = ids = buckets.pop(a.column)
+            metrics[f"{a.column}_flagged"] = int((ids > 0).sum())
+            metrics[f"{a.column}_buckets"] = int(ids.max()) if len(ids) else 0
+        del rows, kept, ids  # what the writes below do not read: not held at their peak
         built = [ctx.made(o) for o in r.objects]
         ctx.say("materialising the release")
         self.materialise(conn, r, attrs, r.stored(built[0]), ex, order, row_id, gid, bucket)
@@ -326,15 +331,10 @@ class LocalAnatomy(Method):
             write_buckets(conn, r, a, ex, row_id, bucket[a.column], r.stored(idt),
                           r.stored(st))  # fmt: skip
         ctx.lap("materialise")
-        metrics: dict[str, Any] = {"gcp": 0.0, **figures, "released_rows": n}
         if r.options.get("flags"):  # flags of rows deleted since: ignored, counted (none at
             rel = relation_of(conn, r.options["flags"], r.key)  # a first publish: refused)
             metrics["stale_flags"] = 0 if r.release_id is None else stale(conn, rel, r.source,
                                                                           r.key)  # fmt: skip
-        for a in attrs:
-            ids = buckets[a.column]
-            metrics[f"{a.column}_flagged"] = int((ids > 0).sum())
-            metrics[f"{a.column}_buckets"] = int(ids.max()) if len(ids) else 0
         return metrics
 
     def materialise(
