@@ -80,6 +80,8 @@ def each_holds(holds: Holds, order: np.ndarray, bounds: np.ndarray,
         return np.asarray(holds.many(order, bounds, groups), dtype=bool)
     return np.array([holds(order[bounds[g] : bounds[g + 1]]) for g in groups.tolist()],
                     dtype=bool)  # fmt: skip
+
+
 _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
 
 
@@ -206,8 +208,7 @@ class History:
             return _keeps_each(np.asarray(order, dtype=np.int64), np.asarray(bounds, np.int64),
                                groups, self.history, self.tag, offs, codes, self.k,
                                self.needed)  # fmt: skip
-        return np.array([self.holds(order[bounds[g] : bounds[g + 1]]) for g in groups.tolist()],
-                        dtype=bool)  # fmt: skip
+        return each_holds(self.holds, order, bounds, groups)
 
     def holds(self, rows: np.ndarray) -> bool:
         """Whether every persisting row of the group keeps k plausible rows and l values."""

@@ -14,7 +14,6 @@ binary go back into a column of the same type as they came, whatever the type.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +21,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import copykernels as _k
+from dbanon.db.ahead import ahead
 from dbanon.db.catalog import Column
 from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
 from dbanon.db.stream import _HEADER, Keys, Values
@@ -177,15 +177,9 @@ def copy_rows(
 
     # Chunk i + 1 is packed (compiled, without the GIL) while chunk i is sent and the server
     # inserts it: the client's packing and the server's insert overlap instead of alternating.
-    with ThreadPoolExecutor(1, "dbanon-pack") as packer, conn.cursor() as cur, cur.copy(
-        command
-    ) as copy:
+    with conn.cursor() as cur, cur.copy(command) as copy:
         copy.write(_HEADER)
-        ahead = packer.submit(pack, 0) if len(rows) else None
-        for lo in range(0, len(rows), STEP):
-            assert ahead is not None
-            chunk = ahead.result()
-            ahead = packer.submit(pack, lo + STEP) if lo + STEP < len(rows) else None
+        for chunk in ahead(pack, range(0, len(rows), STEP), 1, "dbanon-pack"):
             # the packed array itself, not a copy of it as bytes (psycopg reads any buffer)
             copy.write(memoryview(chunk))
         copy.write(b"\xff\xff")

@@ -43,9 +43,9 @@ import hashlib
 import json
 import secrets
 from abc import abstractmethod
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -53,6 +53,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db import catalog
+from dbanon.db.ahead import ahead
 from dbanon.db.aside import Aside
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
@@ -300,17 +301,12 @@ class PerturbingMethod(Method):
         # In batches, as the rows were once read: the figures' sums merge as they always did.
         # Batches are perturbed AHEAD at a time in threads, and the linkage's k-d trees (scipy,
         # without the GIL) built in one more, while this thread sums each batch in its order.
-        with ThreadPoolExecutor(AHEAD, "dbanon-perturb") as pool, ThreadPoolExecutor(
-            1, "dbanon-linkage"
-        ) as linked:
-            starts = list(range(0, n, BATCH))
-            coming = deque(pool.submit(perturbed, lo, columns) for lo in starts[:AHEAD])
+        starts = range(0, n, BATCH)
+        batches = ahead(partial(perturbed, columns=columns), starts, AHEAD, "dbanon-perturb")
+        with ThreadPoolExecutor(1, "dbanon-linkage") as linked:
             measured = []
-            for i, lo in enumerate(starts):
+            for lo, (x, batch, count) in zip(starts, batches, strict=True):
                 hi = min(lo + BATCH, n)
-                x, batch, count = coming.popleft().result()
-                if i + AHEAD < len(starts):
-                    coming.append(pool.submit(perturbed, starts[i + AHEAD], columns))
                 batch, n_clamped = shape.apply(batch)
                 clamped += n_clamped
                 own = np.where((sampled >= lo) & (sampled < hi), sampled - lo, -1)
