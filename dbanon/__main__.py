@@ -1,5 +1,5 @@
 """`python -m dbanon` is the `dbanon` command."""
 
-from dbanon.cli import main
+from dbanon.cli import run
 
-main()
+run()

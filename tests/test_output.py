@@ -64,3 +64,26 @@ def test_an_unknown_column_suggests_the_closest(conn: psycopg.Connection, dsn: s
     assert 'did you mean "Age"?' in result.output
     result = cli(dsn, "check", "src.people", "--qi", "Age,zpi", "--k", "2")
     assert "did you mean zip?" in result.output
+
+
+def test_the_process_ends_with_its_code_its_output_and_its_exit_handlers(dsn: str) -> None:
+    """`dbanon.cli.run` ends the process itself (no interpreter teardown): the exit code, all
+    of stdout and the atexit handlers (the bench's peak file, tempfile's clean-up) survive."""
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+        "sys.argv = ['dbanon', '--json', 'publish', 'x', '--source', 'no_such.table_here',"
+        " '--key', 'id', '--qi', 'a', '--k', '2']\n"
+        "from dbanon.cli import run\n"
+        "run()\n"
+        "print('not reached')\n"
+    )
+    env = {**os.environ, "DBANON_DSN": dsn}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert '"error"' in done.stdout and "no_such" in done.stdout
+    assert "not reached" not in done.stdout
+    assert done.stderr.strip().endswith("handler ran")
+    listed = _dbanon(dsn, "--json", "methods")  # a long output, piped: every byte of it
+    assert listed.returncode == 0 and listed.stdout.rstrip().endswith("}"), listed.stderr

@@ -8,6 +8,7 @@ the address space the exec made, so it is the child's own."""
 
 from __future__ import annotations
 
+import atexit
 import runpy
 import sys
 from pathlib import Path
@@ -25,10 +26,10 @@ def own_peak_kb() -> int | None:
 def main() -> None:
     out, module, *args = sys.argv[1:]
     sys.argv = [module, *args]
-    try:
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-    finally:
-        Path(out).write_text(str(own_peak_kb() or ""))
+    # At exit, not after the module returns: the `dbanon` command ends its process itself
+    # (dbanon.cli.run), after the atexit handlers.
+    atexit.register(lambda: Path(out).write_text(str(own_peak_kb() or "")))
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 if __name__ == "__main__":
