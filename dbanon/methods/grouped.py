@@ -39,10 +39,10 @@ from dbanon.methods.grouped_rows import (
     extract,
     extract_rows,
     label_groups,
-    loss_in_parts,
     mapped,
     write_release,
 )
+from dbanon.metrics.grouploss import loss_of_groups
 from dbanon.setlogic import composition, grouped_map
 
 # What the methods import from here as before (the experiments hash their modules' sources).
@@ -363,7 +363,7 @@ class GroupingMethod(Method):
         )
         sets = [c.name not in r.hierarchies for c in r.qi if r.is_categorical(c)]
         # value-set columns' leaf loss as Xu et al. count it, over the rows released
-        loss = loss_in_parts(shown_qi, shown_gid, sets)
+        loss = loss_of_groups(shown_qi, shown_gid, sets)
         ctx.lap("cluster")
         ctx.say("materialising the release")
         built = ctx.made(r.objects[0])

@@ -20,7 +20,6 @@ type, so a group's bounds are always its true least and greatest values.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +28,6 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.persist import subset
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db import catalog
@@ -39,7 +37,6 @@ from dbanon.db.catalog import Column
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
-from dbanon.metrics.loss import COSTS, LossReport, group_loss
 from dbanon.setlogic import composition
 from dbanon.setlogic.grouped_map import Mapped, OldMap
 
@@ -293,51 +290,6 @@ def secret_order(r: Resolved, n: int) -> np.ndarray:
     order = np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
     rng.shuffle(order)
     return order
-
-
-LOSS_ROWS = 1 << 16  # rows whose group loss is measured at once (bounded temporaries)
-
-
-def loss_in_parts(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = (),
-                  rows: int = LOSS_ROWS) -> LossReport:  # fmt: skip
-    """dbanon.metrics.loss.loss_report of group ids >= 0, its group losses measured a run of
-    groups of about `rows` rows at a time: each group's loss is group_loss's own (the same
-    reductions over the same values in the same order) and the totals are summed over the
-    whole array of groups as there, so every figure is equal, while the per-row temporaries
-    (sorted copies, an ancestor table per categorical QI) span a part of the table, not all
-    of it, at the publish's peak."""
-    sizes = np.bincount(gid)
-    present = np.flatnonzero(sizes)
-    place = np.zeros(len(sizes), dtype=np.int32)
-    place[present] = np.arange(len(present), dtype=np.int32)
-    dense = place[gid]  # loss_report's ids: the rank of each id among those present
-    del place
-    sizes = sizes[present]
-    order = np.argsort(dense, kind="stable").astype(np.int32)
-    ends = np.r_[0, np.cumsum(sizes)]
-    cuts = np.unique(np.r_[np.searchsorted(ends, np.arange(rows, len(gid), rows)), len(sizes)])
-    loss = {cost: np.zeros(len(sizes), dtype=np.float64) for cost in COSTS}
-    first = 0
-    for last in cuts.tolist() if len(sizes) else []:  # groups first..last-1
-        part = order[ends[first] : ends[last]]
-        some, ids = subset(qi, part), dense[part] - first
-        for cost in COSTS:
-            loss[cost][first:last] = group_loss(some, ids, cost, sets)
-        first = last
-    del order, dense
-    cells = len(gid) * qi.width
-    total = {cost: float((loss[cost] * sizes).sum()) for cost in COSTS}
-    return LossReport(
-        total_il_height=total["height"],
-        ncp_height=total["height"] / cells if cells else 0.0,
-        total_il_leaf=total["ncp"],
-        ncp_leaf=total["ncp"] / cells if cells else 0.0,
-        discernibility=int((sizes.astype(np.int64) ** 2).sum()),
-        classes=int(len(sizes)),
-        min_class_size=int(sizes.min()) if len(sizes) else 0,
-        max_class_size=int(sizes.max()) if len(sizes) else 0,
-        avg_class_size=float(sizes.mean()) if len(sizes) else 0.0,
-    )
 
 
 def label_groups(
