@@ -116,9 +116,14 @@ def _unique_index(conn: psycopg.Connection, source: Relation, key: Column) -> bo
 
 def _check_rows(conn: psycopg.Connection, source: Relation, key: Column, qi: list[Column]) -> int:
     """The key is unique and never NULL, no QI is NULL; returns the row count."""
+    # A table's distinct keys in a scan of their own: beside the other counts, the DISTINCT
+    # kept the scan's plan serial (0.32 s at a million rows, where the two scans take 0.08 s
+    # and 0.07 s, the second in a parallel plan). A view or foreign table is read once.
     distinct = (
         sql.SQL("count({})").format(key.ident)  # NULLs are counted (and refused) apart
         if _unique_index(conn, source, key)
+        else sql.SQL("(SELECT count(DISTINCT {}) FROM {})").format(key.ident, source.ident)
+        if source.kind in ("r", "p", "m")
         else sql.SQL("count(DISTINCT {})").format(key.ident)
     )
     rows, distinct_keys, null_keys, *qi_nulls = conn.execute(
