@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 from psycopg import sql
 
+from dbanon.core.groupsort import by_group
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column
 from dbanon.errors import DbanonError
@@ -241,7 +242,8 @@ class GroupIndex:
     @classmethod
     def of(cls, gid: np.ndarray) -> GroupIndex:
         gid = np.asarray(gid)
-        order = np.argsort(gid, kind="stable").astype(np.int32)
+        order = by_group(gid) if len(gid) and gid.min() >= 0 else (
+            np.argsort(gid, kind="stable").astype(np.int32))  # fmt: skip
         sg = gid[order]
         starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]]) if len(sg) else (
             np.zeros(0, dtype=np.int64))  # fmt: skip

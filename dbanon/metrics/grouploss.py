@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.core.groupsort import by_group
 from dbanon.metrics.loss import COSTS, LossReport, node_weights
 
 
@@ -91,19 +92,6 @@ def _lca_nodes(
 
 
 @njit(cache=True, nogil=True)
-def _by_group(gid: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """int32[n]: the rows in order of their group (a counting sort: one pass, no compare)."""
-    at = np.zeros(len(sizes), dtype=np.int64)
-    for k in range(1, len(sizes)):
-        at[k] = at[k - 1] + sizes[k - 1]
-    order = np.empty(len(gid), dtype=np.int32)
-    for r in range(len(gid)):
-        order[at[gid[r]]] = r
-        at[gid[r]] += 1
-    return order
-
-
-@njit(cache=True, nogil=True)
 def _values_per_group(codes: np.ndarray, order: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """int64[g]: distinct codes in each group (rows taken group by group through `order`; a
     code is new to a group when the group last seen with it is another)."""
@@ -145,7 +133,7 @@ def loss_of_groups(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> 
         for j, h in enumerate(qi.hierarchies):
             if cost == "ncp" and j < len(sets) and sets[j]:
                 if j not in covered:
-                    order = _by_group(gid, sizes) if order is None else order
+                    order = by_group(gid, sizes) if order is None else order
                     covered[j] = _values_per_group(cat[j], order, sizes)[present]
                 loss += np.where(covered[j] > 1, covered[j] / len(h.leaves), 0.0)
             else:
