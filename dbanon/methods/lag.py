@@ -30,7 +30,7 @@ from psycopg import sql
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.rows import HEX8, RHEX8, Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Coded, Keys, Values, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError
@@ -178,7 +178,9 @@ class LAG(LocalAnatomy):
                 r, ex, cells, previous, known, k
             )
         measured = judge.measure(whole_gid)
-        _stage_map(conn, ex.keys, whole_gid, judge, measured, tags)
+        assert ex.fp is not None and ex.fp_kind is not None
+        fps = [_fp_text(int(ex.fp[r]), ex.fp_kind) for r in measured.known]
+        _stage_map(conn, ex.keys, whole_gid, judge, measured, tags, fps)
         return kept, gid, buckets, figures
 
     def _persist(
@@ -234,7 +236,8 @@ class LAG(LocalAnatomy):
         return sql.SQL(
             "(SELECT coalesce(st.key, j.key) AS key, st.gid, coalesce(j.pset, st.gid) AS pset, "
             "CASE WHEN st.key IS NOT NULL THEN array_remove(ARRAY[{shown}], NULL) END AS shown, "
-            "j.pr, j.pv FROM {stage} st FULL JOIN {judged} j ON j.key = st.key)"
+            "j.pr, j.pv, coalesce(st.fp, j.fp) AS fp "
+            "FROM {stage} st FULL JOIN {judged} j ON j.key = st.key)"
         ).format(shown=sql.SQL(", ").join([sql.SQL("NULL::text"), *shown]), stage=STAGE,
                  judged=JUDGED)  # fmt: skip
 
@@ -251,7 +254,9 @@ class LAG(LocalAnatomy):
         assert ex.keys is not None and gid is not None
         whole = np.zeros(ex.n, dtype=np.int32)
         whole[row_id > 0] = gid
-        stage_rows(conn, ex.keys, order, row_id, whole, [bucket[a.column] for a in attrs])
+        assert ex.fp is not None and ex.fp_kind is not None
+        stage_rows(conn, ex.keys, order, row_id, whole, [bucket[a.column] for a in attrs],
+                   ex.fp, ex.fp_kind)  # fmt: skip
         create_like(conn, sql.SQL("NULL::int4 AS gid"), r.qi, r, VALUES, ex.textual, temp=True)
         fields = [Field.int4(whole)]
         for c in r.qi:  # a flagged cell NULL, as NAME shows it
@@ -331,19 +336,30 @@ def first_seen(v: Values) -> Coded:
 
 def stage_rows(
     conn: psycopg.Connection, keys: Keys, rows: np.ndarray, row_id: np.ndarray,
-    gid: np.ndarray, buckets: list[np.ndarray],
+    gid: np.ndarray, buckets: list[np.ndarray], fp: np.ndarray, fp_kind: str,
 ) -> None:  # fmt: skip
-    """The private (key, row_id, gid, b0..bm) of the released `rows`, dropped at commit, written
-    with one binary COPY from the arrays (bucket 0: NULL)."""
-    cols = [sql.SQL("key text"), sql.SQL("row_id int4"), sql.SQL("gid int4")]
+    """The private (key, row_id, gid, fp, b0..bm) of the released `rows`, dropped at commit,
+    written with one binary COPY from the arrays (bucket 0: NULL; fp as the map keeps it)."""
+    cols = [sql.SQL("key text"), sql.SQL("row_id int4"), sql.SQL("gid int4"), sql.SQL("fp text")]
     cols += [sql.SQL("{} int4").format(sql.Identifier(f"b{i}")) for i in range(len(buckets))]
     conn.execute(
         sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(STAGE, sql.SQL(", ").join(cols))
     )
     copy_rows(conn, COPY.format(STAGE), [
         Field.entries(Dictionary.of_keys(keys)), Field.int4(row_id), Field.int4(gid),
+        Field(_fp_field(fp_kind), fp),
         *(Field.int4(b.astype(np.int64), null=0) for b in buckets)], rows)  # int64: NULL_INT fits
     analyze_stage(conn, STAGE)
+
+
+def _fp_field(kind: str) -> int:
+    """The field kind that writes a fingerprint's 64 bits as the map's text of `kind`."""
+    return RHEX8 if kind == composition.RECORD else HEX8
+
+
+def _fp_text(bits: int, kind: str) -> str:
+    """One fingerprint's text as the map keeps it (composition.fingerprint) from its bits."""
+    return ("r" if kind == composition.RECORD else "") + f"{bits & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def _known(
@@ -387,10 +403,11 @@ def _old_buckets(shown: list[list[str] | None], attrs: list[str]) -> dict[str, n
 
 def _stage_map(
     conn: psycopg.Connection, keys: Keys, gid: np.ndarray, judge: lag_persist.Judge,
-    measured: lag_persist.Measured, tags: dict[str, list[str]],
+    measured: lag_persist.Measured, tags: dict[str, list[str]], fps: list[str],
 ) -> None:  # fmt: skip
-    """JUDGED (each person the consumer knew: her values' set, plausible rows and values)
-    and composition.PSETS: each released group's values as set `gid` (a new person's), each
+    """JUDGED (each person the consumer knew: her values' set, plausible rows and values, and
+    the fingerprint the map keeps of her row, `fps` in the order of measured.known) and
+    composition.PSETS: each released group's values as set `gid` (a new person's), each
     judged set as a negative id. Pairs of (set, tag) go in by the compiled COPY."""
     vocab: list[bytes] = []
     offset: dict[str, int] = {}
@@ -405,21 +422,21 @@ def _stage_map(
     ids: dict[int, int] = {}
     judged = []
     decoded = list(keys) if measured.known else []  # only a refresh judges anyone
-    for r, (plausible, pr, pv) in measured.known.items():
+    for (r, (plausible, pr, pv)), fp in zip(measured.known.items(), fps, strict=True):
         if id(plausible) not in ids:
             ids[id(plausible)] = -1 - len(ids)
             members = [offset[a] + c for a, cs in plausible.items() if a in offset for c in cs]
             sets.append(np.full(len(members), ids[id(plausible)], dtype=np.int64))
             tag_ids.append(np.asarray(members, dtype=np.int64))
         judged.append((decoded[r], ids[id(plausible)], pr if pr >= 0 else None,
-                       pv if pv >= 0 else None))  # fmt: skip
+                       pv if pv >= 0 else None, fp))  # fmt: skip
     conn.execute(sql.SQL(
-        "CREATE TEMP TABLE {} (key text, pset int4, pr int4, pv int4) ON COMMIT DROP"
+        "CREATE TEMP TABLE {} (key text, pset int4, pr int4, pv int4, fp text) ON COMMIT DROP"
     ).format(JUDGED))  # fmt: skip
     with conn.cursor() as cur, cur.copy(
         sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(JUDGED)
     ) as copy:
-        copy.set_types(["text", "int4", "int4", "int4"])
+        copy.set_types(["text", "int4", "int4", "int4", "text"])
         for row in judged:
             copy.write_row(row)
     pairs = sql.Identifier("dbanon_lag_pairs")

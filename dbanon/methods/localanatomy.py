@@ -35,6 +35,7 @@ from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.metrics import personal  # noqa: F401 - registers the "localanatomy" query answerer
+from dbanon.setlogic import composition
 from dbanon.setlogic.localanatomy import (
     BUCKET_ID,
     GROUP_ID,
@@ -243,9 +244,12 @@ class LocalAnatomy(Method):
                              c=sql.Identifier(COLUMN), n=sql.Literal(n),
                              a=sql.Identifier(f"f{i}"))
                          for i, n in enumerate(flagged_cols)))  # fmt: skip
-        if keys:
+        fp_kind = None
+        if keys:  # and the fingerprint its map keeps of each row, made as the rows stream
+            fp_kind = composition.fingerprint_kind(conn, r.source, r.released_columns)
+            exprs.append(composition.fingerprint_bits(r.released_columns, "s", fp_kind))
             exprs.append(sql.SQL("s.{}::text").format(r.key.ident))
-            kinds.append("key")
+            kinds += ["int8", "key"]
         query = sql.SQL("SELECT {} FROM {} s{}").format(
             sql.SQL(", ").join(exprs), r.source.ident, joined)
         streamed = copy_columns(conn, query, kinds, r.rows)
@@ -261,12 +265,13 @@ class LocalAnatomy(Method):
                 coded[c.name] = got
         flagged = {c.name: np.zeros(n, dtype=bool) for c in r.qi}
         if rel is not None and flagged_cols:
-            first = len(exprs) - len(flagged_cols) - int(keys)
+            first = len(exprs) - len(flagged_cols) - 2 * int(keys)
             flagged |= {c: streamed[first + i].astype(bool) for i, c in enumerate(flagged_cols)}
         for c in r.sensitive:
             flagged[c.name] = np.ones(n, dtype=bool)
         return Extracted(n, shown, data, names, coded, flagged, textual,
-                         streamed[-1] if keys else None)  # type: ignore[arg-type]
+                         streamed[-1] if keys else None,  # type: ignore[arg-type]
+                         streamed[-2] if keys else None, fp_kind)  # type: ignore[arg-type]
 
     def released_rows(
         self, r: Resolved, ex: Extracted
@@ -397,7 +402,8 @@ class Extracted:
     """The source's rows as one COPY streamed them: `shown`, each QI and sensitive column as
     it is; `data`, the algorithms' values of the columns they read (float64, or a value's
     place in the value order, its bytes', whose value `names` gives; `coded`: those columns
-    as streamed for them); each flagged mask; the keys (LAG's map only)."""
+    as streamed for them); each flagged mask; the keys and the fingerprints of the released
+    columns as the map keeps them (LAG's map only: composition.fingerprint_bits, of `fp_kind`)."""
 
     n: int
     shown: dict[str, Values]
@@ -407,6 +413,8 @@ class Extracted:
     flagged: dict[str, np.ndarray]
     textual: set[str]  # columns streamed and written as text (no binary form), cast back
     keys: Keys | None = None
+    fp: np.ndarray | None = None  # int64
+    fp_kind: str | None = None
 
 
 COPY = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)")

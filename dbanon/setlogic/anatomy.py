@@ -45,6 +45,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon.core.groupsort import by_group
 from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
 from dbanon.db.catalog import Column, Relation
@@ -293,16 +294,18 @@ def _write(
             target, sql.SQL(", ").join(cols), source.ident))  # fmt: skip
     copy = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)")
     shuffled = dealt.order[rng.permutation(len(gid))]  # drawn in a content order
-    in_qit = shuffled[np.argsort(gid[shuffled], kind="stable")]
+    in_qit = shuffled[by_group(gid[shuffled])]  # a stable sort by group id
     del shuffled
     copy_rows(conn, copy.format(qit), [
         *(Field.entries(Dictionary.of_values(v), v.codes) for v in dealt.qi), Field.int4(gid),
     ], in_qit)  # fmt: skip
     del in_qit
     sa = dealt.sa
-    cell = gid.astype(np.int64) * len(sa) + dealt.rank[sa.codes]
-    by_cell = np.argsort(cell, kind="stable")
-    cell = cell[by_cell]
+    # The rows in (group id, value) order, stably: by value, then by group (two counting sorts)
+    by_value = by_group(dealt.rank[sa.codes])
+    by_cell = by_value[by_group(gid[by_value])]
+    del by_value
+    cell = gid[by_cell].astype(np.int64) * len(sa) + dealt.rank[sa.codes[by_cell]]
     starts = np.flatnonzero(np.r_[True, cell[1:] != cell[:-1]])
     del cell
     in_st = by_cell[starts]  # a row of each (group, value), in (group id, value) order

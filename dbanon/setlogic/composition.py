@@ -217,15 +217,13 @@ def new_rows(
         # b and u, every source row in the bucket form (cbg)
         return Rows(stage, buckets={"b", "u"} <= set(columns), old=set(OLD) <= set(columns))
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
-    if "pset" in columns:
-        with local_settings(conn, enable_mergejoin="off"):  # not two sorts of a million keys
-            conn.execute(
-                sql.SQL(
-                    "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-                    "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, {fp} AS fp "
-                    "FROM {stage} st JOIN {src} s ON s.{key}::text = st.key"
-                ).format(new=NEW, fp=fp, stage=stage, src=source.ident, key=key.ident)
-            )
+    if "pset" in columns:  # a measured stage, fingerprinted as its rows streamed out (LAG)
+        conn.execute(
+            sql.SQL(
+                "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
+                "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, st.fp FROM {stage} st"
+            ).format(new=NEW, stage=stage)
+        )
         analyze_stage(conn, NEW)
         return Rows(NEW, measured=True)
     if "b" not in columns:
