@@ -439,6 +439,7 @@ def _stage_map(
         copy.set_types(["text", "int4", "int4", "int4", "text"])
         for row in judged:
             copy.write_row(row)
+    analyze_stage(conn, JUDGED)  # none on a first publish: the map's join hashes this side
     pairs = sql.Identifier("dbanon_lag_pairs")
     conn.execute(sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(pairs))
     tag = np.concatenate(tag_ids) if tag_ids else np.empty(0, dtype=np.int64)
@@ -451,7 +452,7 @@ def _stage_map(
                 np.concatenate(sets) if sets else tag)  # fmt: skip
     conn.execute(sql.SQL(
         "CREATE TEMP TABLE {} ON COMMIT DROP AS "
-        "SELECT gid AS pset, array_agg(key ORDER BY key) AS vals FROM {} GROUP BY gid"
+        "SELECT gid AS pset, array_agg(DISTINCT key ORDER BY key) AS vals FROM {} GROUP BY gid"
     ).format(composition.PSETS, pairs))  # fmt: skip
     conn.execute(sql.SQL("ANALYZE {}").format(composition.PSETS))
 

@@ -43,7 +43,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
-from dbanon.db.settings import analyze_stage, local_settings
+from dbanon.db.settings import analyze_stage
 
 if TYPE_CHECKING:
     import numpy as np
@@ -218,10 +218,15 @@ def new_rows(
         return Rows(stage, buckets={"b", "u"} <= set(columns), old=set(OLD) <= set(columns))
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
     if "pset" in columns:  # a measured stage, fingerprinted as its rows streamed out (LAG)
+        # What each row showed numbered as it is read (`_store_measured` keeps each once): by
+        # one sort of the rows on its hash (then its value, on a tie; deterministic), not a
+        # hash of a million arrays into a join, nor a sort of them by their elements.
         conn.execute(
             sql.SQL(
                 "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-                "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, st.fp FROM {stage} st"
+                "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, st.fp, (dense_rank() "
+                "OVER (ORDER BY hash_array_extended(st.shown, 0), st.shown) - 1)::int4 AS sid "
+                "FROM {stage} st"
             ).format(new=NEW, stage=stage)
         )
         analyze_stage(conn, NEW)
@@ -522,33 +527,27 @@ def fresh_tables(conn: psycopg.Connection, release_id: int) -> dict[str | None, 
 def _store_measured(
     conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
 ) -> None:
-    """A method that judged its rows itself staged their value sets (PSETS) and what the
-    release showed of each row: both deduplicated into the map's sets and shown values."""
+    """A method that judged its rows itself staged their value sets (PSETS, each sorted and
+    without repeats) and what the release showed of each row, numbered (`new_rows`): both
+    kept once, in the map's sets and shown values."""
     conn.execute(
         sql.SQL(
             "INSERT INTO {sets} SELECT (dense_rank() OVER (ORDER BY vals) - 1)::int4, vals "
-            "FROM (SELECT DISTINCT ARRAY(SELECT DISTINCT v FROM unnest(vals) v ORDER BY 1) "
-            "AS vals FROM {psets} WHERE vals IS NOT NULL) d;"
-            # numbered in the order of their hash (then value, on a tie): deterministic, and a
-            # sort of int8s where ordering the arrays themselves took 1.9 s for a million rows
-            "INSERT INTO {shown} SELECT (row_number() OVER (ORDER BY "
-            "hash_array_extended(shown, 0), shown) - 1)::int4, shown "
-            "FROM (SELECT DISTINCT shown FROM {rows} WHERE shown IS NOT NULL) d"
+            "FROM (SELECT DISTINCT vals FROM {psets} WHERE vals IS NOT NULL) d;"
+            "INSERT INTO {shown} SELECT DISTINCT ON (sid) sid, shown FROM {rows} "
+            "WHERE shown IS NOT NULL ORDER BY sid"
         ).format(sets=fresh["sets"], psets=PSETS, shown=fresh["shown"], rows=rows.ident)
     )
-    with local_settings(conn, enable_mergejoin="off"):  # not sorts of a million arrays
-        conn.execute(
-            sql.SQL(
-                """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
-                   WITH pv AS (SELECT p.pset, s.vid FROM {psets} p JOIN {sets} s
-                               ON s.vals = ARRAY(SELECT DISTINCT v FROM unnest(p.vals) v
-                                                 ORDER BY 1))
-                   SELECT %(rid)s, n.key, coalesce(n.gid, -1), pv.vid, sh.sid, n.fp
-                   FROM {rows} n LEFT JOIN pv USING (pset) LEFT JOIN {shown} sh USING (shown)"""
-            ).format(fresh=fresh[None], psets=PSETS, sets=fresh["sets"], rows=rows.ident,
-                     shown=fresh["shown"]),  # fmt: skip
-            {"rid": release_id},
-        )
+    conn.execute(
+        sql.SQL(
+            """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
+               SELECT %(rid)s, n.key, coalesce(n.gid, -1), pv.vid,
+                      CASE WHEN n.shown IS NOT NULL THEN n.sid END, n.fp
+               FROM {rows} n LEFT JOIN (SELECT p.pset, s.vid FROM {psets} p
+                                        JOIN {sets} s ON s.vals = p.vals) pv USING (pset)"""
+        ).format(fresh=fresh[None], rows=rows.ident, psets=PSETS, sets=fresh["sets"]),
+        {"rid": release_id},
+    )
 
 
 def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
