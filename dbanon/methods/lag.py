@@ -30,7 +30,7 @@ from psycopg import sql
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
-from dbanon.db.rows import HEX8, RHEX8, Dictionary, Field, copy_rows
+from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Coded, Keys, Values, copy_columns
 from dbanon.errors import DbanonError
@@ -347,14 +347,9 @@ def stage_rows(
     )
     copy_rows(conn, COPY.format(STAGE), [
         Field.entries(Dictionary.of_keys(keys)), Field.int4(row_id), Field.int4(gid),
-        Field(_fp_field(fp_kind), fp),
+        Field(composition.fp_field(fp_kind), fp),
         *(Field.int4(b.astype(np.int64), null=0) for b in buckets)], rows)  # int64: NULL_INT fits
     analyze_stage(conn, STAGE)
-
-
-def _fp_field(kind: str) -> int:
-    """The field kind that writes a fingerprint's 64 bits as the map's text of `kind`."""
-    return RHEX8 if kind == composition.RECORD else HEX8
 
 
 def _fp_text(bits: int, kind: str) -> str:

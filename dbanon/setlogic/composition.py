@@ -43,6 +43,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.rows import HEX8, RHEX8
 from dbanon.db.settings import analyze_stage
 
 if TYPE_CHECKING:
@@ -131,6 +132,12 @@ def fingerprint_bits(cols: list[Column], ref: str = "s", kind: str = MD5) -> sql
     return sql.SQL("('x' || {})::bit(64)::int8").format(fingerprint(cols, ref, MD5))
 
 
+def fp_field(kind: str) -> int:
+    """The field kind (dbanon.db.rows) that writes a fingerprint's 64 bits as the map's text of
+    `kind`: `fingerprint`'s text from `fingerprint_bits`."""
+    return RHEX8 if kind == RECORD else HEX8
+
+
 def fingerprint_kind(conn: psycopg.Connection, source: Relation, cols: list[Column]) -> str:
     """RECORD when the server hashes records and every column has a hash function (asked of
     one row of NULLs of their types: the lookup fails for a type without one), else MD5."""
@@ -210,7 +217,6 @@ def new_rows(
     the unit kept in the map) is read with every source row, released or not (see the
     module's note); a plain stage names the rows it withheld with gid NULL, and (column w)
     the block a withheld remainder of a retired group belongs to (dbanon.algorithms.sealed)."""
-    fp = fingerprint(released, kind=fingerprint_kind(conn, source, released))
     columns = columns_of(conn, stage)
     if {"key", "gid", "w", "t", "fp"} <= set(columns) and isinstance(stage, sql.Identifier):
         # joined with the source already, as the release was built (and with the map); with
@@ -231,6 +237,7 @@ def new_rows(
         )
         analyze_stage(conn, NEW)
         return Rows(NEW, measured=True)
+    fp = fingerprint(released, kind=fingerprint_kind(conn, source, released))
     if "b" not in columns:
         conn.execute(
             sql.SQL(

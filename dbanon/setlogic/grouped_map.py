@@ -29,7 +29,7 @@ import psycopg
 from numba import njit
 from psycopg import sql
 
-from dbanon.db.rows import HEX8, NULL_INT, RHEX8, TEXTS, Dictionary, Field, copy_rows
+from dbanon.db.rows import NULL_INT, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.models.base import Spread
 from dbanon.setlogic import composition
@@ -462,7 +462,7 @@ def _int4(values: np.ndarray) -> Field:
 
 def _fp_kind(rows: Mapped) -> int:
     """The field kind that writes the rows' fingerprints as their kind's text."""
-    return RHEX8 if rows.fp_kind == composition.RECORD else HEX8
+    return composition.fp_field(rows.fp_kind)
 
 
 def _found(ids: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
