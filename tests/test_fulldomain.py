@@ -728,3 +728,32 @@ def test_node_loss_is_the_searchs_loss(conn: psycopg.Connection, max_suppression
                      result.levels)  # fmt: skip
     assert result.levels[AGE] > 0 or result.levels[ZIP] > 0  # something was generalised
     assert loss == pytest.approx(result.loss, abs=1e-9), (loss, result.loss, result.levels)
+
+
+def test_a_judged_release_is_the_judging_one(conn: psycopg.Connection) -> None:
+    """A table build whose search suppressed nothing releases every row without judging the
+    classes again (`judged`): the same rows as the release that judges them, also where equal
+    numbers are written differently (1.0, 1.00: one class to the search and to the release)."""
+    models = [KAnonymity(5)]
+
+    def rows(judged: bool, cols: list[Column], found: FullDomainResult) -> Counter:
+        query = release_select(SRC, cols, found.hierarchies, found.levels, [DX], models,
+                               shuffle=False, judged=judged)  # fmt: skip
+        return Counter(tuple(r) for r in conn.execute(query))
+
+    setup(conn, patients(300, 5))
+    cols = qi_columns(conn, [AGE, ZIP, SEX])
+    found = search(conn, SRC, cols, {ZIP: ZIP_H}, models)
+    assert found.suppressed == 0
+    assert rows(True, cols, found) == rows(False, cols, found)
+
+    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(SCHEMA)))
+    values = ["1.0", "1.00", "1.000", "1", "1.0000", "2", "2", "2", "2", "2"]
+    make_table(conn, SCHEMA, TABLE, [("ID", "integer"), ("W", "numeric"), (DX, "text")],
+               [(i, Decimal(v), "flu") for i, v in enumerate(values)])  # fmt: skip
+    cols = qi_columns(conn, ["W"])
+    found = search(conn, SRC, cols, {}, models)
+    assert found.levels == {"W": 0} and found.suppressed == 0
+    released = rows(True, cols, found)
+    assert released == rows(False, cols, found)
+    assert sorted(Counter(r[0] for r in released.elements()).values()) == [5, 5]

@@ -86,11 +86,17 @@ class FullDomain(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         from dbanon.db.settings import local_settings, work_mem_at_least
-        from dbanon.setlogic.fulldomain import RELEASE_WORK_MEM, node_loss, release_select
+        from dbanon.setlogic.fulldomain import (
+            RELEASE_WORK_MEM,
+            node_loss,
+            release_select,
+        )
         from dbanon.setlogic.lattice import search
 
         sealed = r.options["refresh_policy"] == "sealed"
         node = fulldomain_sealed.pinned(conn, r) if sealed and not r.regroup else None
+        as_view = r.options["as"] == "view"
+        judged = False  # every class at the node counted on this snapshot, none failing
         if node is None:
             ctx.say(f"searching the generalisation lattice of {len(r.qi)} QIs")
             sensitive = r.sensitive[0].name if r.sensitive else None
@@ -99,6 +105,7 @@ class FullDomain(Method):
                 r.options["max_suppression"], ctx.say,
             )  # fmt: skip
             levels, hierarchies = found.levels, found.hierarchies
+            judged = not sealed and not as_view and found.suppressed == 0
             metrics: dict[str, Any] = {"gcp": found.loss, **found.summary()}
             ctx.lap("search")
         else:
@@ -119,9 +126,8 @@ class FullDomain(Method):
             source, r.qi, hierarchies, levels,
             [c.name for c in [*r.sensitive, *r.keep]],  # released as they are
             r.models,
-            ranges=r.options["ranges"],
+            ranges=r.options["ranges"], judged=judged,
         )  # fmt: skip
-        as_view = r.options["as"] == "view"
         built = ctx.made(r.objects[0], "view" if as_view else "table")
         # security_barrier: a consumer's own (leaky) WHERE functions run only on rows the view
         # shows, never on rows of the classes it suppresses.

@@ -62,6 +62,7 @@ def release_select(
     *,
     shuffle: bool = True,
     ranges: str = generalise.DEFAULT_FORM,
+    judged: bool = False,
 ) -> sql.Composable:
     """A SELECT of the source generalised to `levels`, every class that breaks a model left out.
 
@@ -86,6 +87,13 @@ def release_select(
     row by them first (0.7 s more at 1M rows). With other models, the rows left are kept in a
     MATERIALIZED CTE with their class text; the models judge the classes from that CTE
     (`kept_classes`), and rows are selected by it.
+
+    `judged`: the caller counted every class at `levels` on this snapshot and none breaks a
+    model (a search that suppressed nothing): every row is released, with no pass that judges
+    the classes again (a table's build; never a view, whose source changes). The classes are
+    the search's: a label names one code of its level, a value its own (numbers released
+    without trailing zeros, so 1.0 and 1.00 are one class in both). The release's checks
+    still judge what was written.
     """
     if ranges not in generalise.RANGE_FORMS:
         raise DbanonError(f"ranges must be one of {', '.join(generalise.RANGE_FORMS)}")
@@ -162,6 +170,8 @@ def release_select(
     )
     out = sql.SQL(", ").join(map(sql.Identifier, names))
     order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
+    if judged:
+        return sql.SQL("SELECT {cols} FROM {src}{order}").format(cols=cols, src=src, order=order)
     large = sql.SQL("SELECT {cols}{cls} FROM {src} WHERE {key} NOT IN ({small})").format(
         cols=cols,
         cls=sql.SQL(", {} AS {}").format(key, sql.Identifier(cls)) if others else sql.SQL(""),
