@@ -22,7 +22,7 @@ from psycopg import sql
 
 from dbanon.db import copykernels as _k
 from dbanon.db.ahead import ahead
-from dbanon.db.catalog import Column
+from dbanon.db.catalog import Column, Relation
 from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
 from dbanon.db.stream import _HEADER, Keys, Values
 
@@ -137,6 +137,35 @@ def as_text(conn: psycopg.Connection, cols: Sequence[Column]) -> set[str]:
         if not ok:
             found.add(col.name)
     return found
+
+
+# Types whose binary form is equal exactly when two values are equal (`=`, GROUP BY): integers,
+# booleans, dates and times (whole microseconds), uuids, bytes. Not numeric (1.0 and 1.00 are
+# equal), floats (0 and -0), bpchar (trailing blanks), nor any domain or type not listed here.
+_EQUAL_AS_BYTES = ("int2", "int4", "int8", "oid", "bool", "date", "time", "timestamp",
+                   "timestamptz", "uuid", "bytea", "char")  # fmt: skip
+_TEXT_TYPES = ("text", "varchar", "name")  # equal as bytes under a deterministic collation
+
+
+def equal_as_bytes(conn: psycopg.Connection, relation: Relation, cols: Sequence[Column]) -> bool:
+    """Whether rows streamed from `relation` (binary COPY) with equal bytes in `cols` are
+    exactly the rows SQL finds equal in them: then classes of equal values can be counted from
+    the streamed codes as a GROUP BY of the relation would count them."""
+    if not cols:
+        return True
+    return bool(conn.execute(
+        """SELECT count(*) = %(n)s AND bool_and(
+                      t.typnamespace = 'pg_catalog'::regnamespace
+                      AND (t.typname = ANY(%(exact)s)
+                           OR t.typname = ANY(%(text)s) AND coalesce(c.collisdeterministic, false)))
+           FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+           LEFT JOIN pg_collation c ON c.oid = a.attcollation
+           WHERE a.attrelid = %(rel)s::regclass AND a.attname = ANY(%(names)s)
+             AND a.attnum > 0 AND NOT a.attisdropped""",
+        {"n": len({c.name for c in cols}), "exact": list(_EQUAL_AS_BYTES),
+         "text": list(_TEXT_TYPES), "rel": relation.ident.as_string(conn),
+         "names": [c.name for c in cols]},
+    ).fetchone()[0])  # fmt: skip
 
 
 _EMPTY = Dictionary(np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.uint8))

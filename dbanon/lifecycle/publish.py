@@ -225,6 +225,8 @@ def _publish(
             figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         source_fingerprint, counted = aside.result()
+        if "dm" in metrics:  # counted by the build from the rows it read (anatomy)
+            counted = {**counted, "dm": metrics["dm"]}
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (
             {k: v for k, v in checked.items() if k == "dm" or k.startswith("exposure")}

@@ -57,6 +57,7 @@ class Anatomy(Method):
         check_eligible(conn, r.source, r.sensitive[0], int(ell))
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
+        from dbanon.db.rows import equal_as_bytes
         from dbanon.setlogic import anatomy
 
         ctx.say(f"bucketing {r.rows} rows for l={self._l(r)}")
@@ -64,18 +65,24 @@ class Anatomy(Method):
         result = anatomy.build_anatomy(
             conn, r.source, r.qi, r.sensitive[0], self._l(r), r.stored(qit),
             r.stored(st), r.seed or 0, eligible=True,  # validate() checked this snapshot
+            count_dm=equal_as_bytes(conn, r.source, r.qi),  # else counted beside the build
         )  # fmt: skip
         ctx.lap("materialise")
         # The QIs are released unchanged: no generalisation loss, the loss is in the association.
-        return {"gcp": 0.0, "groups": result.groups, "residual_rows": result.residual_rows}
+        dm = {} if result.dm is None else {"dm": result.dm}
+        return {"gcp": 0.0, "groups": result.groups, "residual_rows": result.residual_rows, **dm}
 
     def source_figures(self, r: Resolved) -> Any:
         """DM: the QIT shows every source row's QIs as they are, so its classes of equal QI
-        values are the source's (the same GROUP BY, over the same values of the same types)."""
+        values are the source's (the same GROUP BY, over the same values of the same types).
+        Where equal values are equal bytes the build counts them from the rows it streamed;
+        else a GROUP BY of the source beside the build."""
+        from dbanon.db.rows import equal_as_bytes
         from dbanon.metrics.exposure import discernibility
 
         names = [c.name for c in r.qi]
-        return lambda conn: {"dm": discernibility(conn, r.source.ident, names)}
+        return lambda conn: ({} if equal_as_bytes(conn, r.source, r.qi)
+                             else {"dm": discernibility(conn, r.source.ident, names)})  # fmt: skip
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Frequency l-diversity of ST (weighted by its count column), and QIT and ST agreeing
@@ -94,7 +101,8 @@ class Anatomy(Method):
                 return model.check(conn, target)
 
         def consistent(conn: psycopg.Connection) -> CheckResult:
-            seen = verify_anatomy(conn, qit, st, self._l(r))  # raises ModelViolation when not
+            # raises ModelViolation when not; the diversity is the model check's (above)
+            seen = verify_anatomy(conn, qit, st, self._l(r), diverse=False)
             figures = {"rows": seen.rows, "classes": seen.groups, "min_class_size": seen.smallest,
                        "max_class_size": seen.largest}  # fmt: skip
             return CheckResult("Anatomy QIT/ST consistency", True, figures)

@@ -168,6 +168,25 @@ def discernibility(
     ).fetchone()[0])  # fmt: skip
 
 
+def discernibility_of_codes(codes: list[np.ndarray]) -> int:
+    """DM from each row's codes, one array per QI (equal code, equal value; NULL one code):
+    the classes a GROUP BY of the values forms, counted in numpy. The codes are combined
+    into one int64 key per row, renumbered densely before the mixed radix could overflow."""
+    if not codes or not len(codes[0]):
+        return 0
+    key, space = np.zeros(len(codes[0]), dtype=np.int64), 1
+    for c in codes:
+        card = int(c.max()) + 1
+        if space * card >= 1 << 62:
+            uniq, inverse = np.unique(key, return_inverse=True)
+            key, space = inverse.reshape(-1).astype(np.int64), len(uniq)
+        key = key * card + c
+        space *= card
+    sizes = np.bincount(key) if space <= 4 * len(key) else np.unique(key, return_counts=True)[1]
+    sizes = sizes.astype(np.int64)
+    return int(np.dot(sizes, sizes))
+
+
 def shape_of(method: object) -> str:
     """A method's release shape (Method.shape); 'generalised' for one that does not say."""
     return str(getattr(method, "shape", "generalised"))
@@ -192,7 +211,7 @@ def at_publish(
     has no exposure, the release has not exactly one sensitive column, or a QI is a date).
     `dm`, when the gate's k check already grouped a generalised release by its QIs, is not
     computed again; nor is a DM among `counted`, the figures a method counted on the source
-    beside its build (Method.source_figures)."""
+    beside its build (Method.source_figures) or in it."""
     shape = shape_of(r.method)
     if shape not in REGISTRY or len(r.sensitive) != 1 or not built:
         return {}

@@ -53,6 +53,7 @@ from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.settings import local_settings
 from dbanon.db.stream import Values, copy_columns
 from dbanon.errors import DbanonError, ModelViolation, idents, quote_ident
+from dbanon.metrics.exposure import discernibility_of_codes
 
 GROUP_ID = "group_id"
 COUNT = "count"
@@ -63,6 +64,7 @@ class AnatomyResult:
     groups: int
     rows: int
     residual_rows: int  # rows beyond l per group: n - groups * l
+    dm: int | None = None  # the QIT's DM, counted from the streamed rows when asked
 
 
 def _name(column: str) -> str:
@@ -134,6 +136,7 @@ def build_anatomy(
     seed: int = 0,
     *,
     eligible: bool = False,
+    count_dm: bool = False,
 ) -> AnatomyResult:
     """CREATE the QIT and ST tables of an l-diverse Anatomy of `source`.
 
@@ -143,7 +146,9 @@ def build_anatomy(
     when the input cannot be published. `eligible`: the caller ran check_eligible on this
     transaction's snapshot already (a publish validates first), so that scan is not repeated;
     ignored on an autocommit connection, whose build reads a snapshot of its own. Either way
-    the dealt rows are recounted from what the deal streamed (no scan).
+    the dealt rows are recounted from what the deal streamed (no scan). `count_dm`: count the
+    QIT's DM from the streamed QI values, which the caller knows are equal exactly when their
+    bytes are (dbanon.db.rows.equal_as_bytes).
     """
     names = [c.name for c in qi]
     if not qi:
@@ -176,8 +181,9 @@ def build_anatomy(
         if not rows or dealt.sa.null() >= 0 or int(counts.max()) * l > rows:
             # the source changed since check_eligible
             raise DbanonError(f"{source} changed during the build and is no longer {l}-eligible")
+        dm = discernibility_of_codes([v.codes for v in dealt.qi]) if count_dm else None
         _write(conn, source, qi, sensitive, qit, st, dealt, groups, seed, textual)
-    return AnatomyResult(groups=groups, rows=rows, residual_rows=rows - groups * l)
+    return AnatomyResult(groups=groups, rows=rows, residual_rows=rows - groups * l, dm=dm)
 
 
 @dataclass(frozen=True)
@@ -342,6 +348,8 @@ def verify_anatomy(
     qit: sql.Identifier,
     st: sql.Identifier,
     l: int,  # noqa: E741 - the paper's name
+    *,
+    diverse: bool = True,
 ) -> AnatomyFigures:
     """Raise ModelViolation unless the published QIT/ST keep Anatomy's l-diversity promise.
 
@@ -350,7 +358,9 @@ def verify_anatomy(
     each group's QIT row count must equal its ST count sum (else the ST misstates the odds).
     One pass over each table settles all of it; the offending group is looked up only when
     something fails. Grouping is done by sorting: cheap when the tables are stored in group
-    order (as built), and never wrong when they are not.
+    order (as built), and never wrong when they are not. `diverse=False`: the entries and the
+    sizes alone, for a caller whose model check judges the diversity (a publish): the ST is
+    then grouped by group only, not by group and value.
     """
     cols = [
         d.name for d in conn.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(st)).description
@@ -362,27 +372,27 @@ def verify_anatomy(
             f"{idents(cols)}"
         )
     names = f"{catalog.shown(conn, qit)}/{catalog.shown(conn, st)}"
+    gid, v, count = sql.Identifier(GROUP_ID), sql.Identifier(values[0]), sql.Identifier(COUNT)
+    bad = sql.SQL("count(*) FILTER (WHERE {gid} IS NULL OR {v} IS NULL OR {count} IS NULL "
+                  "OR {count} <= 0)").format(gid=gid, v=v, count=count)  # fmt: skip
+    per_group = sql.SQL(
+        """SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top, sum(bad) AS bad,
+                  count(*) < {l} OR max(c) * {l} > sum(c) AS fails
+           FROM (SELECT {gid} AS g, {v} AS v, sum({count}) AS c, {bad} AS bad
+                 FROM {st} GROUP BY {gid}, {v}) per_value
+           GROUP BY g"""
+        if diverse else
+        """SELECT {gid} AS g, count(*) AS d, sum({count}) AS n, NULL::bigint AS top,
+                  {bad} AS bad, false AS fails
+           FROM {st} GROUP BY {gid}"""
+    ).format(bad=bad, gid=gid, v=v, count=count, st=st, l=sql.Literal(l))  # fmt: skip
     ctes = sql.SQL(
-        """WITH per_group AS (
-               SELECT g, count(*) AS d, sum(c) AS n, max(c) AS top, sum(bad) AS bad,
-                      count(*) < {l} OR max(c) * {l} > sum(c) AS fails
-               FROM (SELECT {gid} AS g, {v} AS v, sum({count}) AS c,
-                            count(*) FILTER (WHERE {gid} IS NULL OR {v} IS NULL
-                                             OR {count} IS NULL OR {count} <= 0) AS bad
-                     FROM {st} GROUP BY {gid}, {v}) per_value
-               GROUP BY g),
+        """WITH per_group AS ({per_group}),
            q AS (SELECT {gid} AS g, count(*) AS n FROM {qit} GROUP BY {gid}),
            sizes AS (SELECT coalesce(q.g, p.g) AS g, q.n AS qn, p.n AS sn, p.d, p.top, p.bad,
                             p.fails
                      FROM q FULL JOIN per_group p ON p.g = q.g) """
-    ).format(
-        gid=sql.Identifier(GROUP_ID),
-        v=sql.Identifier(values[0]),
-        count=sql.Identifier(COUNT),
-        st=st,
-        qit=qit,
-        l=sql.Literal(l),
-    )
+    ).format(per_group=per_group, gid=gid, qit=qit)
     with local_settings(conn, enable_hashagg="off"):
         bad, groups, failing, mismatches, rows, classes, smallest, largest = conn.execute(
             ctes
