@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from dbanon.algorithms.cbg import (
+    _rebalance,
     blocks,
     calculate_alpha,
     cross_bucket,
@@ -154,3 +155,15 @@ def test_blocks_keep_every_tgens_property(seed: int) -> None:
         assert len(np.unique(res.bid[rows])) == k
         for g in np.unique(res.gid[rows]):
             assert k <= (res.gid == g).sum() < 2 * k
+
+
+def test_a_cut_that_empties_a_half_fails_rather_than_crashes() -> None:
+    """One half all of one value: moving enough of it leaves that half empty; the cut fails
+    (None: the block stays whole or tries l), where it crashed on the empty half (Adult,
+    k=5, l=4, --block-size 2000)."""
+    col = np.arange(6, dtype=np.float64)
+    sa = np.array([0, 0, 0, 1, 2, 3])
+    assert _rebalance(col, sa, np.array([0, 1, 2]), np.array([3, 4, 5]), 2) is None
+    a, b = _rebalance(col, sa, np.array([0, 1, 3]), np.array([2, 4, 5]), 2)
+    assert sorted([*a, *b]) == list(range(6))
+    assert all(np.bincount(sa[h]).max() * 2 <= len(h) for h in (a, b))

@@ -56,7 +56,7 @@ from dbanon.methods.base import BuildContext, Built, Check, Method, Option, mode
 from dbanon.methods.grouped import POLICY, RANGES, generalised
 from dbanon.methods.grouped_rows import extract_coded
 from dbanon.methods.kmember import validate_blocks
-from dbanon.metrics.loss import loss_report
+from dbanon.metrics.grouploss import loss_of_groups
 from dbanon.models.base import TOLERANCE, CheckResult, Target
 from dbanon.models.crossbucket import BUCKET_ID, COUNT, BucketTarget
 from dbanon.models.specs import kind_of
@@ -238,7 +238,7 @@ class CrossBucket(Method):
         kept = np.flatnonzero(gid > 0)
         shown_qi, shown_gid = (qi, gid) if len(kept) == len(gid) else (subset(qi, kept),
                                                                         gid[kept])  # fmt: skip
-        loss = loss_report(shown_qi, shown_gid) if len(kept) else None
+        loss = loss_of_groups(shown_qi, shown_gid) if len(kept) else None
         del shown_qi, shown_gid, qi  # the stage needs the ids and keys alone
         ctx.lap("cluster")
         ctx.say("materialising the QIT and ST")

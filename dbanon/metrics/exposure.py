@@ -35,6 +35,7 @@ from psycopg import sql
 from dbanon.db.catalog import NUMERIC
 from dbanon.metrics import queries
 from dbanon.metrics.boxes import Attribute, Bucketed, attributes, source_points
+from dbanon.models import sizes
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Built, Resolved
@@ -219,7 +220,10 @@ def at_publish(
     if counted and "dm" in counted:
         dm = counted["dm"]
     elif dm is None or shape != "generalised":
-        dm = discernibility(conn, r.stored(built[0]), names)
+        # the histogram of the first relation's classes (a k check of it counted it already
+        # in a publish's figures step: dbanon.models.sizes.shared)
+        hist = sizes.histogram(conn, r.stored(built[0]), names)
+        dm = sum(n * n * c for n, c in hist.items())
     out: dict[str, Any] = {"dm": dm}
     if r.rows > EXPOSURE_MAX_ROWS:
         return {**out, "exposure": None}
