@@ -13,6 +13,7 @@ import verify_local
 from helpers import cli, cli_json, make_table, snapshot
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 from test_publish import rank_correlation
 
 # Table 4.1 (Mark 1001 ... Tina 1008): (id, name, age, gender, occupation, disease) and flags.
@@ -307,3 +308,30 @@ def test_refresh_follows_changed_consent(conn: psycopg.Connection, dsn: str) -> 
                "disease": {r[0] for r in T41}}  # fmt: skip
     verify_local.verify_release(conn, "released", "t44", QI,
                                 dict.fromkeys(flagged, ("l", 2)), source, flagged)  # fmt: skip
+
+
+@pytest.mark.parametrize("a_type", ["int", "numeric"])
+def test_released_classes_are_the_group_bys(
+    conn: psycopg.Connection, dsn: str, a_type: str
+) -> None:
+    """The classes a publish reports (NAME over its QIs, flagged cells NULL) are those a
+    GROUP BY of NAME counts: from the build's codes (integers and text), or counted in SQL
+    (numeric: equal numbers, other bytes)."""
+    rows = [(i, i % 3 + 1, "ab"[i // 3 % 2], f"v{i % 8}") for i in range(1, 61)]
+    flags = {"a": {i for i in range(1, 61) if i % 4 == 0},  # each value as often flagged
+             "b": {i for i in range(1, 61) if i % 5 == 0}}  # fmt: skip
+    fresh_tables(conn, [("id", "int"), ("a", a_type), ("b", "text"), ("s", "text")], rows,
+                 flags)  # fmt: skip
+    code, out = cli_json(dsn, "publish", "r", "--source", "p.t", "--key", "id", "--qi", "a,b",
+                         "--sensitive", "s", "--algorithm", "localanatomy", "--l", "2",
+                         "--flags", "p.f", "--seed", "1")  # fmt: skip
+    assert code == 0, out
+    schema, table = out["table"].split(".")
+    got = conn.execute(sql.SQL(
+        "SELECT count(*), min(n), max(n), sum(n) FROM (SELECT count(*) AS n FROM {} "
+        "GROUP BY a, b) c").format(sql.Identifier(schema, table))
+    ).fetchone()  # fmt: skip
+    code, report = cli_json(dsn, "report", "r")
+    seen = report["released_classes"]
+    assert (out["classes"], out["min_class_size"], seen["max_size"], out["rows"]) == got
+    assert got[0] < got[3]  # classes of more than one row: the counting is tested

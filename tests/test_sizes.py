@@ -55,3 +55,33 @@ def test_k_anonymity_from_the_histogram_is_the_counted_result(conn: psycopg.Conn
         assert fast.holds == counted.holds and fast.figures == counted.figures, k
         if not fast.holds:
             assert fast.worst_class == counted.worst_class is not None
+
+
+def test_the_histogram_of_codes_is_the_group_bys(conn: psycopg.Connection) -> None:
+    """From codes (NULL one code), the GROUP BY's histogram; also when the columns'
+    cardinalities multiply past an int64 and columns are paired first."""
+    import numpy as np
+
+    make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], ROWS)
+    codes = []
+    for j in range(3):
+        seen: dict = {}
+        codes.append(np.array([seen.setdefault(row[j], len(seen)) for row in ROWS]))
+    assert sizes.histogram_of_codes(codes[:2]) == sizes.histogram(conn, REL, ["q", "r"])
+    assert sizes.histogram_of_codes(codes) == sizes.histogram(conn, REL, ["q", "r", "w"])
+    wide = [c * 2**40 for c in codes]  # codes past 2^40: a pair of them past an int64
+    assert sizes.histogram_of_codes(wide) == sizes.histogram(conn, REL, ["q", "r", "w"])
+    assert sizes.histogram_of_codes([]) == {}
+
+
+def test_a_remembered_histogram_is_read_unless_counted_first(conn: psycopg.Connection) -> None:
+    make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], ROWS)
+    counted = sizes.histogram(conn, REL, ["q"])
+    with sizes.shared(conn):
+        sizes.remember(conn, REL, ["q", "r"], {7: 1})  # what a build counted
+        assert sizes.histogram(conn, REL, ["q", "r"]) == {7: 1}
+        assert sizes.histogram(conn, REL, ["q"]) == counted
+        sizes.remember(conn, REL, ["q"], {7: 1})  # counted already: kept as counted
+        assert sizes.histogram(conn, REL, ["q"]) == counted
+    sizes.remember(conn, REL, ["q", "r"], {7: 1})  # outside: nothing is remembered
+    assert sizes.histogram(conn, REL, ["q", "r"]) == {1: 2, 2: 1, 3: 1}

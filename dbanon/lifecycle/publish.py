@@ -222,6 +222,9 @@ def _publish(
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
         with sizes.shared(conn):  # the release's class sizes, counted once for all three
             checked = verify(conn, r, built)
+            if ctx.classes is not None:  # counted by the build: the figures read it, not a check
+                sizes.remember(conn, r.method.checked_relation(r, built),
+                               [c.name for c in r.qi], ctx.classes)  # fmt: skip
             figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         source_fingerprint, counted = aside.result()

@@ -149,6 +149,9 @@ class BuildContext:
     # The run's rows as arrays, for the map and the intersection guard, from a build that
     # holds them (dbanon.setlogic.grouped_map.Mapped); else they are read from `group_map`.
     mapped: Any = None
+    # The first relation's classes (size -> classes over its QIs as released), counted by the
+    # build from the rows it wrote: read by the figures, never by a check (which counts its own).
+    classes: dict[int, int] | None = None
 
     def build_name(self, obj: str) -> str:
         return self.build_names[obj]

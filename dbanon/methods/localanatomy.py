@@ -331,6 +331,7 @@ class LocalAnatomy(Method):
         built = [ctx.made(o) for o in r.objects]
         ctx.say("materialising the release")
         self.materialise(conn, r, attrs, r.stored(built[0]), ex, order, row_id, gid, bucket)
+        ctx.classes = _classes(conn, r, ex, order, bucket)
         for i, a in enumerate(attrs):
             idt, st = built[1 + 2 * i], built[2 + 2 * i]
             write_buckets(conn, r, a, ex, row_id, bucket[a.column], r.stored(idt),
@@ -389,6 +390,30 @@ class LocalAnatomy(Method):
         """rows of NAME; classes and min_class_size over its QI columns as released."""
         checked = {k: v for k, v in checked.items() if k not in ("classes", "min_class_size")}
         return super().figures(conn, r, built[:1], checked)
+
+
+def _classes(
+    conn: psycopg.Connection, r: Resolved, ex: Extracted, order: np.ndarray,
+    bucket: dict[str, np.ndarray],
+) -> dict[int, int] | None:  # fmt: skip
+    """NAME's classes over its QIs (a flagged cell NULL) counted from the rows written, where
+    equal values are equal bytes and no check counts them (k's does, in LAG); else None."""
+    from dbanon.db.rows import equal_as_bytes
+    from dbanon.models import sizes
+
+    if r.model("k-anonymity") is not None or ex.textual & {c.name for c in r.qi}:
+        return None
+    if not equal_as_bytes(conn, r.source, r.qi):
+        return None
+    codes = []
+    for c in r.qi:
+        v = ex.shown[c.name]
+        shown = v.codes[order]
+        if c.name in bucket:  # flagged: NULL, as a NULL of the source shows
+            null = v.null() if v.null() >= 0 else len(v)
+            shown = np.where(bucket[c.name][order] > 0, np.int32(null), shown)
+        codes.append(shown)
+    return sizes.histogram_of_codes(codes)
 
 
 def _nothing(name: str) -> Any:

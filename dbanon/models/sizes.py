@@ -9,9 +9,11 @@ as a check of a live table must.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
@@ -46,6 +48,35 @@ def histogram(
     if memo is not None:
         memo[key] = hist
     return hist
+
+
+def remember(
+    conn: psycopg.Connection, relation: sql.Composable, by: Sequence[str], hist: dict[int, int]
+) -> None:
+    """Inside `shared(conn)`: take `hist` as the histogram of `relation` by `by` unless it was
+    counted already. For a histogram the build counted from the rows it wrote, handed to the
+    figures once the checks (which count their own) are done."""
+    memo = _SHARED.get(id(conn))
+    if memo is not None:
+        memo.setdefault((relation.as_string(conn), *by, ""), dict(hist))
+
+
+def histogram_of_codes(codes: Sequence[np.ndarray]) -> dict[int, int]:
+    """Size -> classes of the rows grouped by equal codes in every column (one array of codes
+    >= 0 per column, an entry per row): what `histogram` counts, for rows whose equal values
+    have equal codes. One int64 key per row, its columns' codes in mixed radix; where their
+    cardinalities multiply past an int64, columns are first paired and numbered densely (each
+    below the row count, so a pair's key fits)."""
+    if not codes or not len(codes[0]):
+        return {}
+    cols = [np.asarray(c, dtype=np.int64) for c in codes]
+    while len(cols) > 1 and math.prod(int(c.max()) + 1 for c in cols) >= 1 << 62:
+        a, b = (np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols[:2])  # < rows
+        cols[:2] = [np.unique(a * (int(b.max()) + 1) + b, return_inverse=True)[1].reshape(-1)]
+    key = np.ravel_multi_index(cols, [int(c.max()) + 1 for c in cols])
+    counts = np.unique(key, return_counts=True)[1]
+    sizes, classes = np.unique(counts, return_counts=True)
+    return {int(n): int(c) for n, c in zip(sizes.tolist(), classes.tolist(), strict=True)}
 
 
 def figures(hist: dict[int, int]) -> dict[str, int]:
