@@ -57,21 +57,17 @@ def test_k_anonymity_from_the_histogram_is_the_counted_result(conn: psycopg.Conn
             assert fast.worst_class == counted.worst_class is not None
 
 
-def test_the_histogram_of_codes_is_the_group_bys(conn: psycopg.Connection) -> None:
-    """From codes (NULL one code), the GROUP BY's histogram; also when the columns'
-    cardinalities multiply past an int64 and columns are paired first."""
+def test_the_histogram_of_keys_is_the_group_bys(conn: psycopg.Connection) -> None:
+    """From one key per row, equal where the values are (NULL one value): the GROUP BY's."""
     import numpy as np
 
     make_table(conn, "z", "t", [("q", "text"), ("r", "int"), ("w", "int")], ROWS)
-    codes = []
-    for j in range(3):
+    for by in (["q"], ["q", "r"], ["q", "r", "w"]):
         seen: dict = {}
-        codes.append(np.array([seen.setdefault(row[j], len(seen)) for row in ROWS]))
-    assert sizes.histogram_of_codes(codes[:2]) == sizes.histogram(conn, REL, ["q", "r"])
-    assert sizes.histogram_of_codes(codes) == sizes.histogram(conn, REL, ["q", "r", "w"])
-    wide = [c * 2**40 for c in codes]  # codes past 2^40: a pair of them past an int64
-    assert sizes.histogram_of_codes(wide) == sizes.histogram(conn, REL, ["q", "r", "w"])
-    assert sizes.histogram_of_codes([]) == {}
+        keys = np.array([seen.setdefault(tuple(row[j] for j in range(len(by))), len(seen))
+                         for row in ROWS])  # fmt: skip
+        assert sizes.histogram_of_keys(keys * 2**40) == sizes.histogram(conn, REL, by)
+    assert sizes.histogram_of_keys(np.zeros(0, dtype=np.int64)) == {}
 
 
 def test_a_remembered_histogram_is_read_unless_counted_first(conn: psycopg.Connection) -> None:

@@ -397,7 +397,9 @@ def _classes(
     bucket: dict[str, np.ndarray],
 ) -> dict[int, int] | None:  # fmt: skip
     """NAME's classes over its QIs (a flagged cell NULL) counted from the rows written, where
-    equal values are equal bytes and no check counts them (k's does, in LAG); else None."""
+    equal values are equal bytes and no check counts them (k's does, in LAG); else None. One
+    int64 key per row, the columns' codes in mixed radix, made a column at a time (memory:
+    the key and one column); None too where the radix would outgrow an int64."""
     from dbanon.db.rows import equal_as_bytes
     from dbanon.models import sizes
 
@@ -405,15 +407,19 @@ def _classes(
         return None
     if not equal_as_bytes(conn, r.source, r.qi):
         return None
-    codes = []
+    key, space = np.zeros(len(order), dtype=np.int64), 1
     for c in r.qi:
         v = ex.shown[c.name]
-        shown = v.codes[order]
+        space *= len(v) + 1  # its codes and a flagged cell's
+        if space >= 1 << 62:
+            return None
+        key *= len(v) + 1
         if c.name in bucket:  # flagged: NULL, as a NULL of the source shows
             null = v.null() if v.null() >= 0 else len(v)
-            shown = np.where(bucket[c.name][order] > 0, np.int32(null), shown)
-        codes.append(shown)
-    return sizes.histogram_of_codes(codes)
+            key += np.where(bucket[c.name][order] > 0, np.int32(null), v.codes[order])
+        else:
+            key += v.codes[order]
+    return sizes.histogram_of_keys(key)
 
 
 def _nothing(name: str) -> Any:

@@ -9,7 +9,6 @@ as a check of a live table must.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -61,19 +60,9 @@ def remember(
         memo.setdefault((relation.as_string(conn), *by, ""), dict(hist))
 
 
-def histogram_of_codes(codes: Sequence[np.ndarray]) -> dict[int, int]:
-    """Size -> classes of the rows grouped by equal codes in every column (one array of codes
-    >= 0 per column, an entry per row): what `histogram` counts, for rows whose equal values
-    have equal codes. One int64 key per row, its columns' codes in mixed radix; where their
-    cardinalities multiply past an int64, columns are first paired and numbered densely (each
-    below the row count, so a pair's key fits)."""
-    if not codes or not len(codes[0]):
-        return {}
-    cols = [np.asarray(c, dtype=np.int64) for c in codes]
-    while len(cols) > 1 and math.prod(int(c.max()) + 1 for c in cols) >= 1 << 62:
-        a, b = (np.unique(c, return_inverse=True)[1].reshape(-1) for c in cols[:2])  # < rows
-        cols[:2] = [np.unique(a * (int(b.max()) + 1) + b, return_inverse=True)[1].reshape(-1)]
-    key = np.ravel_multi_index(cols, [int(c.max()) + 1 for c in cols])
+def histogram_of_keys(key: np.ndarray) -> dict[int, int]:
+    """Size -> classes of rows grouped by equal keys (one per row): what `histogram` counts,
+    for keys that are equal exactly when the rows' values are."""
     counts = np.unique(key, return_counts=True)[1]
     sizes, classes = np.unique(counts, return_counts=True)
     return {int(n): int(c) for n, c in zip(sizes.tolist(), classes.tolist(), strict=True)}
