@@ -228,7 +228,7 @@ def _publish(
             figures = r.method.figures(conn, r, built, checked) | risk_at_publish(conn, r, built)
         lap("verify")
         source_fingerprint, counted = aside.result()
-        if "dm" in metrics:  # counted by the build from the rows it read (anatomy)
+        if "dm" in metrics:  # counted by the build from the rows it read
             counted = {**counted, "dm": metrics["dm"]}
         # A gate that measured exposure already (a source-aware check) is not measured twice.
         measured = (

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import numpy as np
 import psycopg
 from psycopg import sql
+
+if TYPE_CHECKING:
+    import numpy as np
 
 _SHARED: dict[int, dict[tuple[str, ...], dict[int, int]]] = {}
 
@@ -62,7 +65,10 @@ def remember(
 
 def histogram_of_keys(key: np.ndarray) -> dict[int, int]:
     """Size -> classes of rows grouped by equal keys (one per row): what `histogram` counts,
-    for keys that are equal exactly when the rows' values are."""
+    for keys that are equal exactly when the rows' values are. (numpy imported here: `dbanon
+    check` imports this module and starts without it.)"""
+    import numpy as np
+
     counts = np.unique(key, return_counts=True)[1]
     sizes, classes = np.unique(counts, return_counts=True)
     return {int(n): int(c) for n, c in zip(sizes.tolist(), classes.tolist(), strict=True)}
