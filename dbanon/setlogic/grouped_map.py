@@ -425,14 +425,14 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
     command = sql.SQL("COPY {} (release_id, key, gid, vid, sid, fp) FROM STDIN (FORMAT BINARY)"
                       ).format(fresh[None])  # fmt: skip
     keys = Dictionary.of_keys(rows.keys)
-    fp = np.asarray(rows.fp)
+    fp, fp_kind = np.asarray(rows.fp), composition.fp_field(rows.fp_kind)
     # The released rows, each field read through the row's number or its pair: no array of
     # the map's rows is made.
     copy_rows(conn, command, [
         Field.constant(release_id), Field.entries(keys, run.released),
         Field.int4(gid, run.released),
         Field.constant(NULL_INT) if set_id is None else Field.int4(set_id, run.pair_of_row),
-        Field.int4(gid, run.released), Field(_fp_kind(rows), fp, run.released),
+        Field.int4(gid, run.released), Field(fp_kind, fp, run.released),
     ], np.arange(len(run.released)))  # fmt: skip
     if len(held):  # rows left out that the map held: in their waiting block (or -1)
         wait = np.asarray(rows.wait, dtype=np.int64)[held] if rows.wait is not None else (
@@ -440,7 +440,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
         copy_rows(conn, command, [
             Field.constant(release_id), Field.entries(keys, held),
             Field.int4(np.where(wait >= 0, -2 - wait, -1)), _int4(held_vid), _int4(held_sid),
-            Field(_fp_kind(rows), fp, held),
+            Field(fp_kind, fp, held),
         ], np.arange(len(held)))  # fmt: skip
     if codes is not None and set_rows is not None and run.shown is not None:
         tags = Dictionary.of(codes.tags)
@@ -458,11 +458,6 @@ _NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL, in an int32 array
 def _int4(values: np.ndarray) -> Field:
     """An int4 field of int32 ids, NULL where _NULL32."""
     return Field.int4(values, null=_NULL32)
-
-
-def _fp_kind(rows: Mapped) -> int:
-    """The field kind that writes the rows' fingerprints as their kind's text."""
-    return composition.fp_field(rows.fp_kind)
 
 
 def _found(ids: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
