@@ -26,6 +26,32 @@ T = TypeVar("T")
 LOCK_TIMEOUT = "100ms"
 
 
+def on_snapshot(conn: psycopg.Connection, snapshot: str) -> psycopg.Connection | None:
+    """A second backend over `conn`'s server, in a read-only transaction that imported
+    `snapshot` (exported by `conn`), or None when none can be had."""
+    try:
+        side = sibling(conn)
+    except psycopg.Error:
+        return None
+    try:
+        side.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        side.read_only = True
+        side.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+        # The run holds its locks; the second backend asks anew and would queue behind
+        # anyone waiting for a lock the run holds (an ALTER of the source), who waits for
+        # the run, which waits for it: a deadlock the server cannot see. So it never
+        # waits: a lock not granted at once sends the work back to the run's connection.
+        side.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
+        # Its scan of the source must not tell the run's where to start: with synchronized
+        # scans a scan of a large table joins one under way, so the run would read the
+        # rows in an order that depends on this thread's progress.
+        side.execute("SELECT set_config('synchronize_seqscans', 'off', true)")
+    except psycopg.Error:
+        side.close()
+        return None
+    return side
+
+
 class Aside(Generic[T]):
     """`work(connection)` started on a second backend over `conn`'s snapshot; `result()` waits
     for it (or runs it on `conn`), `close()` stops it. `conn` must be in its transaction (not a
@@ -36,26 +62,8 @@ class Aside(Generic[T]):
         self._side: psycopg.Connection | None = None
         self._thread: threading.Thread | None = None
         self._out: tuple[bool, object] = (False, None)
-        snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
-        try:
-            side = sibling(conn)
-        except psycopg.Error:
-            return
-        try:
-            side.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-            side.read_only = True
-            side.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
-            # The run holds its locks; the second backend asks anew and would queue behind
-            # anyone waiting for a lock the run holds (an ALTER of the source), who waits for
-            # the run, which waits for it: a deadlock the server cannot see. So it never
-            # waits: a lock not granted at once sends the work back to the run's connection.
-            side.execute("SELECT set_config('lock_timeout', %s, true)", [LOCK_TIMEOUT])
-            # Its scan of the source must not tell the run's where to start: with synchronized
-            # scans a scan of a large table joins one under way, so the run would read the
-            # rows in an order that depends on this thread's progress.
-            side.execute("SELECT set_config('synchronize_seqscans', 'off', true)")
-        except psycopg.Error:
-            side.close()
+        side = on_snapshot(conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+        if side is None:
             return
         self._side = side
         self._thread = threading.Thread(target=self._run, name="dbanon-aside", daemon=True)

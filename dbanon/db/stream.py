@@ -215,6 +215,34 @@ class _Column:
                 self.table = np.full(2 * len(self.table), -1, dtype=np.int64)
                 _k().rehash(self.table, self.dstarts, self.dlens, self.data, d)
 
+    def extend(self, other: _Column) -> None:
+        """`other`'s rows (a later part of the same query's rows) after these: codes of text
+        and values are renumbered into this column's dictionary, which keeps its own."""
+        m = other.n
+        self.out = _grow(self.out, self.n, m)
+        part = self.out[self.n : self.n + m]
+        theirs = other.out[:m]
+        if self.kind in ("float8", "int8", "int4"):
+            part[:] = theirs
+        elif self.kind == "key":
+            self.blob = _grow(self.blob, self.used, other.used)
+            self.blob[self.used : self.used + other.used] = other.blob[: other.used]
+            self.used += other.used
+            part[:] = theirs
+        elif self.kind == "text":
+            index = self.index
+            remap = np.array([index.setdefault(v, len(index)) for v in other.index],
+                             dtype=np.int32)  # fmt: skip
+            part[:] = remap[theirs] if len(remap) else theirs
+        else:  # values: their dictionary's entries coded as a chunk of this stream's
+            d, used = (int(x) for x in other.state)
+            remap = np.empty(d, dtype=np.int32)
+            starts = other.dstarts[:d]  # as a chunk's offsets: int32 (scan's) where they fit
+            self._values(other.data[:used], starts.astype(np.int32) if used < 2**31 else starts,
+                         other.dlens[:d], remap)  # fmt: skip
+            part[:] = np.where(theirs < 0, -1, remap[np.maximum(theirs, 0)] if d else -1)
+        self.n += m
+
     def result(self) -> np.ndarray | Coded | Keys | Values:
         """The whole column (views of the arrays filled; no copy)."""
         filled = self.out[: self.n]
@@ -245,6 +273,18 @@ def copy_columns(
     The query must produce float8, int8, int4 and text columns of those types; `rows`, the rows
     expected, sizes the arrays;
     `progress` hears the rows received so far after each chunk."""
+    return [c.result() for c in receive(conn, query, kinds, rows, progress)]
+
+
+def receive(
+    conn: psycopg.Connection,
+    query: sql.Composable,
+    kinds: Sequence[str],
+    rows: int = 0,
+    progress: Callable[[int], None] | None = None,
+) -> list[_Column]:
+    """copy_columns' columns before their results are taken (so that another stream's can be
+    appended to them: dbanon.db.parts)."""
     cols = [_Column(k, rows) for k in kinds]
     nf = len(kinds)
     # The stream since the last chunk was parsed (appending each message, a row, to a
@@ -297,7 +337,7 @@ def copy_columns(
                 progress(seen)
         if job is not None:
             job.result()
-    return [c.result() for c in cols]
+    return cols
 
 
 def _add(cols: list[_Column], buf: np.ndarray, found: list[tuple[np.ndarray, np.ndarray]]

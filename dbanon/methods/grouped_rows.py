@@ -20,6 +20,7 @@ type, so a group's bounds are always its true least and greatest values.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,9 @@ from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
 from dbanon.db.aside import Aside
 from dbanon.db.catalog import Column
+from dbanon.db.parts import Where, copy_parts
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
-from dbanon.db.stream import Coded, Keys, copy_columns
+from dbanon.db.stream import Coded, Keys
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.setlogic import composition
 from dbanon.setlogic.grouped_map import Mapped, OldMap
@@ -104,10 +106,18 @@ def _decoded(r: Resolved, keys: Any, values: list[Any], with_sensitive: bool
 
 
 def _query(r: Resolved, exprs: list[sql.Composable], extra: list[sql.Composable] = (),
-           ) -> sql.Composable:  # fmt: skip
+           where: sql.Composable | None = None) -> sql.Composable:  # fmt: skip
     names = [sql.SQL("{} AS {}").format(e, sql.Identifier(f"c{i}")) for i, e in enumerate(exprs)]
-    return sql.SQL("SELECT {} FROM {} s").format(
-        sql.SQL(", ").join([*names, *extra]), r.source.ident)  # fmt: skip
+    return sql.SQL("SELECT {} FROM {} s{}").format(
+        sql.SQL(", ").join([*names, *extra]), r.source.ident,
+        sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where))  # fmt: skip
+
+
+def _stream(conn: psycopg.Connection, r: Resolved, query: Callable[[Where], sql.Composable],
+            kinds: list[str]) -> list[Any]:  # fmt: skip
+    """The source's rows as `query(where)` gives them, streamed in parts at once where the
+    source allows (dbanon.db.parts)."""
+    return copy_parts(conn, query, r.source, "s", kinds, r.rows, _say(r))
 
 
 def _say(r: Resolved) -> Any:
@@ -127,7 +137,7 @@ def extract(
     values (None for NULL): as text, or as `stream` says (an expression over the source's
     columns and its COPY type, text or float8)."""
     exprs, kinds = _qi_columns(r, with_sensitive, stream)
-    keys, *values = copy_columns(conn, _query(r, exprs), kinds, r.rows, _say(r))
+    keys, *values = _stream(conn, r, lambda w: _query(r, exprs, where=w), kinds)
     return _decoded(r, keys, values, with_sensitive)
 
 
@@ -135,7 +145,7 @@ def extract_coded(conn: psycopg.Connection, r: Resolved) -> tuple[Keys, QIArrays
     """`extract` with the (first) sensitive column as COPY coded it, streamed as text: its
     distinct values and an int32 code per row, no object array of a million references."""
     exprs, kinds = _qi_columns(r, True, None)
-    keys, *values = copy_columns(conn, _query(r, exprs), kinds, r.rows, _say(r))
+    keys, *values = _stream(conn, r, lambda w: _query(r, exprs, where=w), kinds)
     coded = values[len(r.qi)]
     assert isinstance(coded, Coded)
     keys, qi, _ = _decoded(r, keys, values[: len(r.qi)], False)
@@ -222,8 +232,8 @@ def _extract(
               for c in streamed]  # fmt: skip
     kinds += ["key"] * len(streamed)
     width = len(kinds)
-    query = prior.wrap(_query(r, exprs, prior.columns()), width)
-    keys, *values = copy_columns(conn, query, [*kinds, *prior.kinds()], r.rows, _say(r))
+    keys, *values = _stream(conn, r, lambda w: prior.wrap(_query(r, exprs, prior.columns(), w),
+                                                          width), [*kinds, *prior.kinds()])
     head = len(r.qi) + (1 if with_sensitive and not sensitive_text else 0)
     at = head + len(texted) + len(streamed)
     fp = np.asarray(values[at])

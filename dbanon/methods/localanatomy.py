@@ -29,8 +29,9 @@ from dbanon.core.flags import COLUMN, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
+from dbanon.db.parts import copy_parts
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
-from dbanon.db.stream import Keys, Values, copy_columns
+from dbanon.db.stream import Keys, Values
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
@@ -250,9 +251,10 @@ class LocalAnatomy(Method):
             exprs.append(composition.fingerprint_bits(r.released_columns, "s", fp_kind))
             exprs.append(sql.SQL("s.{}::text").format(r.key.ident))
             kinds += ["int8", "key"]
-        query = sql.SQL("SELECT {} FROM {} s{}").format(
-            sql.SQL(", ").join(exprs), r.source.ident, joined)
-        streamed = copy_columns(conn, query, kinds, r.rows)
+        streamed = copy_parts(conn, lambda where: sql.SQL("SELECT {} FROM {} s{}{}").format(
+            sql.SQL(", ").join(exprs), r.source.ident, joined,
+            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where)),
+            r.source, "s", kinds, r.rows)  # fmt: skip
         shown = {c.name: v for c, v in zip(cols, streamed, strict=False)}
         n = len(shown[cols[0].name].codes)
         data, names, coded = {}, {}, {}

@@ -55,9 +55,10 @@ from psycopg import sql
 from dbanon.db import catalog
 from dbanon.db.ahead import ahead
 from dbanon.db.aside import Aside
+from dbanon.db.parts import copy_parts
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
-from dbanon.db.stream import Keys, copy_columns
+from dbanon.db.stream import Keys
 from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.methods.grouped_rows import as_text, retype
@@ -576,9 +577,11 @@ class PerturbingMethod(Method):
         exprs.append(sql.SQL("hashtextextended({}::text, {})").format(r.key.ident,
                                                                      sql.Literal(order)))
         m = len(r.qi)
-        keys, *cols, ranks = copy_columns(
-            conn, sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), r.source.ident),
-            ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
+        keys, *cols, ranks = copy_parts(
+            conn, lambda where: sql.SQL("SELECT {} FROM {} s{}").format(
+                sql.SQL(", ").join(exprs), r.source.ident,
+                sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where)),
+            r.source, "s", ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
             lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
         )  # fmt: skip
         assert isinstance(keys, Keys) and isinstance(ranks, Keys)

@@ -49,9 +49,10 @@ from dbanon.core.groupsort import by_group
 from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.parts import copy_parts
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.settings import local_settings
-from dbanon.db.stream import Values, copy_columns
+from dbanon.db.stream import Values
 from dbanon.errors import DbanonError, ModelViolation, idents, quote_ident
 from dbanon.metrics.exposure import discernibility_of_codes
 
@@ -214,12 +215,15 @@ def _deal(
     def out(c: Column) -> sql.Composable:
         return sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
 
-    query = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join(out(c) for c in [*qi, sensitive]), source.ident)  # fmt: skip
+    def query(where: sql.Composable | None) -> sql.Composable:
+        return sql.SQL("SELECT {} FROM {} s{}").format(
+            sql.SQL(", ").join(out(c) for c in [*qi, sensitive]), source.ident,
+            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where))  # fmt: skip
+
     expected = conn.execute(sql.SQL(  # sizes the arrays (a view's estimate: 0, they grow)
         "SELECT coalesce(max(greatest(reltuples, 0)), 0)::int8 FROM pg_class WHERE oid = {}"
     ).format(source.regclass)).fetchone()[0]  # fmt: skip
-    streamed = copy_columns(conn, query, ["values"] * (len(qi) + 1), int(expected))
+    streamed = copy_parts(conn, query, source, "s", ["values"] * (len(qi) + 1), int(expected))
     columns = [v for v in streamed if isinstance(v, Values)]
     sa = columns[-1]
     n = len(sa.codes)
