@@ -40,6 +40,7 @@ from dbanon.methods.grouped_rows import (
     extract_rows,
     label_groups,
     mapped,
+    objects,
     write_release,
 )
 from dbanon.metrics.grouploss import loss_of_groups
@@ -283,9 +284,12 @@ class GroupingMethod(Method):
         """How the sensitive column streams out (expression, COPY type); None: as text."""
         return None
 
-    def encode_sensitive(self, conn: psycopg.Connection, r: Resolved, values: np.ndarray) -> Any:
-        """What `cluster` receives as `sensitive`: by default the streamed values as they are."""
-        return values
+    def encode_sensitive(
+        self, conn: psycopg.Connection, r: Resolved, values: Coded | np.ndarray
+    ) -> Any:
+        """What `cluster` receives as `sensitive`, from the column as streamed (a Coded, or
+        float64 with NaN for NULL): by default an object array of its values (None: NULL)."""
+        return objects(values)
 
     @abstractmethod
     def cluster(

@@ -90,10 +90,13 @@ def _qi_columns(
     return exprs, kinds
 
 
-def _decoded(r: Resolved, keys: Any, values: list[Any], with_sensitive: bool
-             ) -> tuple[Keys, QIArrays, np.ndarray | None]:  # fmt: skip
-    """The key, QI arrays and sensitive column of the first streamed columns."""
-    sensitive = _objects(values[len(r.qi)]) if with_sensitive else None
+def _decoded(r: Resolved, keys: Any, values: list[Any], with_sensitive: bool, raw: bool = False
+             ) -> tuple[Keys, QIArrays, Any]:  # fmt: skip
+    """The key, QI arrays and sensitive column of the first streamed columns (an object array
+    of its values; `raw`: as streamed, a Coded or float64 array)."""
+    sensitive = None
+    if with_sensitive:
+        sensitive = values[len(r.qi)] if raw else objects(values[len(r.qi)])
     numeric, categorical = [], []
     for col, vals in zip(r.qi, values[: len(r.qi)], strict=True):
         if r.is_categorical(col):
@@ -152,7 +155,7 @@ def extract_coded(conn: psycopg.Connection, r: Resolved) -> tuple[Keys, QIArrays
     return keys, qi, coded
 
 
-def _objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
+def objects(column: np.ndarray | Coded | Keys) -> np.ndarray:
     """A streamed column as an object array of its values, None for NULL (what methods'
     `encode_sensitive` receive)."""
     if isinstance(column, Coded):
@@ -168,7 +171,9 @@ class Extracted:
 
     keys: Keys
     qi: QIArrays | None  # None once labelled: no QI array outlives the labels (memory)
-    sensitive: np.ndarray | None  # the algorithm's sensitive column (None: not streamed)
+    # the algorithm's sensitive column as streamed, a Coded or float64 array (None: not
+    # streamed); GroupingMethod.encode_sensitive makes what its `cluster` receives
+    sensitive: Coded | np.ndarray | None
     # per numeric QI (in r.qi's order): its value as the release shows it, or (an integer QI)
     # the span its normalised values were divided by
     texts: list[Keys | float]
@@ -248,7 +253,7 @@ def _extract(
     # divisor), exactly: only that span is kept, no second array of them.
     ints = {c.name: _span(np.asarray(v)) for c, v in zip(
         r.qi, values[: len(r.qi)], strict=True) if c in nums and c not in texted}  # fmt: skip
-    keys, qi, sensitive = _decoded(r, keys, values[:head], with_sensitive)
+    keys, qi, sensitive = _decoded(r, keys, values[:head], with_sensitive, raw=True)
     given = iter(values[head : head + len(texted)])
     texts = [ints[c.name] if c.name in ints else next(given) for c in nums]
     given = iter(values[head + len(texted) : at])

@@ -13,11 +13,13 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.base import CONSTRUCTIONS, LEFTOVERS, QIArrays
+from dbanon.db.stream import Coded
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import Built, Option
 from dbanon.methods.grouped import GROUP_POLICY, RANGES, GroupingMethod
-from dbanon.methods.kmember import BLOCK_SIZE, EXACT, validate_blocks
+from dbanon.methods.grouped_rows import objects
+from dbanon.methods.kmember import EXACT, validate_blocks
 from dbanon.metrics.vulnerability import FIGURES
 from dbanon.models.base import Target
 from dbanon.models.thetak import ThetaKAnonymity
@@ -30,6 +32,15 @@ def _model(r: Resolved) -> ThetaKAnonymity:
     model = r.model("theta-k-anonymity")
     assert isinstance(model, ThetaKAnonymity)  # `requires` makes the lifecycle ensure it
     return model
+
+
+# The greedy construction's cost per row grows with its block (it scans the block's remaining
+# rows for each row it adds under the deficit), and smaller blocks cut along the QIs lost no
+# quality where measured: 1M census-like rows, k=10, θ=3: 2,000-row blocks GCP 0.1830 in 11.4 s,
+# 16,000-row blocks 0.1869 in 17.1 s (k=5: 0.0744 both, 12.9 s against 18.8 s; k=30: 0.2438
+# against 0.2443); Adult (45,222 rows, k=5, θ=2, forced blocks): 0.1145 against 0.1183, and
+# 0.1258 for the exact rule. At least 20 classes a block for a large k.
+BLOCK_ROWS = 2_000
 
 
 class ThetaK(GroupingMethod):
@@ -65,7 +76,11 @@ class ThetaK(GroupingMethod):
             "from each of the θ largest buckets, capped by the values a category has).",
             CONSTRUCTIONS,
         ),
-        BLOCK_SIZE,
+        Option(
+            "block_size", int, None,
+            "Cluster in blocks of at most this many rows, cut along the QIs (default: blocks of "
+            f"{BLOCK_ROWS:,} rows, or 20k rows where that is more, above 100,000 rows).", low=2,
+        ),
         EXACT,
     )  # fmt: skip
 
@@ -87,15 +102,23 @@ class ThetaK(GroupingMethod):
         return sql.SQL("{}::{}").format(r.sensitive[0].ident, sql.SQL(kind)), kind
 
     def encode_sensitive(
-        self, conn: psycopg.Connection, r: Resolved, values: np.ndarray
+        self, conn: psycopg.Connection, r: Resolved, values: Coded | np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's category and value. Text comes coded: each distinct value's category is
+        looked up once, and rows get integer ranks that order categories and values as the
+        values themselves do (what dbanon.algorithms.thetak.encode makes of them in any case):
+        no Python object per row."""
         cats = _model(r).categories.bind(conn)
-        return np.asarray(cats.of(values.tolist()), dtype=object), values
+        if not isinstance(values, Coded):
+            shown = objects(values)
+            return np.asarray(cats.of(shown.tolist()), dtype=object), shown
+        of = cats.of(values.values)  # raises for a value outside the hierarchy, NULL too
+        return _ranked(of)[values.codes], _ranked(values.values)[values.codes]
 
     def cluster(
         self, r: Resolved, qi: QIArrays, sensitive: Any
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        from dbanon.algorithms.blocks import DEFAULT_BLOCK_SIZE, partitioned, thetak_blocks
+        from dbanon.algorithms.blocks import partitioned, thetak_blocks
         from dbanon.algorithms.persist import subset
         from dbanon.algorithms.thetak import thetak_detail
         from dbanon.algorithms.ties import restore, secret_order
@@ -108,7 +131,7 @@ class ThetaK(GroupingMethod):
         if r.options["construction"] == "greedy" and partitioned(
             qi.n, size, bool(r.options.get("exact"))
         ):
-            size = size or DEFAULT_BLOCK_SIZE
+            size = size or max(BLOCK_ROWS, 20 * model.k)
             # The blocks list the rows in that order (no reordered copy of the arrays).
             gid, figures = thetak_blocks(
                 qi, category, value, model.k, model.theta, block_size=size,
@@ -130,6 +153,13 @@ class ThetaK(GroupingMethod):
         """The common figures, and the vulnerabilities the (θ,k) check measured."""
         return {**super().figures(conn, r, built, checked),
                 **{f: checked[f] for f in FIGURES if f in checked}}  # fmt: skip
+
+
+def _ranked(distinct: list[Any]) -> np.ndarray:
+    """Each entry's rank among the distinct entries, in their sort order (equal ones alike)."""
+    order = sorted(set(distinct))
+    rank = {v: i for i, v in enumerate(order)}
+    return np.array([rank[v] for v in distinct], dtype=np.int64)
 
 
 register(ThetaK())
