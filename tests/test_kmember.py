@@ -307,3 +307,18 @@ def test_ncp_cost_and_furthest_seeding_give_the_reference_figure_on_adult() -> N
 def test_unknown_cost_is_refused() -> None:
     with pytest.raises(ValueError, match="cost must be one of height, ncp"):
         kmember(QIArrays.build([np.arange(3.0)], []), 2, cost="entropy")
+
+
+def test_points_number_rows_as_np_unique_does() -> None:
+    """The collapse into points (a lexsort of the columns) gives np.unique(axis=0)'s first rows
+    and inverse: the same points, in the same order, so the same clusters."""
+    from dbanon.algorithms.kmember import points
+
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n, m = int(rng.integers(1, 200)), int(rng.integers(1, 5))
+        key = rng.integers(-2, 3, (n, m)).astype(np.float64) * rng.choice([1.0, 0.25])
+        first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)[1:]
+        got_first, got_point = points(key)
+        assert got_first.tolist() == first.tolist()
+        assert got_point.tolist() == inverse.reshape(-1).tolist()

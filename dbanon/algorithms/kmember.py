@@ -526,6 +526,21 @@ def _greedy(
     return gid
 
 
+def points(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Identical rows of `key` (n >= 1 rows of float64, no NaN) collapsed: each point's first
+    row and each row's point (int64), points in the rows' lexicographic order, as
+    np.unique(key, axis=0, return_index=True, return_inverse=True) numbers them. A stable
+    lexsort of the columns: np.unique sorts the rows as one structured value, five times
+    slower (1.4 s against 0.3 s per million rows in 16,000-row blocks), most of a partitioned
+    run's time outside its greedy loops."""
+    order = np.lexsort(key.T[::-1])
+    ordered = key[order]
+    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
+    point_of = np.empty(len(key), np.int64)
+    point_of[order] = np.cumsum(new) - 1
+    return order[new], point_of
+
+
 def kmember(
     qi: QIArrays,
     k: int,
@@ -579,8 +594,7 @@ def kmember(
     # values (a group) are contiguous.
     q = cat.shape[1]
     key = np.hstack([cat.astype(np.float64), num, sens.reshape(n, 1).astype(np.float64)])
-    first, point_of = np.unique(key, axis=0, return_index=True, return_inverse=True)[1:]
-    point_of = point_of.reshape(-1).astype(np.int64)
+    first, point_of = points(key)
     members = np.argsort(point_of, kind="stable").astype(np.int64)
     start = np.zeros(len(first) + 1, np.int64)
     np.cumsum(np.bincount(point_of, minlength=len(first)), out=start[1:])

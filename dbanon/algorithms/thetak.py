@@ -101,6 +101,7 @@ from dbanon.algorithms.kmember import (
     _select,
     _sift_down,
     _take,
+    points,
 )
 from dbanon.metrics.loss import node_weights
 
@@ -922,15 +923,8 @@ def _greedy_construction(
     need = needs(catg, code, vcat, k, theta, rule) if given is None else given
     # Collapse rows identical in QI and sensitive value into points (as k-member does):
     # categorical columns first, so points sharing them are contiguous.
-    # np.unique(key, axis=0)'s first rows and inverse, from a stable lexicographic sort of the
-    # columns (np.unique sorts the rows as one structured value: several times slower).
     key = np.hstack([cat.astype(np.float64), num, code.reshape(n, 1).astype(np.float64)])
-    order = np.lexsort(key.T[::-1])
-    ordered = key[order]
-    new = np.r_[True, (ordered[1:] != ordered[:-1]).any(axis=1)]
-    first = order[new]
-    point_of = np.empty(n, np.int64)
-    point_of[order] = np.cumsum(new) - 1
+    first, point_of = points(key)
     members = np.argsort(point_of, kind="stable").astype(np.int64)
     start = np.zeros(len(first) + 1, np.int64)
     np.cumsum(np.bincount(point_of, minlength=len(first)), out=start[1:])
