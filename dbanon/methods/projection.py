@@ -52,6 +52,7 @@ from dbanon.algorithms.featuresel import (
 from dbanon.db import catalog
 from dbanon.db.catalog import DATE, NUMERIC, Column
 from dbanon.db.settings import local_settings, work_mem_at_least
+from dbanon.db.shuffle import shuffle_key
 from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
@@ -262,8 +263,9 @@ def projection_select(
         [sql.SQL("{} AS {}").format(f.expr, sql.Identifier(f.name)) for f in chosen]
         + [sql.Identifier(n) for n in extra]
     )
-    if not suppress:
-        return sql.SQL("SELECT {} FROM {} ORDER BY random()").format(inner, r.source.ident)
+    if not suppress:  # a table's rows: in a secret order the server sorts in parallel
+        return sql.SQL("SELECT {} FROM {} s ORDER BY {}").format(
+            inner, r.source.ident, shuffle_key(r.source, "s"))  # fmt: skip
     return sql.SQL(
         "SELECT {out} FROM (SELECT {inner}, count(*) OVER (PARTITION BY {exprs}) AS {size} "
         "FROM {src}) dbanon_classes WHERE {size} >= {k} ORDER BY random()"

@@ -23,6 +23,7 @@ from psycopg import sql
 from dbanon.core import generalise
 from dbanon.core.hierarchy import Hierarchy
 from dbanon.db.catalog import Column, Relation
+from dbanon.db.shuffle import shuffle_key
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.models import (
     KAnonymity,
@@ -170,7 +171,9 @@ def release_select(
     )
     out = sql.SQL(", ").join(map(sql.Identifier, names))
     order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
-    if judged:
+    if judged:  # a table's rows (a view judges at every read): sorted in parallel
+        if shuffle:
+            order = sql.SQL(" ORDER BY {}").format(shuffle_key(source, "s"))
         return sql.SQL("SELECT {cols} FROM {src}{order}").format(cols=cols, src=src, order=order)
     large = sql.SQL("SELECT {cols}{cls} FROM {src} WHERE {key} NOT IN ({small})").format(
         cols=cols,
