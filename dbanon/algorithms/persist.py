@@ -832,6 +832,31 @@ def _first(ids: np.ndarray, dists: np.ndarray, m: int) -> np.ndarray:
     return best_i[:count]
 
 
+@njit(cache=True)
+def _centre(rows: np.ndarray, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray,
+            ccat: np.ndarray, g: int) -> None:  # fmt: skip
+    """Group g's centre from its rows, in place: each numeric QI's mean (the rows summed in
+    order, as NumPy's mean over them), each categorical QI's commonest leaf (the smallest of
+    a tie), counted over the rows' sorted codes: a merge's few rows, not a count per leaf."""
+    r = len(rows)
+    for i in range(num.shape[1]):
+        total = 0.0
+        for a in range(r):
+            total += num[rows[a], i]
+        cnum[g, i] = total / r
+    codes = np.empty(r, np.int64)
+    for j in range(cat.shape[1]):
+        for a in range(r):
+            codes[a] = cat[rows[a], j]
+        codes.sort()
+        best, most, run = codes[0], 0, 0
+        for a in range(r):
+            run = run + 1 if a > 0 and codes[a] == codes[a - 1] else 1
+            if run > most:  # a later value must outnumber, not tie: the smallest wins a tie
+                best, most = codes[a], run
+        ccat[g, j] = best
+
+
 def merge_failing(
     qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, intact: np.ndarray | None = None
 ) -> np.ndarray:
@@ -871,9 +896,7 @@ def merge_failing(
         members[into] = rows
         failing.discard(g)
         gid[rows] = into
-        cnum[into] = qi.num[rows].mean(axis=0) if qi.num.shape[1] else cnum[into]
-        for j in range(qi.cat.shape[1]):  # the commonest leaf, the smallest of a tie
-            ccat[into, j] = np.bincount(qi.cat[rows, j]).argmax()
+        _centre(rows, qi.num, qi.cat, cnum, ccat, into)
         near_of.moved(into)
         if ok:
             failing.discard(into)
