@@ -137,3 +137,6 @@ def test_one_stream_where_parts_would_not_add_up(
     assert parts.page_ranges(run, source, "s", 999) is None  # below MIN_ROWS
     with psycopg.connect(dsn) as committed:  # READ COMMITTED: no snapshot to share
         assert parts.page_ranges(committed, source, "s", 40000) is None
+    with psycopg.connect(dsn, autocommit=True) as each:  # a snapshot per statement
+        each.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        assert parts.page_ranges(each, source, "s", 40000) is None

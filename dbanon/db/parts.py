@@ -1,11 +1,12 @@
 """A query over one table streamed out with COPY in parts, on several backends at once.
 
 A run's extract is one COPY of the source: one backend reads every page, evaluates every
-expression (casts to text, the rows' fingerprints) and sends every row, on one core, while the
-others wait (1.1 s of the server for the 1M-row census table; its client parses it in 0.3 s).
-Parted by page ranges (`ctid` conditions: TID range scans), the same query runs on as many
-backends as `check`'s split may use (dbanon.models.split: 1 + max_parallel_workers_per_gather,
-no more than this machine's cores), each streaming its own pages: 0.5 s on two.
+expression (casts to text, the rows' fingerprints) and sends every row, on one core (1.1 s of
+the server for the 1M-row census table, as psql receives it). Parted by page ranges (`ctid`
+conditions: TID range scans), the same query runs on as many backends as `check`'s split may
+use (dbanon.models.split: 1 + max_parallel_workers_per_gather, no more than this machine's
+cores), each streaming its own pages: 0.5 s on two. The client's parsing shares those cores,
+so on this 2-core machine a publish's extract gains less: 1.51 -> 1.34 s (mondrian, 1M rows).
 
 - The backends import the run's snapshot (dbanon.db.aside.on_snapshot): the parts add up to
   the rows the run's own statement would read, in its order (pages ascending; a scan of the
@@ -14,9 +15,9 @@ no more than this machine's cores), each streaming its own pages: 0.5 s on two.
   the first's dictionaries (codes are names, never an order: dbanon.db.stream).
 - Only ordinary tables and materialised views that other sessions see (not a view: its rows
   may differ per backend; not a temporary table), of at least MIN_ROWS rows, read in a
-  REPEATABLE READ (or SERIALIZABLE) transaction, whose snapshot is the one exported. Where a
-  backend cannot be had, or its part fails (a lock not granted at once), that part runs on
-  the run's connection after the first: the same rows, later.
+  REPEATABLE READ (or SERIALIZABLE) transaction, not autocommit: its snapshot is the one
+  exported. Where a backend cannot be had, or its part fails (a lock not granted at once),
+  that part runs on the run's connection after the first: the same rows, later.
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def page_ranges(
 ) -> list[sql.Composable] | None:
     """Conditions on `alias`.ctid parting `rel`'s pages evenly (the last open-ended), or None
     when one stream is the better choice."""
-    if rel.kind not in _KINDS or rows < MIN_ROWS or conn.isolation_level not in _SNAPSHOT_LEVELS:
-        return None
+    if (rel.kind not in _KINDS or rows < MIN_ROWS or conn.autocommit
+            or conn.isolation_level not in _SNAPSHOT_LEVELS):  # fmt: skip
+        return None  # autocommit: the exported snapshot would end with its statement
     found = conn.execute(  # a temporary table is this session's alone
         "SELECT current_setting('max_parallel_workers_per_gather')::int + 1, "
         "pg_relation_size(oid) / current_setting('block_size')::int "
