@@ -119,7 +119,7 @@ def test_merging_centres_walked_in_parts_give_the_nearest_of_all(seed: int) -> N
 def test_a_merged_groups_centre_is_numpys_mean_and_commonest_leaf() -> None:
     """merge_failing's compiled centre: the rows' mean (to the bit, as NumPy sums them) and
     each categorical QI's commonest leaf, the smallest of a tie (np.bincount's argmax)."""
-    from dbanon.algorithms.persist import _centre
+    from dbanon.algorithms.centres import centre
 
     rng = np.random.default_rng(3)
     for _ in range(500):
@@ -127,7 +127,7 @@ def test_a_merged_groups_centre_is_numpys_mean_and_commonest_leaf() -> None:
         cat = rng.integers(0, int(rng.integers(1, 12)), (300, 4))
         rows = rng.choice(300, int(rng.integers(1, 40)), replace=False).astype(np.int64)
         cnum, ccat = np.zeros((3, 3)), np.zeros((3, 4), dtype=np.int64)
-        _centre(rows, num, cat, cnum, ccat, 1)
+        centre(rows, num, cat, cnum, ccat, 1)
         assert cnum[1].tolist() == num[rows].mean(axis=0).tolist()
         assert ccat[1].tolist() == [int(np.bincount(cat[rows, j]).argmax()) for j in range(4)]
         assert not cnum[[0, 2]].any() and not ccat[[0, 2]].any()  # the other groups untouched

@@ -43,9 +43,10 @@ from functools import cached_property
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.centres import centres
 from dbanon.algorithms.lag import columns, generalise, qi_partition
 from dbanon.algorithms.localanatomy import Principle, bucketise, emd_equal
-from dbanon.algorithms.persist import centres, distance, merge_failing, split_large, subset
+from dbanon.algorithms.persist import distance, merge_failing, split_large, subset
 
 Plausible = dict[str, frozenset[int]]
 

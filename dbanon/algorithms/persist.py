@@ -44,6 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from dbanon.algorithms.base import QIArrays
+from dbanon.algorithms.centres import centre, centres
 from dbanon.algorithms.forked import forked_map
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
@@ -285,20 +286,6 @@ def _keeps_each(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray, histo
 
 def subset(qi: QIArrays, rows: np.ndarray) -> QIArrays:
     return QIArrays(qi.num[rows], qi.cat[rows], qi.lca, qi.height, qi.hierarchies)
-
-
-def centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """Mean normalised numeric values and the most frequent leaf of each categorical QI."""
-    sizes = np.maximum(np.bincount(gid, minlength=groups), 1).astype(np.float64)
-    num = np.zeros((groups, qi.num.shape[1]))
-    for i in range(qi.num.shape[1]):
-        num[:, i] = np.bincount(gid, weights=qi.num[:, i], minlength=groups) / sizes
-    cat = np.zeros((groups, qi.cat.shape[1]), dtype=np.int64)
-    for j in range(qi.cat.shape[1]):
-        counts = np.zeros((groups, int(qi.cat[:, j].max(initial=0)) + 1), dtype=np.int32)
-        np.add.at(counts, (gid, qi.cat[:, j]), 1)
-        cat[:, j] = counts.argmax(axis=1)
-    return num, cat
 
 
 def distance(
@@ -832,31 +819,6 @@ def _first(ids: np.ndarray, dists: np.ndarray, m: int) -> np.ndarray:
     return best_i[:count]
 
 
-@njit(cache=True)
-def _centre(rows: np.ndarray, num: np.ndarray, cat: np.ndarray, cnum: np.ndarray,
-            ccat: np.ndarray, g: int) -> None:  # fmt: skip
-    """Group g's centre from its rows, in place: each numeric QI's mean (the rows summed in
-    order, as NumPy's mean over them), each categorical QI's commonest leaf (the smallest of
-    a tie), counted over the rows' sorted codes: a merge's few rows, not a count per leaf."""
-    r = len(rows)
-    for i in range(num.shape[1]):
-        total = 0.0
-        for a in range(r):
-            total += num[rows[a], i]
-        cnum[g, i] = total / r
-    codes = np.empty(r, np.int64)
-    for j in range(cat.shape[1]):
-        for a in range(r):
-            codes[a] = cat[rows[a], j]
-        codes.sort()
-        best, most, run = codes[0], 0, 0
-        for a in range(r):
-            run = run + 1 if a > 0 and codes[a] == codes[a - 1] else 1
-            if run > most:  # a later value must outnumber, not tie: the smallest wins a tie
-                best, most = codes[a], run
-        ccat[g, j] = best
-
-
 def merge_failing(
     qi: QIArrays, gid: np.ndarray, groups: int, holds: Holds, intact: np.ndarray | None = None
 ) -> np.ndarray:
@@ -896,7 +858,7 @@ def merge_failing(
         members[into] = rows
         failing.discard(g)
         gid[rows] = into
-        _centre(rows, qi.num, qi.cat, cnum, ccat, into)
+        centre(rows, qi.num, qi.cat, cnum, ccat, into)
         near_of.moved(into)
         if ok:
             failing.discard(into)
