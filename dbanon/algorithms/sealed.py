@@ -46,7 +46,8 @@ from collections.abc import Callable
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.persist import Cluster, History, centres, distance, subset
+from dbanon.algorithms.centres import centres
+from dbanon.algorithms.persist import Cluster, History, distance, subset
 
 Holds = Callable[[np.ndarray], bool]
 Shown = Callable[[list[int]], dict[int, np.ndarray]]  # group ids -> value codes they showed
