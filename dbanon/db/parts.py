@@ -29,7 +29,7 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
-from psycopg import pq, sql
+from psycopg import sql
 
 from dbanon.db.aside import on_snapshot
 from dbanon.db.catalog import Relation
@@ -44,6 +44,11 @@ _SNAPSHOT_LEVELS = (psycopg.IsolationLevel.REPEATABLE_READ, psycopg.IsolationLev
 
 Where = sql.Composable | None  # a condition on the source's alias, None: every row
 Result = list[Any]  # one column per kind, as copy_columns gives them
+
+
+def where(cond: Where) -> sql.Composable:
+    """` WHERE cond`, or nothing for None: what a `query(where)` appends to its FROM."""
+    return sql.SQL("") if cond is None else sql.SQL(" WHERE {}").format(cond)
 
 
 def page_ranges(
@@ -87,10 +92,8 @@ def copy_parts(
     """What copy_columns(conn, query(None), kinds, rows, progress) gives (the same rows in
     the same order), streamed in parts of `rel`'s pages at once where `page_ranges` allows.
     `query(where)` adds `where`, a condition on `alias` (the source's alias), to its rows."""
-    conds = page_ranges(conn, rel, alias, rows)
+    conds = page_ranges(conn, rel, alias, rows)  # a query: the run's transaction is open
     sides: list[psycopg.Connection | None] = []
-    if conds is not None and conn.info.transaction_status == pq.TransactionStatus.IDLE:
-        conn.execute("SELECT")  # the run's transaction, whose snapshot is exported
     if conds is not None:
         snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         sides = [on_snapshot(conn, snapshot) for _ in conds[1:]]
@@ -153,4 +156,4 @@ def copy_parts(
     return [c.result() for c in first]
 
 
-__all__ = ["copy_parts", "page_ranges"]
+__all__ = ["copy_parts", "page_ranges", "where"]

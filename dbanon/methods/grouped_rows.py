@@ -36,6 +36,7 @@ from dbanon.db import copykernels as kernels
 from dbanon.db.aside import Aside
 from dbanon.db.catalog import Column
 from dbanon.db.parts import Where, copy_parts
+from dbanon.db.parts import where as where_clause
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.stream import Coded, Keys
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
@@ -112,8 +113,7 @@ def _query(r: Resolved, exprs: list[sql.Composable], extra: list[sql.Composable]
            where: sql.Composable | None = None) -> sql.Composable:  # fmt: skip
     names = [sql.SQL("{} AS {}").format(e, sql.Identifier(f"c{i}")) for i, e in enumerate(exprs)]
     return sql.SQL("SELECT {} FROM {} s{}").format(
-        sql.SQL(", ").join([*names, *extra]), r.source.ident,
-        sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where))  # fmt: skip
+        sql.SQL(", ").join([*names, *extra]), r.source.ident, where_clause(where))  # fmt: skip
 
 
 def _stream(conn: psycopg.Connection, r: Resolved, query: Callable[[Where], sql.Composable],

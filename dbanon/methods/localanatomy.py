@@ -29,7 +29,7 @@ from dbanon.core.flags import COLUMN, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
-from dbanon.db.parts import copy_parts
+from dbanon.db.parts import copy_parts, where
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.stream import Keys, Values
 from dbanon.errors import DbanonError, quote_ident
@@ -251,9 +251,8 @@ class LocalAnatomy(Method):
             exprs.append(composition.fingerprint_bits(r.released_columns, "s", fp_kind))
             exprs.append(sql.SQL("s.{}::text").format(r.key.ident))
             kinds += ["int8", "key"]
-        streamed = copy_parts(conn, lambda where: sql.SQL("SELECT {} FROM {} s{}{}").format(
-            sql.SQL(", ").join(exprs), r.source.ident, joined,
-            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where)),
+        streamed = copy_parts(conn, lambda cond: sql.SQL("SELECT {} FROM {} s{}{}").format(
+            sql.SQL(", ").join(exprs), r.source.ident, joined, where(cond)),
             r.source, "s", kinds, r.rows)  # fmt: skip
         shown = {c.name: v for c, v in zip(cols, streamed, strict=False)}
         n = len(shown[cols[0].name].codes)

@@ -55,7 +55,7 @@ from psycopg import sql
 from dbanon.db import catalog
 from dbanon.db.ahead import ahead
 from dbanon.db.aside import Aside
-from dbanon.db.parts import copy_parts
+from dbanon.db.parts import copy_parts, where
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Keys
@@ -578,9 +578,8 @@ class PerturbingMethod(Method):
                                                                      sql.Literal(order)))
         m = len(r.qi)
         keys, *cols, ranks = copy_parts(
-            conn, lambda where: sql.SQL("SELECT {} FROM {} s{}").format(
-                sql.SQL(", ").join(exprs), r.source.ident,
-                sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where)),
+            conn, lambda cond: sql.SQL("SELECT {} FROM {} s{}").format(
+                sql.SQL(", ").join(exprs), r.source.ident, where(cond)),
             r.source, "s", ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
             lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
         )  # fmt: skip

@@ -49,7 +49,7 @@ from dbanon.core.groupsort import by_group
 from dbanon.db import catalog
 from dbanon.db import copykernels as kernels
 from dbanon.db.catalog import Column, Relation
-from dbanon.db.parts import copy_parts
+from dbanon.db.parts import copy_parts, where
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
 from dbanon.db.settings import local_settings
 from dbanon.db.stream import Values
@@ -215,10 +215,9 @@ def _deal(
     def out(c: Column) -> sql.Composable:
         return sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
 
-    def query(where: sql.Composable | None) -> sql.Composable:
+    def query(cond: sql.Composable | None) -> sql.Composable:
         return sql.SQL("SELECT {} FROM {} s{}").format(
-            sql.SQL(", ").join(out(c) for c in [*qi, sensitive]), source.ident,
-            sql.SQL("") if where is None else sql.SQL(" WHERE {}").format(where))  # fmt: skip
+            sql.SQL(", ").join(out(c) for c in [*qi, sensitive]), source.ident, where(cond))
 
     expected = conn.execute(sql.SQL(  # sizes the arrays (a view's estimate: 0, they grow)
         "SELECT coalesce(max(greatest(reltuples, 0)), 0)::int8 FROM pg_class WHERE oid = {}"
