@@ -131,3 +131,24 @@ def test_a_merged_groups_centre_is_numpys_mean_and_commonest_leaf() -> None:
         assert cnum[1].tolist() == num[rows].mean(axis=0).tolist()
         assert ccat[1].tolist() == [int(np.bincount(cat[rows, j]).argmax()) for j in range(4)]
         assert not cnum[[0, 2]].any() and not ccat[[0, 2]].any()  # the other groups untouched
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_merges_asking_for_few_candidates_first_merge_as_asking_for_all(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """merge_failing finds the 2 nearest groups first and the others only when neither union
+    holds: the groups it makes are those of walking for every candidate at once."""
+    rng = np.random.default_rng(200 + seed)
+    n, k = int(rng.integers(200, 2000)), int(rng.integers(2, 8))
+    qi = QIArrays.build([rng.random(n).round(1 + seed % 2) for _ in range(2)], [], n)
+    gid = np.unique(rng.integers(0, n // (k + 1), n), return_inverse=True)[1].reshape(-1)
+    bad = rng.random(n) < 0.3  # unions with many 'bad' rows fail: later candidates are tried
+
+    def holds(rows: np.ndarray) -> bool:
+        return len(rows) >= k and int(bad[rows].sum()) * 3 < len(rows) + 2
+
+    groups = int(gid.max()) + 1
+    lazy = persist.merge_failing(qi, gid.copy(), groups, holds)
+    monkeypatch.setattr(persist, "_FIRST", persist._CANDIDATES)
+    assert (persist.merge_failing(qi, gid.copy(), groups, holds) == lazy).all()

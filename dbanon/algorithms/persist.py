@@ -84,6 +84,7 @@ def each_holds(holds: Holds, order: np.ndarray, bounds: np.ndarray,
 
 
 _CANDIDATES = 16  # nearest groups tried for a merge that restores the promise
+_FIRST = 2  # found first: the nearest or the next one holds for most merges of a refresh
 
 
 @dataclass(frozen=True)
@@ -848,12 +849,7 @@ def merge_failing(
         if g not in failing or len(members[g]) != size:
             continue  # merged away, or grown since (queued again with its new size)
         near_of.gone(g)  # merged away below in any case
-        near = near_of.nearest(g, min(_CANDIDATES, len(members) - 1), qi.lca, qi.height)
-        into, ok = near[0], False
-        for h in near:
-            if holds(np.concatenate([members[h], members[g]])):
-                into, ok = h, True
-                break
+        into, ok = _merge_into(g, members, holds, near_of, qi)
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
         failing.discard(g)
@@ -866,3 +862,22 @@ def merge_failing(
             failing.add(into)
             heapq.heappush(queue, (len(rows), into))
     return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+def _merge_into(
+    g: int, members: dict[int, np.ndarray], holds: Holds, near_of: _Near, qi: QIArrays
+) -> tuple[int, bool]:
+    """Of the `_CANDIDATES` groups nearest g, the nearest whose union with g holds (and True),
+    else the nearest (and False). The `_FIRST` nearest are found first and the rest only when
+    neither holds: the nearest m are the first m of any longer list (`_walk`'s order), so the
+    answer is the same, and the walk for a few is cheaper."""
+    tried: list[int] = []
+    for m in (_FIRST, _CANDIDATES):
+        near = near_of.nearest(g, min(m, len(members) - 1), qi.lca, qi.height)
+        for h in near[len(tried) :]:
+            if holds(np.concatenate([members[h], members[g]])):
+                return h, True
+        tried = near
+        if len(near) < m:
+            break
+    return tried[0], False
