@@ -21,7 +21,7 @@ type, so a group's bounds are always its true least and greatest values.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -207,22 +207,32 @@ def extract_rows(
     text sensitive column (the first) is its tag's value, as the algorithm reads it too.
     The map is read meanwhile on a second backend over the run's snapshot (Aside): a refresh
     then costs its publish's extract, not that and a second COPY after it."""
-    held: Aside[composition.MapRows] | None = None
-    if prior.mapped:
-        assert r.release_id is not None
-        release_id = r.release_id
-        held = Aside(conn, lambda c: composition.read_map(c, release_id))
+    if not prior.mapped:
+        return _extract(conn, r, with_sensitive, stream, prior, None)
+    assert r.release_id is not None
+    release_id = r.release_id
+    held = Aside(conn, lambda c: composition.read_map(c, release_id))
+    got: list[composition.MapRows] = []
+
+    def the_map() -> composition.MapRows:
+        if not got:
+            got.append(held.result())
+        return got[0]
+
     try:
-        return _extract(conn, r, with_sensitive, stream, prior, held)
+        ex = _extract(conn, r, with_sensitive, stream, prior, the_map)
     finally:
-        if held is not None:
-            held.close()
+        held.close()
+    if not the_map().legacy(prior.kind):
+        return ex
+    del ex  # a map an older dbanon wrote (md5 fingerprints): the source read again with them
+    return _extract(conn, r, with_sensitive, stream, replace(prior, legacy=True), the_map)
 
 
 def _extract(
     conn: psycopg.Connection, r: Resolved, with_sensitive: bool,
     stream: tuple[sql.Composable, str] | None, prior: composition.Prior,
-    held_map: Aside[composition.MapRows] | None,
+    held_map: Callable[[], composition.MapRows] | None,
 ) -> Extracted:  # fmt: skip
     from_tags = bool(r.sensitive) and generalise.base_type(r.sensitive[0]) in _TEXTS
     sensitive_text = with_sensitive and stream is None and bool(r.sensitive)
@@ -262,7 +272,7 @@ def _extract(
     at += 2 if r.sensitive else 1
     before = state = old = sizes = None
     if held_map is not None:  # what the latest map holds of each row, matched by key
-        held = held_map.result()
+        held = held_map()
         at = kernels.match_keys(keys.blob, keys.lens, held.keys.blob, held.keys.lens)
         mapped = at >= 0
         where = np.where(mapped, at, 0)

@@ -772,14 +772,13 @@ def prior(
     conn: psycopg.Connection, source: Relation, release_id: int | None, key: Column,
     released: list[Column], sensitive: Column | None,
 ) -> Prior:  # fmt: skip
-    """The Prior of a release (`mapped` when it has a map; `legacy` when that map holds md5
-    fingerprints and this run makes record ones)."""
+    """The Prior of a release (`mapped` when it has a map). Whether that map holds md5
+    fingerprints where this run makes record ones (`legacy`) is told by the map as it is read
+    (`MapRows.legacy`), not by a scan of it first: the extract then reads the source again,
+    once, for a map written by an older dbanon."""
     mapped = has_map(conn, release_id)
-    kind = fingerprint_kind(conn, source, released)
-    legacy = mapped and kind == RECORD and bool(conn.execute(sql.SQL(
-        "SELECT EXISTS (SELECT 1 FROM {} WHERE left(fp, 1) <> 'r')").format(
-            table(release_id))).fetchone()[0])  # type: ignore[arg-type]  # fmt: skip
-    return Prior(release_id, mapped, key, released, sensitive, kind, legacy)
+    return Prior(release_id, mapped, key, released, sensitive,
+                 fingerprint_kind(conn, source, released))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -796,6 +795,10 @@ class MapRows:
     fp: np.ndarray
     has_fp: np.ndarray
     record: np.ndarray
+
+    def legacy(self, kind: str) -> bool:
+        """Whether some fingerprint is of the md5 kind where this run makes `kind` ones."""
+        return kind == RECORD and bool((self.has_fp & ~self.record).any())
 
 
 def read_map(conn: psycopg.Connection, release_id: int) -> MapRows:
