@@ -25,6 +25,22 @@ def _one_by_one(holds, order: np.ndarray, bounds: np.ndarray, groups: np.ndarray
     return np.array([holds(order[bounds[g] : bounds[g + 1]]) for g in groups.tolist()], bool)
 
 
+def _by_models(models: list, sensitive: object):
+    """Each model's own class_holds over the group's counts (what a Judge's answers stand for)."""
+    from collections import Counter
+
+    def holds(rows: np.ndarray) -> bool:
+        if sensitive is None:
+            counts = Counter({0: len(rows)})
+        elif isinstance(sensitive, tuple):
+            counts = Counter(zip(*(a[rows].tolist() for a in sensitive), strict=True))
+        else:
+            counts = Counter(sensitive[rows].tolist())
+        return all(m.class_holds(counts, None) for m in models)
+
+    return holds
+
+
 SENSITIVE = {
     "none": lambda rng, n: None,
     "text": lambda rng, n: np.array(
@@ -55,6 +71,8 @@ def test_many_answers_as_each(kind: str, models: list) -> None:
         asked = np.flatnonzero(rng.random(groups) < 0.7)
         want = _one_by_one(holds, order, bounds, asked)
         assert 0 < want.sum() < len(asked)  # both answers occur: the comparison can fail
+        assert np.array_equal(want, _one_by_one(_by_models(models, sensitive), order, bounds,
+                                                asked))  # fmt: skip
         assert np.array_equal(each_holds(holds, order, bounds, asked), want)
 
 

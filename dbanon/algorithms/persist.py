@@ -709,8 +709,9 @@ def _take(
 ) -> None:  # fmt: skip
     """`_fill_short` for failing group g, given the nearest free loose rows (`near`, indexes
     into `loose`); a group made to hold is `held`."""
-    if guard is not None and len(near):
-        near = near[np.argsort(~guard.useful(members[g], loose[near]), kind="stable")]
+    if guard is not None and len(near) > 1:  # the useful ones first, each part in its order
+        useful = guard.useful(members[g], loose[near])
+        near = np.concatenate([near[useful], near[~useful]])
     rows, taken = members[g], []
     for c in near[:k].tolist():
         rows = np.append(rows, loose[c])

@@ -430,7 +430,11 @@ class GroupingMethod(Method):
                 distinct = np.bincount(pairs // width, minlength=len(groups))
             return (sizes >= least[0]) & (distinct >= least[1])
 
-        return Judge(holds, many)
+        def counted(rows: np.ndarray) -> bool:
+            """`holds` when the rows alone decide (called for every merge of a refresh)."""
+            return len(rows) >= max(least[0], 1)
+
+        return Judge(counted if sensitive is None or least[1] <= 1 else holds, many)
 
 
 def _same_promise(conn: psycopg.Connection, r: Resolved) -> bool:
