@@ -843,6 +843,7 @@ def merge_failing(
     ccat = near_of.ccat  # the centres' values as the walks read them
     queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
     heapq.heapify(queue)
+    first = _FIRST  # candidates asked for first: all of them after a merge that needed more
     while failing:
         if len(members) == 1:
             raise ValueError("the whole table does not satisfy the promised models")
@@ -850,7 +851,8 @@ def merge_failing(
         if g not in failing or len(members[g]) != size:
             continue  # merged away, or grown since (queued again with its new size)
         near_of.gone(g)  # merged away below in any case
-        into, ok = _merge_into(g, members, holds, near_of, qi)
+        into, ok, tried = _merge_into(g, members, holds, near_of, qi, first)
+        first = _FIRST if tried <= _FIRST else _CANDIDATES
         rows = np.concatenate([members[into], members.pop(g)])
         members[into] = rows
         failing.discard(g)
@@ -866,19 +868,23 @@ def merge_failing(
 
 
 def _merge_into(
-    g: int, members: dict[int, np.ndarray], holds: Holds, near_of: _Near, qi: QIArrays
-) -> tuple[int, bool]:
+    g: int, members: dict[int, np.ndarray], holds: Holds, near_of: _Near, qi: QIArrays,
+    first: int = _FIRST,
+) -> tuple[int, bool, int]:
     """Of the `_CANDIDATES` groups nearest g, the nearest whose union with g holds (and True),
-    else the nearest (and False). The `_FIRST` nearest are found first and the rest only when
-    neither holds: the nearest m are the first m of any longer list (`_walk`'s order), so the
-    answer is the same, and the walk for a few is cheaper."""
+    else the nearest (and False); and how many were tried. The `first` nearest are found
+    first and the rest only when none of them holds: the nearest m are the first m of any
+    longer list (`_walk`'s order), so the answer is the same, and the walk for a few is
+    cheaper when one of them holds (most merges of a refresh), dearer when none does (a
+    release whose k was raised: its caller then asks for all at once)."""
     tried: list[int] = []
-    for m in (_FIRST, _CANDIDATES):
+    for m in sorted({first, _CANDIDATES}):
         near = near_of.nearest(g, min(m, len(members) - 1), qi.lca, qi.height)
-        for h in near[len(tried) :]:
+        for i in range(len(tried), len(near)):
+            h = near[i]
             if holds(np.concatenate([members[h], members[g]])):
-                return h, True
+                return h, True, i + 1
         tried = near
         if len(near) < m:
             break
-    return tried[0], False
+    return tried[0], False, len(tried)
