@@ -257,7 +257,7 @@ def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
           Column("c", "integer", NUMERIC, False)]  # fmt: skip
     r = SimpleNamespace(qi=qi if n else qi[1:2], is_categorical=lambda c: c.kind == CATEGORICAL)
     source = sql.Identifier("s", "oc")
-    features, smallest = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    features, smallest, _ = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
     assert smallest == smallest_class(conn, source, features)
     values = [
         v for (v,) in conn.execute(sql.SQL("SELECT DISTINCT b FROM {} ORDER BY 1").format(source))
@@ -266,6 +266,37 @@ def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
     if n:
         assert {f.value for f in features if f.column == "a"} <= {1, 2, 3, 4}
         assert [f.name for f in features if f.column == "c"] == ["c=7"]
+
+
+@pytest.mark.parametrize("n", [0, 40, 300])
+def test_onehot_candidates_counted_by_label_are_hamdist_counts(
+    conn: psycopg.Connection, n: int
+) -> None:
+    """hamdist's candidates grouped by the label too: the same features and smallest classes,
+    and per label class (NULL a class of its own, first) the rows holding each feature and its
+    rows, as `hamdist_counts` counts them in a scan of its own."""
+    from types import SimpleNamespace
+
+    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column
+    from dbanon.methods.projection import onehot_candidates
+
+    rng = random.Random(n + 1)
+    rows = [(None if rng.random() < 0.1 else rng.randrange(40),
+             None if rng.random() < 0.1 else rng.choice(["x", "y", "B", "a"]),
+             None if rng.random() < 0.2 else rng.choice(["no", "yes", "maybe"]))
+            for _ in range(n)]  # fmt: skip
+    make_table(conn, "s", "ocl", [("a", "int"), ("b", "text"), ("y", "text")], rows)
+    qi = [Column("a", "integer", NUMERIC, False), Column("b", "text", CATEGORICAL, False)]
+    r = SimpleNamespace(qi=qi if n else qi[1:], is_categorical=lambda c: c.kind == CATEGORICAL)
+    source = sql.Identifier("s", "ocl")
+    plain = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    found = onehot_candidates(conn, source, r, 4, sql.Identifier("y"))  # type: ignore[arg-type]
+    assert [f.name for f in found.features] == [f.name for f in plain.features]
+    assert found.smallest == plain.smallest and plain.per_class is None
+    ones, sizes = hamdist_counts(conn, source, found.features, sql.Identifier("y"))
+    assert found.per_class is not None
+    assert np.array_equal(found.per_class[0], ones) and np.array_equal(found.per_class[1], sizes)
+    assert sizes.sum() == n and (not n or len(sizes) == 4)
 
 
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:

@@ -3,7 +3,8 @@ features (numeric QIs cut into `--bins` equal-width bins first), ranked by the s
 rows of different labels that each tells apart (their Hamming distance on it), then the same
 forward search and live release as `rfka` (dbanon.methods.projection). The ranking needs only
 each label's count of rows holding each feature: one GROUP BY in PostgreSQL, no row streamed
-out (streaming a million rows' one-hot matrix took 2.8 GB and 17 s)."""
+out (streaming a million rows' one-hot matrix took 2.8 GB and 17 s); and that GROUP BY is the
+candidates' own scan, grouped by the label too (`onehot_candidates`)."""
 
 from __future__ import annotations
 
@@ -32,12 +33,18 @@ class Hamdist(ProjectionMethod):
     options: ClassVar[tuple[Option, ...]] = (AS, BINS, REFRESH)
 
     def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
-        return projection.onehot_candidates(conn, r.source.ident, r, r.options["bins"])
+        # the label's counts in the candidates' own scan: the ranking reads no row again
+        return projection.onehot_candidates(conn, r.source.ident, r, r.options["bins"],
+                                            r.sensitive[0].ident)  # fmt: skip
 
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        ones, sizes = hamdist_counts(conn, r.source.ident, features, r.sensitive[0].ident)
+        found = self._candidates(conn, r)
+        if found.features is features and found.per_class is not None:
+            ones, sizes = found.per_class
+        else:  # features found otherwise: counted for them
+            ones, sizes = hamdist_counts(conn, r.source.ident, features, r.sensitive[0].ident)
         return hamdist_from_counts(ones, sizes), {"fit_rows": int(sizes.sum())}
 
 

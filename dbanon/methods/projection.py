@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 import weakref
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
 import psycopg
@@ -102,11 +102,15 @@ def onehot_features(
 
 
 def onehot_candidates(
-    conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int
-) -> tuple[list[Feature], list[int]]:
+    conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int,
+    label: sql.Composable | None = None,
+) -> Candidates:
     """`onehot_features` and each one's smallest class alone (`smallest_class`), from two scans
     of the source: the numeric QIs' ranges, then every QI's distinct values (bins) with their
-    rows in one GROUPING SETS query, each set in its own order."""
+    rows in one GROUPING SETS query, each set in its own order. With `label`, each set is
+    grouped by the label too, and the counts per label class come with them (`per_class`, as
+    `hamdist_counts` counts them: classes in the label's order, NULL first), from the same
+    scan."""
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     ranges: dict[str, tuple[Any, Any]] = {}
     if numeric:
@@ -135,41 +139,67 @@ def onehot_candidates(
             keys.append(sql.SQL("{}::text").format(col.ident))
     values: list[list[Any]] = [[] for _ in keys]
     counts: list[dict[object, int]] = [{} for _ in keys]
+    by_class: list[dict[object, dict[int, int]]] = [{} for _ in keys]  # with a label
     if keys:
         which = sql.SQL("CASE {} END").format(sql.SQL(" ").join(
             sql.SQL("WHEN GROUPING({}) = 0 THEN {}").format(x, sql.Literal(j))
             for j, x in enumerate(keys)
         ))  # fmt: skip
+        # with a label: its class (1.. in the label's order, NULL first) and the label in
+        # every set; a set's rows in its key's order still (the class's order within a key)
+        cls = (sql.SQL("") if label is None else sql.SQL(
+            ", dense_rank() OVER (ORDER BY {} NULLS FIRST)").format(label))  # fmt: skip
         rows = conn.execute(
             sql.SQL(
-                "SELECT {which}, {keys}, count(*) FROM {src} GROUP BY GROUPING SETS ({sets}) "
-                "ORDER BY {by}"
+                "SELECT {which}, {keys}{cls}, count(*) FROM {src} GROUP BY GROUPING SETS "
+                "({sets}) ORDER BY {by}"
             ).format(
-                which=which, keys=sql.SQL(", ").join(keys), src=source,
-                sets=sql.SQL(", ").join(sql.SQL("({})").format(x) for x in keys),
-                by=sql.SQL(", ").join(sql.Literal(i) for i in range(1, len(keys) + 2)),
+                which=which, keys=sql.SQL(", ").join(keys), cls=cls, src=source,
+                sets=sql.SQL(", ").join(
+                    sql.SQL("({})").format(x if label is None else sql.SQL("{}, {}").format(
+                        x, label)) for x in keys),
+                by=sql.SQL(", ").join(sql.Literal(i) for i in range(
+                    1, len(keys) + (2 if label is None else 3))),
             )
         ).fetchall()  # fmt: skip
         for row in rows:  # a set's rows in its key's order (the other keys are NULL there)
-            values[row[0]].append(row[1 + row[0]])
-            counts[row[0]][row[1 + row[0]]] = int(row[-1])
+            j, v, n = row[0], row[1 + row[0]], int(row[-1])
+            if v not in counts[j]:
+                values[j].append(v)
+                counts[j][v] = 0
+            counts[j][v] += n
+            if label is not None:
+                by_class[j].setdefault(v, {})[int(row[-2]) - 1] = n
     out: list[Feature] = []
     smallest: list[int] = []
-    for col, key, used, rows_of in zip(r.qi, keys, values, counts, strict=True):
+    held: list[tuple[int, object]] = []  # each feature's key and value
+    for j, (col, key, used, rows_of) in enumerate(zip(r.qi, keys, values, counts, strict=True)):
+        held += [(j, v) for v in used]
         start = len(out)
         if col.name in ranges:
             lo, hi = (float(v) for v in ranges[col.name])
             edges = equal_width_edges(lo, hi, bins)
             for b in used:
-                label = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
-                name = _short(f"{col.name}={label}", col.name, b)
+                shown = f"[{edges[b - 1]:g},{edges[b]:g})" if hi > lo else f"{lo:g}"
+                name = _short(f"{col.name}={shown}", col.name, b)
                 out.append(indicator(name, col.name, key, b, nullable=True))
         else:
             for i, v in enumerate(used, 1):
                 name = _short(f"{col.name}={v}", col.name, i)
                 out.append(indicator(name, col.name, key, v, nullable=False))
         smallest += [indicator_smallest(f, rows_of) for f in out[start:]]
-    return out, smallest
+    if label is None:
+        return Candidates(out, smallest)
+    classes = 1 + max((c for per in by_class for at in per.values() for c in at), default=-1)
+    ones = np.zeros((classes, len(out)))
+    for f, (j, v) in enumerate(held):
+        for c, n in by_class[j][v].items():
+            ones[c, f] = n
+    sizes = np.zeros(classes)
+    for at in by_class[0].values() if by_class else ():
+        for c, n in at.items():
+            sizes[c] += n
+    return Candidates(out, smallest, (ones, sizes))
 
 
 def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
@@ -290,8 +320,16 @@ def _snapshot(conn: psycopg.Connection, view: sql.Composable) -> None:
     conn.execute(sql.SQL("ANALYZE {}").format(SNAPSHOT))
 
 
-# A candidate list: the features and, when found with them, each one's smallest class alone.
-Candidates = tuple[list[Feature], list[int] | None]
+class Candidates(NamedTuple):
+    """A candidate list: the features and, when found with them, each one's smallest class
+    alone, and (counted by a label) each label class's rows holding each feature and its rows:
+    what hamdist's ranking reads (`onehot_candidates`)."""
+
+    features: list[Feature]
+    smallest: list[int] | None
+    per_class: tuple[np.ndarray, np.ndarray] | None = None
+
+
 # Each live run's candidates (ProjectionMethod._candidates): id of its Resolved -> (a weak
 # reference to it, the candidates).
 _RUN_FEATURES: dict[int, tuple[weakref.ref[Resolved], Candidates]] = {}
@@ -368,7 +406,8 @@ class ProjectionMethod(Method):
                 f"({values[0][0] if values else None!r}): there is nothing to classify"
             )
         k = r.k or 2
-        features, smallest = self._candidates(conn, r)
+        found = self._candidates(conn, r)
+        features, smallest = found.features, found.smallest
         if smallest is None:
             smallest = smallest_class(conn, r.source.ident, features)
         if not any(n >= k for n in smallest):
@@ -381,7 +420,7 @@ class ProjectionMethod(Method):
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         k = r.k or 2
-        features = self._candidates(conn, r)[0]
+        features = self._candidates(conn, r).features
         ctx.say(f"scoring {len(features)} features")
         started = time.perf_counter()
         score, figures = self.scores(conn, r, features)

@@ -80,7 +80,7 @@ class RFKA(ProjectionMethod):
     def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
         if r.options["features"] == "onehot":
             return onehot_candidates(conn, r.source.ident, r, r.options["bins"])
-        return plain_features(r), None
+        return Candidates(plain_features(r), None)
 
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
