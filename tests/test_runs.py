@@ -204,6 +204,9 @@ def test_a_killed_run_changes_nothing_and_is_marked_abandoned(
     assert statuses(ward) == ["succeeded", "running"]
     assert cli_json(dsn, "refresh", "victim", "--wait", "30")[0] == 0
     assert statuses(ward) == ["succeeded", "abandoned", "succeeded"]
+    # a next map the killed run wrote beside it (dbanon.setlogic.beside) is gone with that run
+    assert not ward.execute("SELECT relname FROM pg_class WHERE relname LIKE "
+                            "'group\\_map\\_%\\_next'").fetchall()  # fmt: skip
 
 
 # --- item 4: swaps that do not stall readers -----------------------------------------------------

@@ -39,6 +39,7 @@ from dbanon.methods.base import BuildContext, Resolved
 from dbanon.metrics.risk import at_publish as risk_at_publish
 from dbanon.models import sizes
 from dbanon.setlogic import composition, grouped_map
+from dbanon.setlogic.beside import Beside
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,7 @@ def _publish(
     timings: dict[str, float] = {}
     mark = [started]
     aside: Aside[tuple[str, dict[str, Any]]] | None = None
+    beside: Beside | None = None  # the map, written on a second backend during the checks
 
     def lap(name: str) -> None:
         now = time.perf_counter()
@@ -218,6 +220,8 @@ def _publish(
         for b in built:  # statistics before the checks' GROUP BYs: sorts stay in memory
             if b.kind == "table":
                 conn.execute(sql.SQL("ANALYZE {}").format(r.stored(b)))
+        if ctx.mapped is not None:  # its rows are the build's arrays: written meanwhile
+            beside = Beside(conn, release_id, ctx.mapped)
         say("verifying the release")
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
         with sizes.shared(conn):  # the release's class sizes, counted once for all three
@@ -241,7 +245,10 @@ def _publish(
         grouped = ctx.mapped if ctx.mapped is not None else new_rows(conn, r)
         composed = compose(conn, r, grouped, allow_composition)
         say("keeping the group map")
-        keep_map(conn, grouped, release_id)
+        if beside is not None:
+            beside.finish(conn)
+        else:
+            keep_map(conn, grouped, release_id)
         r.method.recorded(conn, r, release_id)
         pinned = hierarchy_pins.used(conn, r)  # the hierarchy versions this run was verified with
         lap("keep")
@@ -276,6 +283,8 @@ def _publish(
         if aside is not None:
             aside.close()
         conn.rollback()
+        if beside is not None:  # after the rollback: the run's locks on what it wrote gone
+            beside.abandon(conn)
         raise
     return PublishResult(
         release=spec.name,

@@ -182,6 +182,7 @@ def drop(conn: psycopg.Connection, name: str, wait: float = 0.0) -> list[str]:
                 swap_.drop(conn, rel, f"dropped with release {quote_name(name)}")
                 dropped.append(catalog.qualified(schema, obj))
         composition.forget(conn, release_id)
+        composition.drop_fresh(conn, release_id)  # a next map a killed run left
         perturbed.forget(conn, release_id)
         conn.execute("DELETE FROM dbanon.release WHERE name = %s", [name])
         if drop_schema_if_ours(conn, schema):  # the empty schema dbanon made for it

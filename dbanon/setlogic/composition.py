@@ -525,6 +525,7 @@ def fresh_tables(conn: psycopg.Connection, release_id: int) -> dict[str | None, 
     """The empty tables a new map is written into (its rows, sets and shown values), to be
     swapped in for the old ones once written (`swap_in`)."""
     fresh = _fresh(release_id)
+    drop_fresh(conn, release_id)  # a run killed after writing them beside (dbanon.setlogic.beside)
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh[None], COLUMNS))
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["sets"], SETS))
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["shown"], SHOWN))
@@ -1078,17 +1079,25 @@ def rekey(
 
 
 def swap_in(
-    conn: psycopg.Connection, release_id: int, fresh: dict[str | None, sql.Identifier]
-) -> None:
+    conn: psycopg.Connection, release_id: int, fresh: dict[str | None, sql.Identifier],
+    analyzed: bool = False,
+) -> None:  # fmt: skip
     """The fresh tables become the release's map (the old ones dropped), analysed for the
-    joins of the next run."""
+    joins of the next run (unless their writer did)."""
     forget(conn, release_id)
     for part in _PARTS:
         conn.execute(sql.SQL("ALTER TABLE {} RENAME TO {}").format(
             fresh[part], sql.Identifier(part_name(release_id, part))))  # fmt: skip
         conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
             table(release_id, part), sql.Literal(PRIVATE)))  # fmt: skip
-        analyze_stage(conn, table(release_id, part))
+        if not analyzed:
+            analyze_stage(conn, table(release_id, part))
+
+
+def drop_fresh(conn: psycopg.Connection, release_id: int) -> None:
+    """Drop the fresh tables of the release's next map, if a run left them (`fresh_tables`)."""
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {}").format(
+        *_fresh(release_id).values()))  # fmt: skip
 
 
 def forget(conn: psycopg.Connection, release_id: int) -> None:

@@ -390,9 +390,33 @@ def released_tags(conn: psycopg.Connection, rows: Mapped) -> dict[str, int]:
 def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
     """Replace the release's map by this run's, as composition.store lays it out: fresh tables
     written by COPY, then swapped in for the old ones."""
-    run = _run(conn, release_id, rows)
+    kept = prepare(conn, release_id, rows)
     del rows.runs[release_id]  # the map is replaced: its figures are the measure's no more
     fresh = composition.fresh_tables(conn, release_id)
+    write(conn, kept, fresh)
+    composition.swap_in(conn, release_id, fresh)
+
+
+@dataclass
+class Prepared:
+    """What a map's rows are written from (`write`), the old map's values they keep read
+    already: so that another backend can write them while the run's own goes on."""
+
+    release_id: int
+    rows: Mapped
+    run: _Run
+    held: np.ndarray  # rows left out that the map held
+    held_vid: np.ndarray
+    held_sid: np.ndarray
+    set_id: np.ndarray | None  # per pair (then per held row, after them)
+    set_rows: Sets | None
+    held_shown: tuple[np.ndarray, Sets] | None
+
+
+def prepare(conn: psycopg.Connection, release_id: int, rows: Mapped) -> Prepared:
+    """Everything `write` needs that reads the database (the old map's sets and shown values
+    of the rows it keeps), on the run's connection."""
+    run = _run(conn, release_id, rows)
     gid = np.asarray(rows.gid, dtype=np.int64)
     old = rows.old
     held = (np.flatnonzero((gid < 0) & old.mapped) if old is not None
@@ -422,6 +446,16 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
         has, at = _found(old_sid, sids)
         held_sid[has] = base + at[has]
         held_shown = (base + np.arange(len(sids)), _by_rank(shown, rank))
+    return Prepared(release_id, rows, run, held, held_vid, held_sid, set_id, set_rows,
+                    held_shown)  # fmt: skip
+
+
+def write(conn: psycopg.Connection, kept: Prepared, fresh: dict[str | None, sql.Identifier]
+          ) -> None:  # fmt: skip
+    """The map's rows, sets and shown values into the `fresh` tables, by COPY: reads nothing,
+    so any backend of the server may do it."""
+    rows, run, held = kept.rows, kept.run, kept.held
+    gid = np.asarray(rows.gid, dtype=np.int64)
     command = sql.SQL("COPY {} (release_id, key, gid, vid, sid, fp) FROM STDIN (FORMAT BINARY)"
                       ).format(fresh[None])  # fmt: skip
     keys = Dictionary.of_keys(rows.keys)
@@ -429,27 +463,28 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
     # The released rows, each field read through the row's number or its pair: no array of
     # the map's rows is made.
     copy_rows(conn, command, [
-        Field.constant(release_id), Field.entries(keys, run.released),
+        Field.constant(kept.release_id), Field.entries(keys, run.released),
         Field.int4(gid, run.released),
-        Field.constant(NULL_INT) if set_id is None else Field.int4(set_id, run.pair_of_row),
+        Field.constant(NULL_INT) if kept.set_id is None else Field.int4(kept.set_id,
+                                                                         run.pair_of_row),
         Field.int4(gid, run.released), Field(fp_kind, fp, run.released),
     ], np.arange(len(run.released)))  # fmt: skip
     if len(held):  # rows left out that the map held: in their waiting block (or -1)
         wait = np.asarray(rows.wait, dtype=np.int64)[held] if rows.wait is not None else (
             np.full(len(held), -1, dtype=np.int64))  # fmt: skip
         copy_rows(conn, command, [
-            Field.constant(release_id), Field.entries(keys, held),
-            Field.int4(np.where(wait >= 0, -2 - wait, -1)), _int4(held_vid), _int4(held_sid),
-            Field(fp_kind, fp, held),
+            Field.constant(kept.release_id), Field.entries(keys, held),
+            Field.int4(np.where(wait >= 0, -2 - wait, -1)), _int4(kept.held_vid),
+            _int4(kept.held_sid), Field(fp_kind, fp, held),
         ], np.arange(len(held)))  # fmt: skip
-    if codes is not None and set_rows is not None and run.shown is not None:
+    codes = run.codes
+    if codes is not None and kept.set_rows is not None and run.shown is not None:
         tags = Dictionary.of(codes.tags)
-        _copy_sets(conn, fresh["sets"], np.arange(len(set_rows)), set_rows, tags)
+        _copy_sets(conn, fresh["sets"], np.arange(len(kept.set_rows)), kept.set_rows, tags)
         present = np.flatnonzero(run.shown.sizes() > 0)
         _copy_sets(conn, fresh["shown"], present, run.shown.take(present), tags)
-        if held_shown is not None and len(held_shown[0]):
-            _copy_sets(conn, fresh["shown"], held_shown[0], held_shown[1], tags)
-    composition.swap_in(conn, release_id, fresh)
+        if kept.held_shown is not None and len(kept.held_shown[0]):
+            _copy_sets(conn, fresh["shown"], kept.held_shown[0], kept.held_shown[1], tags)
 
 
 _NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL, in an int32 array
