@@ -63,7 +63,7 @@ class Beside:
                 analyze_stage(self._side, table)
             self._side.commit()
             self._fresh = fresh
-        except Exception:  # cancelled, or failed: the run writes the map itself (and says why)
+        except Exception:  # cancelled, or failed: the run writes the map itself (`finish`)
             with suppress(psycopg.Error):
                 self._side.rollback()
 
