@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -212,13 +213,7 @@ def extract_rows(
     assert r.release_id is not None
     release_id = r.release_id
     held = Aside(conn, lambda c: composition.read_map(c, release_id))
-    got: list[composition.MapRows] = []
-
-    def the_map() -> composition.MapRows:
-        if not got:
-            got.append(held.result())
-        return got[0]
-
+    the_map = cache(held.result)  # read once, by whichever extract asks first
     try:
         ex = _extract(conn, r, with_sensitive, stream, prior, the_map)
     finally:

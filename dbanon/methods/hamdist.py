@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import psycopg
 
-from dbanon.algorithms.featuresel import Feature, hamdist_counts, hamdist_from_counts
+from dbanon.algorithms.featuresel import Feature, hamdist_from_counts
 from dbanon.methods import projection, register
 from dbanon.methods.base import Option
 from dbanon.methods.projection import AS, BINS, REFRESH, Candidates, ProjectionMethod
@@ -40,11 +40,9 @@ class Hamdist(ProjectionMethod):
     def scores(
         self, conn: psycopg.Connection, r: Resolved, features: list[Feature]
     ) -> tuple[np.ndarray, dict[str, Any]]:
-        found = self._candidates(conn, r)
-        if found.features is features and found.per_class is not None:
-            ones, sizes = found.per_class
-        else:  # features found otherwise: counted for them
-            ones, sizes = hamdist_counts(conn, r.source.ident, features, r.sensitive[0].ident)
+        found = self._candidates(conn, r)  # the run's own, which `features` are
+        assert found.features is features and found.per_class is not None
+        ones, sizes = found.per_class
         return hamdist_from_counts(ones, sizes), {"fit_rows": int(sizes.sum())}
 
 

@@ -79,9 +79,7 @@ class Beside:
         if self._fresh is not None:
             composition.swap_in(conn, self._release_id, self._fresh, analyzed=True)
         else:
-            fresh = composition.fresh_tables(conn, self._release_id)
-            grouped_map.write(conn, self._kept, fresh)
-            composition.swap_in(conn, self._release_id, fresh)
+            grouped_map.put(conn, self._kept)
         self._close()
 
     def abandon(self, conn: psycopg.Connection) -> None:

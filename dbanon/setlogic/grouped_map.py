@@ -392,9 +392,14 @@ def store(conn: psycopg.Connection, release_id: int, rows: Mapped) -> None:
     written by COPY, then swapped in for the old ones."""
     kept = prepare(conn, release_id, rows)
     del rows.runs[release_id]  # the map is replaced: its figures are the measure's no more
-    fresh = composition.fresh_tables(conn, release_id)
+    put(conn, kept)
+
+
+def put(conn: psycopg.Connection, kept: Prepared) -> None:
+    """`kept` written into fresh tables on `conn` and swapped in for the release's map."""
+    fresh = composition.fresh_tables(conn, kept.release_id)
     write(conn, kept, fresh)
-    composition.swap_in(conn, release_id, fresh)
+    composition.swap_in(conn, kept.release_id, fresh)
 
 
 @dataclass
