@@ -6,16 +6,13 @@ Exit codes: 0 done (or the model holds), 1 the checked model does not hold, 2 an
 
 from __future__ import annotations
 
-import atexit
 import importlib
-import os
-import sys
-import threading
 from typing import Any
 
 import click
 
 from dbanon.cli.common import Ctx, Group
+from dbanon.db.memory import exit_without_teardown
 
 # Each command and the module of dbanon.cli that defines it, with its attribute there. A command's
 # module is imported only when that command runs: `dbanon check` starts without loading what
@@ -77,23 +74,10 @@ def main(ctx: click.Context, dsn: str | None, as_json: bool) -> None:
 
 def run() -> None:
     """The `dbanon` command as a process (its console script and `python -m dbanon`): `main`,
-    then an exit without the interpreter's teardown, which frees numba's and the run's objects
-    one by one (0.2 s after a million-row publish) where the operating system frees them at
-    once. What a normal exit does that matters is done first: the atexit handlers run and the
-    streams are flushed. With a thread still running, or an exit code that is not a number,
-    the normal exit."""
+    then an exit without the interpreter's teardown (dbanon.db.memory.exit_without_teardown)."""
     try:
         main()
         code: object = 0
     except SystemExit as e:
         code = 0 if e.code is None else e.code
-    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
-    if not isinstance(code, int) or any(t.is_alive() and not t.daemon for t in others):
-        sys.exit(code)
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken pipe: nothing more to say
-            code = code or 120  # as CPython exits when it cannot flush stdout
-    os._exit(code)
+    exit_without_teardown(code)
