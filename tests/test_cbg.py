@@ -113,6 +113,35 @@ def test_check_reads_qit_with_st(conn: psycopg.Connection, dsn: str, toy: None) 
     assert code == 1 and out["max_disclosure"] >= 0.5 - 1e-9, out
 
 
+def test_check_reads_an_st_that_repeats_a_value_as_one_summing_it(
+    conn: psycopg.Connection, dsn: str, toy: None
+) -> None:
+    """(3.22) is linear in each ST count: a (bucket, value) written as two rows whose counts
+    add up reads as the one row, whatever the check sums first; a count moved to another
+    value of the bucket changes the odds."""
+    assert publish(dsn, "toy", "--k", "2", "--l", "4")[0] == 0
+    base = ["check", "released.toy_qit", "--qi", ",".join(QI), "--sensitive", "disease",
+            "--l-kind", "cross-bucket", "--buckets", "released.toy_st", "--k", "2", "--l", "4"]
+    code, before = cli_json(dsn, *base)
+    conn.execute("UPDATE released.toy_st SET count = count + 1 WHERE bucket_id = 1")
+    conn.execute("INSERT INTO released.toy_st SELECT bucket_id, disease, -1 FROM "
+                 "released.toy_st WHERE bucket_id = 1")  # fmt: skip
+    conn.commit()
+    code_after, after = cli_json(dsn, *base)
+    assert code == code_after == 0 and after["max_disclosure"] == pytest.approx(
+        before["max_disclosure"]) and "classes_with_inconsistent_buckets" not in after, after
+    low, high = conn.execute("SELECT min(disease), max(disease) FROM released.toy_st "
+                             "WHERE bucket_id = 1").fetchone()  # fmt: skip
+    assert low != high
+    conn.execute("UPDATE released.toy_st SET count = count + 1 WHERE bucket_id = 1 AND "
+                 "disease = %s AND count > 0", [low])  # fmt: skip
+    conn.execute("UPDATE released.toy_st SET count = count - 1 WHERE bucket_id = 1 AND "
+                 "disease = %s AND count > 0", [high])  # fmt: skip
+    conn.commit()  # the bucket's size is as before, one value's count moved to another
+    code, moved = cli_json(dsn, *base)
+    assert moved["max_disclosure"] > before["max_disclosure"] + 1e-9, moved
+
+
 def test_check_finds_buckets_whose_st_disagrees(conn: psycopg.Connection, dsn: str,
                                                 toy: None) -> None:  # fmt: skip
     """A bucket whose ST counts differ from its QIT rows, or a QIT row with no bucket id,
