@@ -19,9 +19,10 @@ def centres(qi: QIArrays, gid: np.ndarray, groups: int) -> tuple[np.ndarray, np.
         num[:, i] = np.bincount(gid, weights=qi.num[:, i], minlength=groups) / sizes
     cat = np.zeros((groups, qi.cat.shape[1]), dtype=np.int64)
     for j in range(qi.cat.shape[1]):
-        counts = np.zeros((groups, int(qi.cat[:, j].max(initial=0)) + 1), dtype=np.int32)
-        np.add.at(counts, (gid, qi.cat[:, j]), 1)
-        cat[:, j] = counts.argmax(axis=1)
+        width = int(qi.cat[:, j].max(initial=0)) + 1  # one bincount: np.add.at is 10x slower
+        counts = np.bincount(gid.astype(np.int64) * width + qi.cat[:, j],
+                             minlength=groups * width)  # fmt: skip
+        cat[:, j] = counts.reshape(groups, width).argmax(axis=1)
     return num, cat
 
 

@@ -60,14 +60,28 @@ def _blocks(groups: int) -> int:
 Many = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
+@dataclass(frozen=True)
+class Counts:
+    """A promise that counts alone decide, for the compiled merge loop: at least `size` rows
+    and `distinct` values (`codes[row]`: dense value codes, needed when distinct > 1) (the
+    models' floors, dbanon.models.base.PrivacyModel.floors), and with a `guard` (History
+    without a spread) its k plausible rows and l plausible values for every persisting row."""
+
+    size: int
+    distinct: int
+    codes: np.ndarray
+    guard: History | None = None
+
+
 class Judge:
     """A Holds that also judges many groups in one pass (`many(order, bounds, groups)`: per
     group g of `groups`, whether its rows order[bounds[g]:bounds[g + 1]] hold), with the same
     answers as one call a group: a refresh judges every group that lost or changed a row,
-    thousands of calls of a few microseconds of Python each."""
+    thousands of calls of a few microseconds of Python each. `counts`, when the promise is
+    one (`Counts`): the same answers again, for loops that judge in compiled code."""
 
-    def __init__(self, one: Holds, many: Many) -> None:
-        self.one, self.many = one, many
+    def __init__(self, one: Holds, many: Many, counts: Counts | None = None) -> None:
+        self.one, self.many, self.counts = one, many, counts
 
     def __call__(self, rows: np.ndarray) -> bool:
         return self.one(rows)
@@ -465,7 +479,10 @@ def persist_groups(
         def many(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
             return each_holds(models, order, bounds, groups) & guard.each(order, bounds, groups)
 
-        holds = Judge(both, many) if isinstance(models, Judge) else both
+        counts = models.counts if isinstance(models, Judge) else None
+        if counts is not None:  # the guard judged in compiled code too, without a spread
+            counts = replace(counts, guard=guard) if guard.spread is None else None
+        holds = Judge(both, many, counts) if isinstance(models, Judge) else both
 
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
@@ -593,13 +610,14 @@ def _fill_short(
     placed = np.flatnonzero(gid >= 0)
     order = placed[np.argsort(gid[placed], kind="stable")]
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
-    members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
-    judged = np.flatnonzero((np.diff(bounds) > 0) & ~intact[:groups])
+    sizes = np.diff(bounds)
+    judged = np.flatnonzero((sizes > 0) & ~intact[:groups])
     ok = each_holds(holds, order, bounds, judged)
     held[judged] = ok
-    failing = judged[~ok].tolist()
-    if not failing:
+    failing = judged[~ok]
+    if not len(failing):
         return held
+    failing = failing[np.lexsort((failing, sizes[failing]))]  # smallest first, then by id
     # Centres stay as they were while groups take rows (rows taken meanwhile are not free).
     cnum, ccat = centres(subset(qi, placed), gid[placed], groups)
     line = _parts(cnum, ccat)
@@ -607,11 +625,17 @@ def _fill_short(
     rows_cat = np.ascontiguousarray(qi.cat[loose])
     rows_line = _parts(rows_num, rows_cat)
     free = np.ones(len(loose), dtype=bool)
-    failing.sort(key=lambda x: (len(members[x]), x))
     # each failing group's nearest other group, in one compiled pass (the centres stay)
-    others = _nearest_other(np.array(failing, dtype=np.int64), cnum, ccat, qi.lca, qi.height,
-                            *line)  # fmt: skip
-    for g, other in zip(failing, others.tolist(), strict=True):
+    others = _nearest_other(failing, cnum, ccat, qi.lca, qi.height, *line)
+    counts = holds.counts if isinstance(holds, Judge) else None
+    if counts is not None and counts.guard is guard:  # the same loop compiled
+        _filling(failing, others, cnum, ccat, rows_num, rows_cat,
+                 qi.lca, qi.height, free, k, *rows_line, order.astype(np.int64),
+                 bounds.astype(np.int64), loose.astype(np.int64), gid, intact, held,
+                 *_judged_by(counts, len(gid)))  # fmt: skip
+        return held
+    members = [order[bounds[g] : bounds[g + 1]] for g in range(groups)]
+    for g, other in zip(failing.tolist(), others.tolist(), strict=True):
         # the nearest free rows nearer than the nearest other group (a merge is cheaper)
         near, _ = _walk(cnum[g], ccat[g], rows_num, rows_cat, qi.lca, qi.height, free, other,
                         4 * k, *rows_line)  # fmt: skip
@@ -830,16 +854,23 @@ def merge_failing(
     again."""
     order = np.argsort(gid, kind="stable")
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
-    members = {
-        g: order[bounds[g] : bounds[g + 1]] for g in range(groups) if bounds[g + 1] > bounds[g]
-    }
-    judged = np.array([g for g in members if not (intact is not None and intact[g])],
-                      dtype=np.int64)  # fmt: skip
-    failing = set(judged[~each_holds(holds, order, bounds, judged)].tolist())
+    present = np.flatnonzero(np.diff(bounds) > 0)
+    judged = present if intact is None else present[~intact[present]]
+    failed = judged[~each_holds(holds, order, bounds, judged)]
     cnum, ccat = centres(qi, gid, groups)
     alive = np.zeros(groups, dtype=bool)
-    alive[list(members)] = True
+    alive[present] = True
     near_of = _Near(cnum, ccat, alive)
+    counts = holds.counts if isinstance(holds, Judge) else None
+    if counts is not None:  # the same loop compiled: a refresh's thousands of merges
+        mask = np.zeros(groups, dtype=bool)
+        mask[failed] = True
+        if not _merge_counted(gid, order, bounds, mask, qi.num, qi.cat, qi.lca, qi.height,
+                              cnum, near_of, counts):  # fmt: skip
+            raise ValueError("the whole table does not satisfy the promised models")
+        return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    members = {g: order[bounds[g] : bounds[g + 1]] for g in present.tolist()}
+    failing = set(failed.tolist())
     ccat = near_of.ccat  # the centres' values as the walks read them
     queue = [(len(members[g]), g) for g in failing]  # smallest first, then by id
     heapq.heapify(queue)
@@ -888,3 +919,211 @@ def _merge_into(
         if len(near) < m:
             break
     return tried[0], False, len(tried)
+
+
+def _merge_counted(
+    gid: np.ndarray, order: np.ndarray, bounds: np.ndarray, failing: np.ndarray,
+    num: np.ndarray, cat: np.ndarray, lca: np.ndarray, height: np.ndarray, cnum: np.ndarray,
+    near: _Near, counts: Counts,
+) -> bool:  # fmt: skip
+    """`merge_failing`'s loop in one compiled call, judging by `counts`: the same merges in
+    the same order (gid in place); False when one group is left and it still fails."""
+    return _merging(
+        gid, order.astype(np.int64), bounds.astype(np.int64), failing, num, cat, lca, height,
+        cnum, near.cat, near.dim, near.order, near.pos, near.starts, near.part, near.reps,
+        near.alive, near.inpart, *_judged_by(counts, len(gid)), _FIRST, _CANDIDATES,
+    )  # fmt: skip
+
+
+def _judged_by(counts: Counts, n: int) -> tuple:
+    """`_counted`'s arguments after the rows, for a table of n rows."""
+    guard = counts.guard
+    codes = counts.codes if counts.distinct > 1 else np.zeros(n, dtype=np.int64)
+    if guard is None:
+        history, tag = np.full(n, -1, dtype=np.int64), np.zeros(n, np.int64)
+        offs, vals, k, needed = np.zeros(1, np.int64), np.zeros(0, np.int64), 0, 0
+    else:
+        (offs, vals), k, needed = guard.flat, guard.k, guard.needed
+        history, tag = guard.history, guard.tag
+    return (max(counts.size, 1), counts.distinct, np.asarray(codes, dtype=np.int64),
+            guard is not None, np.asarray(history, np.int64), np.asarray(tag, np.int64), offs,
+            vals, k, needed)  # fmt: skip
+
+
+@njit(cache=True)
+def _filling(
+    failing: np.ndarray, others: np.ndarray, cnum: np.ndarray, ccat: np.ndarray,
+    rows_num: np.ndarray, rows_cat: np.ndarray, lca: np.ndarray, height: np.ndarray,
+    free: np.ndarray, k: int, dim: int, rorder: np.ndarray, rstarts: np.ndarray,
+    rreps: np.ndarray, order: np.ndarray, bounds: np.ndarray, loose: np.ndarray,
+    gid: np.ndarray, intact: np.ndarray, held: np.ndarray, size: int, distinct: int,
+    codes: np.ndarray, guarded: bool, history: np.ndarray, tag: np.ndarray, offs: np.ndarray,
+    vals: np.ndarray, gk: int, needed: int,
+) -> None:  # fmt: skip
+    """`_fill_short`'s loop (`_walk`, then `_take`) in one compiled call, judging by
+    `_counted`: the same rows taken, in place."""
+    most = 0
+    for g in failing:
+        most = max(most, bounds[g + 1] - bounds[g])
+    buf = np.empty(most + k, np.int64)
+    for i in range(len(failing)):
+        g = failing[i]
+        near, _ = _walk(cnum[g], ccat[g], rows_num, rows_cat, lca, height, free, others[i],
+                        4 * k, dim, rorder, rstarts, rreps)  # fmt: skip
+        mine = order[bounds[g] : bounds[g + 1]]
+        if guarded and len(near) > 1:  # the useful ones first, each part in its order
+            useful = _useful(mine, loose[near], history, tag, offs, vals)
+            near = np.concatenate((near[useful], near[~useful]))
+        c = len(mine)
+        buf[:c] = mine
+        for t in range(min(k, len(near))):
+            buf[c] = loose[near[t]]
+            c += 1
+            if _counted(buf[:c], size, distinct, codes, guarded, history, tag, offs, vals, gk,
+                        needed):  # fmt: skip
+                for u in range(t + 1):
+                    gid[loose[near[u]]] = g
+                    free[near[u]] = False
+                intact[g] = False
+                held[g] = True
+                break
+
+
+@njit(cache=True)
+def _counted(rows: np.ndarray, size: int, distinct: int, codes: np.ndarray, guarded: bool,
+             history: np.ndarray, tag: np.ndarray, offs: np.ndarray, vals: np.ndarray, k: int,
+             needed: int) -> bool:  # fmt: skip
+    """Whether the rows hold by `Counts`: rows, distinct values and the guard's `_keeps`."""
+    if len(rows) < size:
+        return False
+    if distinct > 1 and len(np.unique(codes[rows])) < distinct:
+        return False
+    return not guarded or _keeps(rows, history, tag, offs, vals, k, needed)
+
+
+@njit(cache=True)
+def _gather(g: int, head: np.ndarray, nxt: np.ndarray, buf: np.ndarray, at: int) -> int:
+    """Group g's rows, in order, into buf from `at` on; returns where they end."""
+    r = head[g]
+    while r >= 0:
+        buf[at] = r
+        at += 1
+        r = nxt[r]
+    return at
+
+
+@njit(cache=True)
+def _nearest_alive(g: int, m: int, cnum: np.ndarray, ncat: np.ndarray, lca: np.ndarray,
+                   height: np.ndarray, inpart: np.ndarray, alive: np.ndarray, dim: int,
+                   order: np.ndarray, starts: np.ndarray, reps: np.ndarray, strays: np.ndarray,
+                   nstrays: int) -> tuple[np.ndarray, int]:  # fmt: skip
+    """`_Near.nearest` over arrays: the m alive centres nearest g, and the strays still alive
+    (kept at the front of `strays`)."""
+    i, d = _walk(cnum[g], ncat[g], cnum, ncat, lca, height, inpart, np.inf, m, dim, order,
+                 starts, reps)  # fmt: skip
+    s = 0
+    for t in range(nstrays):
+        if alive[strays[t]]:
+            strays[s] = strays[t]
+            s += 1
+    if s == 0:
+        return i, 0
+    si, sd = _walk(cnum[g], ncat[g], cnum, ncat, lca, height, alive, np.inf, m, -1,
+                   strays[:s].copy(), np.array([0, s], dtype=np.int64),
+                   np.full(1, -1, dtype=np.int64))  # fmt: skip
+    return _first(np.concatenate((i, si)), np.concatenate((d, sd)), m), s
+
+
+@njit(cache=True)
+def _merging(
+    gid: np.ndarray, order: np.ndarray, bounds: np.ndarray, failing: np.ndarray,
+    num: np.ndarray, cat: np.ndarray, lca: np.ndarray, height: np.ndarray, cnum: np.ndarray,
+    ncat: np.ndarray, dim: int, norder: np.ndarray, pos: np.ndarray, starts: np.ndarray,
+    part: np.ndarray, reps: np.ndarray, alive: np.ndarray, inpart: np.ndarray, size: int,
+    distinct: int, codes: np.ndarray, guarded: bool, history: np.ndarray, tag: np.ndarray,
+    offs: np.ndarray, vals: np.ndarray, k: int, needed: int, first_few: int, candidates: int,
+) -> bool:  # fmt: skip
+    """`_merge_counted`: groups as linked lists of rows (a merge appends g's rows to its
+    target's, the order `np.concatenate` gives), a heap of (size, id) as one integer."""
+    groups, n = len(bounds) - 1, len(gid)
+    head = np.full(groups, -1, np.int64)
+    tail = np.full(groups, -1, np.int64)
+    count = np.zeros(groups, np.int64)
+    nxt = np.full(n, -1, np.int64)
+    members, nfail = 0, 0
+    queue = [np.int64(0)]
+    queue.pop()
+    for g in range(groups):
+        lo, hi = bounds[g], bounds[g + 1]
+        if hi > lo:
+            head[g], tail[g], count[g] = order[lo], order[hi - 1], hi - lo
+            for i in range(lo, hi - 1):
+                nxt[order[i]] = order[i + 1]
+            members += 1
+            if failing[g]:
+                queue.append((count[g] << 32) | g)
+                nfail += 1
+    heapq.heapify(queue)
+    strays = np.empty(groups, np.int64)
+    nstrays = 0
+    buf = np.empty(n, np.int64)
+    first = first_few
+    while nfail > 0:
+        if members == 1:
+            return False
+        key = heapq.heappop(queue)
+        g = key & 0xFFFFFFFF
+        if not failing[g] or count[g] != key >> 32:
+            continue  # merged away, or grown since (queued again with its new size)
+        alive[g] = inpart[g] = False  # merged away below in any case
+        into, ok, tried, ntried = -1, False, np.zeros(0, np.int64), 0
+        for step in range(2):  # the first few nearest, then (none held) all the candidates
+            m = first if step == 0 else candidates
+            if step == 1 and first >= candidates:
+                break
+            near, nstrays = _nearest_alive(g, min(m, members - 1), cnum, ncat, lca, height,
+                                           inpart, alive, dim, norder, starts, reps, strays,
+                                           nstrays)  # fmt: skip
+            for i in range(len(tried), len(near)):
+                c = _gather(g, head, nxt, buf, _gather(near[i], head, nxt, buf, 0))
+                if _counted(buf[:c], size, distinct, codes, guarded, history, tag, offs, vals,
+                            k, needed):  # fmt: skip
+                    into, ok, ntried = near[i], True, i + 1
+                    break
+            if ok:
+                break
+            tried = near
+            if len(near) < m:
+                break
+        if not ok:
+            into, ntried = tried[0], len(tried)
+        first = first_few if ntried <= first_few else candidates
+        nxt[tail[into]] = head[g]
+        tail[into] = tail[g]
+        count[into] += count[g]
+        head[g], count[g] = -1, 0
+        members -= 1
+        failing[g] = False
+        nfail -= 1
+        c = _gather(into, head, nxt, buf, 0)
+        for i in range(c):
+            gid[buf[i]] = into
+        centre(buf[:c], num, cat, cnum, ncat, into)
+        if inpart[into]:  # `_Near.moved`
+            p = part[into]
+            rep = reps[p]
+            if rep >= 0 and (ncat[into] != ncat[rep]).any():
+                inpart[into] = False
+                strays[nstrays] = into
+                nstrays += 1
+            elif dim >= 0:
+                _moved_on_line(cnum, dim, norder, pos, into, starts[p], starts[p + 1])
+        if ok and failing[into]:
+            failing[into] = False
+            nfail -= 1
+        elif not ok:
+            if not failing[into]:
+                failing[into] = True
+                nfail += 1
+            heapq.heappush(queue, (count[into] << 32) | into)
+    return True

@@ -26,7 +26,7 @@ from psycopg import sql
 
 from dbanon.algorithms import persist
 from dbanon.algorithms.base import QIArrays
-from dbanon.algorithms.persist import History, Judge, persist_groups, subset
+from dbanon.algorithms.persist import Counts, History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
 from dbanon.db.catalog import Column
@@ -408,20 +408,20 @@ class GroupingMethod(Method):
         if any(f is None for f in floors):
             return holds
         least = max(f[0] for f in floors), max(f[1] for f in floors)  # type: ignore[index]
-        coded: list[np.ndarray] = []  # each row's value as a code, made when first needed
+        alone = sensitive is None or least[1] <= 1  # the rows alone decide
+        codes = np.zeros(0, dtype=np.int64)
+        if not alone:  # each row's value as a code
+            keys = _keys(sensitive)
+            index = {v: i for i, v in enumerate(dict.fromkeys(keys))}
+            codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))
 
         def many(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
             """Every group's rows and distinct values counted at once (`PrivacyModel.floors`):
             the same answers as `holds`, whose counts have one value (0) without a column."""
             sizes = bounds[groups + 1] - bounds[groups]
-            if sensitive is None or least[1] <= 1:
+            if alone:
                 distinct = (sizes > 0).astype(np.int64)
             else:
-                if not coded:
-                    keys = _keys(sensitive)
-                    index = {v: i for i, v in enumerate(dict.fromkeys(keys))}
-                    coded.append(np.fromiter(map(index.__getitem__, keys), np.int64, len(keys)))
-                codes = coded[0]
                 width = int(codes.max(initial=0)) + 1
                 owner = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
                 at = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
@@ -434,7 +434,8 @@ class GroupingMethod(Method):
             """`holds` when the rows alone decide (called for every merge of a refresh)."""
             return len(rows) >= max(least[0], 1)
 
-        return Judge(counted if sensitive is None or least[1] <= 1 else holds, many)
+        promise = Counts(least[0], 1 if alone else least[1], codes)  # for compiled merges
+        return Judge(counted if alone else holds, many, promise)
 
 
 def _same_promise(conn: psycopg.Connection, r: Resolved) -> bool:
