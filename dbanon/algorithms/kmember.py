@@ -633,3 +633,117 @@ def kmember(
         seeding == "furthest",
         _FIRST_PICK * int(k),
     )
+
+
+def kmember_many(
+    qi: QIArrays, k: int, roots: list[np.ndarray], orders: list[np.ndarray], *, seed: int = 0,
+    seeding: str = "random", cost: str = "height",
+) -> list[np.ndarray]:
+    """`kmember` of many row sets in one compiled call (a refresh tries to split a thousand
+    groups; a call each is mostly set-up): per root, the ids kmember(subset(qi,
+    rows[order]), k, ...) gives, put back in the root's order (`ties.restore`). Plain
+    k-member only (p = 1); roots of at least k rows."""
+    if seeding not in _SEEDINGS:
+        raise ValueError(f"seeding must be one of {', '.join(_SEEDINGS)}, got {seeding!r}")
+    num = np.ascontiguousarray(qi.num, dtype=np.float64)
+    if np.isnan(num).any():
+        raise ValueError("numeric quasi-identifiers contain NaN; remove or impute them first")
+    if any(len(r) < k for r in roots):
+        raise ValueError(f"k-member clustering needs at least k={k} rows in every set")
+    sizes = np.array([len(r) for r in roots], dtype=np.int64)
+    bounds = np.r_[0, np.cumsum(sizes)].astype(np.int64)
+    perms = {n: np.random.default_rng(seed).permutation(n) for n in set(sizes.tolist())}
+    lca = np.ascontiguousarray(qi.lca, dtype=np.int64)
+    height = np.ascontiguousarray(node_weights(qi, cost))
+    q = qi.cat.shape[1]
+    hcost = np.ascontiguousarray(height[np.arange(q)[:, None, None], lca])
+    out = _greedy_many(
+        num, np.ascontiguousarray(qi.cat, dtype=np.int64), lca, height, hcost,
+        np.concatenate([np.asarray(r, np.int64) for r in roots] or [np.zeros(0, np.int64)]),
+        np.concatenate([np.asarray(o, np.int64) for o in orders] or [np.zeros(0, np.int64)]),
+        np.concatenate([perms[n] for n in sizes.tolist()] or [np.zeros(0, int)]).astype(
+            np.int64),
+        bounds, int(k), seeding == "furthest", _FIRST_PICK * int(k),
+    )  # fmt: skip
+    return [out[bounds[i] : bounds[i + 1]] for i in range(len(roots))]
+
+
+@njit(cache=True)
+def _greedy_many(
+    num: np.ndarray, cat: np.ndarray, lca: np.ndarray, height: np.ndarray, hcost: np.ndarray,
+    idx: np.ndarray, orders: np.ndarray, perms: np.ndarray, bounds: np.ndarray, k: int,
+    furthest: bool, first_pick: int,
+) -> np.ndarray:  # fmt: skip
+    """`kmember_many`: per root, `kmember`'s set-up (points by a stable sort on each column
+    from the last, as np.lexsort; groups of points) and `_greedy`, compiled."""
+    out = np.zeros(len(idx), np.int32)
+    m, q = num.shape[1], cat.shape[1]
+    for r in range(len(bounds) - 1):
+        lo, hi = bounds[r], bounds[r + 1]
+        n = hi - lo
+        rows = idx[lo:hi][orders[lo:hi]]
+        rnum = np.empty((n, m))
+        rcat = np.empty((n, q), np.int64)
+        for i in range(n):
+            for j in range(m):
+                rnum[i, j] = num[rows[i], j] + 0.0  # -0.0 -> 0.0
+            for j in range(q):
+                rcat[i, j] = cat[rows[i], j]
+        # points: identical rows, in the rows' lexicographic order (categorical columns first)
+        o = np.arange(n)
+        for j in range(m - 1, -1, -1):
+            o = o[np.argsort(rnum[o, j], kind="mergesort")]
+        for j in range(q - 1, -1, -1):
+            o = o[np.argsort(rcat[o, j], kind="mergesort")]
+        point_of = np.empty(n, np.int64)
+        npts = 0
+        for i in range(n):
+            new = i == 0
+            for j in range(q):
+                new = new or rcat[o[i], j] != rcat[o[i - 1], j]
+            for j in range(m):
+                new = new or rnum[o[i], j] != rnum[o[i - 1], j]
+            if new:
+                npts += 1
+            point_of[o[i]] = npts - 1
+        first = np.empty(npts, np.int64)
+        start = np.zeros(npts + 1, np.int64)
+        for i in range(n - 1, -1, -1):  # each point's lowest row
+            first[point_of[i]] = i
+            start[point_of[i] + 1] += 1
+        for u in range(npts):
+            start[u + 1] += start[u]
+        members = np.argsort(point_of, kind="mergesort")
+        unum, ucat = rnum[first], rcat[first]
+        # groups: runs of points with the same categorical values, in chunks of _CHUNK
+        grp = np.empty(npts, np.int64)
+        gfirst = np.empty(npts, np.int64)
+        ngroups, run = 0, 0
+        for u in range(npts):
+            new = u == 0
+            for j in range(q):
+                new = new or ucat[u, j] != ucat[u - 1, j]
+            run = u if new else run
+            if new or (u - run) % _CHUNK == 0:
+                gfirst[ngroups] = u
+                ngroups += 1
+            grp[u] = ngroups - 1
+        gstart = np.empty(ngroups + 1, np.int64)
+        gstart[:ngroups] = gfirst[:ngroups]
+        gstart[ngroups] = npts
+        gmin = np.empty((ngroups, m))
+        gmax = np.empty((ngroups, m))
+        gminrow = np.empty(ngroups, np.int64)
+        for g in range(ngroups):
+            a, b = gstart[g], gstart[g + 1]
+            for j in range(m):
+                gmin[g, j] = unum[a:b, j].min()
+                gmax[g, j] = unum[a:b, j].max()
+            gminrow[g] = members[start[a:b]].min()
+        groups = (gstart, np.ascontiguousarray(ucat[gstart[:ngroups]]), gmin, gmax, gminrow,
+                  hcost)  # fmt: skip
+        gid = _greedy(unum, ucat, lca, height, np.zeros(npts, np.int64), 1, start, members,
+                      point_of, grp, groups, perms[lo:hi], k, 1, furthest, first_pick)  # fmt: skip
+        for i in range(n):  # back in the root's order (ties.restore)
+            out[lo + orders[lo + i]] = gid[i]
+    return out

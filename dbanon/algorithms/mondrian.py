@@ -180,19 +180,25 @@ def _cut_categorical(
 def _mondrian(
     num: np.ndarray, cat: np.ndarray, lca: np.ndarray, height: np.ndarray, anc: np.ndarray,
     levels: np.ndarray, sens: np.ndarray, n_sens: int, k: int, kind: int, l: int,  # noqa: E741
-    c: float,
+    c: float, idx: np.ndarray, roots: np.ndarray,
 ) -> np.ndarray:
-    """Partition ids in depth-first, left-to-right order of the cut tree."""
+    """Partition ids in depth-first, left-to-right order of the cut tree of each root in
+    turn: root r is the rows idx[roots[r]:roots[r + 1]] (reordered in place), partitioned as
+    a call on those rows alone would (a cut reads only its partition's rows, and the
+    l-diversity tests read counts, not which code is which); rows of no root get -1."""
     p, q, n = num.shape[0], cat.shape[0], sens.shape[0]
-    idx = np.arange(n)
-    buf = np.empty(n, np.int64)
-    lab = np.empty(n, np.int64)
-    vals = np.empty(n, np.float64)
-    gid = np.empty(n, np.int32)
-    # Pending partitions are disjoint and hold >= k >= 1 rows each: at most n of them.
-    stack_lo = np.empty(n + 1, np.int64)
-    stack_hi = np.empty(n + 1, np.int64)
-    stack_lo[0], stack_hi[0], top = 0, n, 1
+    m = len(idx)
+    buf = np.empty(m, np.int64)
+    lab = np.empty(m, np.int64)
+    vals = np.empty(m, np.float64)
+    gid = np.full(n, -1, np.int32)
+    # Pending partitions are disjoint and hold >= k >= 1 rows each (or are roots): at most m.
+    stack_lo = np.empty(m + len(roots), np.int64)
+    stack_hi = np.empty(m + len(roots), np.int64)
+    top = 0
+    for r in range(len(roots) - 2, -1, -1):  # pushed in reverse: the first root comes first
+        stack_lo[top], stack_hi[top] = roots[r], roots[r + 1]
+        top += 1
     spans = np.empty(p + q, np.float64)
     order = np.empty(p + q, np.int64)
     lca_node = np.empty(q, np.int64)
@@ -322,6 +328,32 @@ def mondrian(
     part: the thesis's p <= 1/l, Anatomy's eligibility). Raises ValueError if the whole table
     already fails the model, since then no partition can satisfy it.
     """
+    return _run(qi, k, sensitive, l, l_kind, c, None)
+
+
+def mondrian_many(
+    qi: QIArrays,
+    k: int,
+    roots: list[np.ndarray],
+    *,
+    sensitive: np.ndarray | None = None,
+    l: int = 1,  # noqa: E741 - the paper's name
+    l_kind: str = "distinct",
+    c: float = 1.0,
+) -> list[np.ndarray]:
+    """`mondrian` of each root's rows (disjoint row indexes of qi, each in the order a call on
+    subset(qi, rows) would see them), in one compiled call: per root, the partition ids that
+    call gives (a refresh tries a split of each of its thousand largest groups). A root the
+    model cannot partition is one part here, where that call raises ValueError; raises
+    ValueError when the whole table fails the model."""
+    return _run(qi, k, sensitive, l, l_kind, c, roots)
+
+
+def _run(
+    qi: QIArrays, k: int, sensitive: np.ndarray | None, l: int, l_kind: str,  # noqa: E741
+    c: float, roots: list[np.ndarray] | None,
+) -> np.ndarray | list[np.ndarray]:  # fmt: skip
+    """`mondrian` (roots None: the whole table) or `mondrian_many`."""
     n = qi.n
     if k < 1:
         raise ValueError(f"k must be at least 1, got {k}")
@@ -343,10 +375,19 @@ def mondrian(
     else:
         sens, n_sens, kind = np.zeros(n, dtype=np.int64), 1, 0
     anc, levels = _hierarchy_tables(qi)
-    return _mondrian(
+    if roots is None:
+        idx, bounds = np.arange(n), np.array([0, n], dtype=np.int64)
+    else:
+        idx = np.concatenate([np.asarray(r, dtype=np.int64) for r in roots] or [np.zeros(0, int)])
+        bounds = np.r_[0, np.cumsum([len(r) for r in roots])].astype(np.int64)
+    gid = _mondrian(
         np.ascontiguousarray(qi.num.T, dtype=np.float64),
         np.ascontiguousarray(qi.cat.T, dtype=np.int32),
         np.ascontiguousarray(qi.lca, dtype=np.int32),
         np.ascontiguousarray(qi.height, dtype=np.float64),
-        anc, levels, sens, int(n_sens), int(k), kind, int(l), float(c),
-    )
+        anc, levels, sens, int(n_sens), int(k), kind, int(l), float(c), idx.astype(np.int64),
+        bounds,
+    )  # fmt: skip
+    if roots is None:
+        return gid
+    return [gid[r] - gid[r].min() if len(r) else gid[r] for r in roots]  # ids from 0

@@ -49,6 +49,8 @@ from dbanon.algorithms.forked import forked_map
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
+# Cluster of each of many row sets in one call (None: the algorithm has no such call)
+ClusterMany = Callable[[list[np.ndarray]], "list[np.ndarray] | None"]
 _CELLS = 1 << 20  # distances per block of rows x groups (8 MB of float64): bounded memory
 
 
@@ -456,19 +458,20 @@ def persist_groups(
     qi: QIArrays, previous: np.ndarray, cluster: Cluster, holds: Holds, k: int = 2,
     history: History | None = None, replace_moved: bool = True,
     unchanged: np.ndarray | None = None, sizes: np.ndarray | None = None,
+    many: ClusterMany | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Group ids 0..g-1 of the rows: `previous` holds each row's previous group id (-1 for a
     new row); `cluster(rows)` groups some rows with the method's algorithm (ValueError when
     they cannot be grouped on their own), from those rows alone (`split_large` runs it in
-    forked workers); with `history`, groups also keep the intersection
-    promise for every persisting row a merge can help; with `replace_moved` (methods whose
-    groups gather near rows) rows that moved far from their group are placed again, but not
-    rows known `unchanged` since (their fingerprint): a refresh of an unchanged source keeps
-    every group as it was and so releases the same rows. With `sizes` (each previous group's
-    rows as released), a group that kept all its rows, unchanged, and took none is taken to
-    hold as it held when released, without judging it again: the caller passes sizes only
-    when its promise reads nothing but the group (no t-closeness, no (θ,k) need from the
-    table). Raises ValueError when no grouping satisfies the models."""
+    forked workers, or `many` of them in one call); with `history`, groups also keep the
+    intersection promise for every persisting row a merge can help; with `replace_moved`
+    (methods whose groups gather near rows) rows that moved far from their group are placed
+    again, but not rows known `unchanged` since (their fingerprint): a refresh of an unchanged
+    source keeps every group as it was and so releases the same rows. With `sizes` (each
+    previous group's rows as released), a group that kept all its rows, unchanged, and took
+    none is taken to hold as it held when released, without judging it again: the caller
+    passes sizes only when its promise reads nothing but the group (no t-closeness, no (θ,k)
+    need from the table). Raises ValueError when no grouping satisfies the models."""
     if history is not None:
         guard = history.fixable()
         models = holds
@@ -476,13 +479,13 @@ def persist_groups(
         def both(rows: np.ndarray) -> bool:
             return models(rows) and guard.holds(rows)
 
-        def many(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
+        def each(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray) -> np.ndarray:
             return each_holds(models, order, bounds, groups) & guard.each(order, bounds, groups)
 
         counts = models.counts if isinstance(models, Judge) else None
         if counts is not None:  # the guard judged in compiled code too, without a spread
             counts = replace(counts, guard=guard) if guard.spread is None else None
-        holds = Judge(both, many, counts) if isinstance(models, Judge) else both
+        holds = Judge(both, each, counts) if isinstance(models, Judge) else both
 
     n = qi.n
     previous = np.asarray(previous, dtype=np.int64)
@@ -525,18 +528,21 @@ def persist_groups(
     keep = np.zeros(int(merged.max(initial=-1)) + 1, dtype=bool)
     keep[merged[whole]] = True
     keep[merged[~whole]] = False
-    return split_large(merged, cluster, holds, k, keep, forked=True)
+    return split_large(merged, cluster, holds, k, keep, forked=True, many=many)
 
 
 def split_large(
     gid: np.ndarray, cluster: Cluster, holds: Holds, k: int, keep: np.ndarray | None = None,
-    forked: bool = False,
+    forked: bool = False, many: ClusterMany | None = None,
 ) -> np.ndarray:  # fmt: skip
     """Regroup each group of 2k rows or more with the method's algorithm, and keep the split
     when every part keeps the promise (models and guard): merges of earlier refreshes are
     undone where the intersection allows it, so information loss need not only grow. With
     `forked`, the attempts run on every core: `cluster` and `holds` must then answer from
-    the rows alone (a shared random generator would draw differently than in one process)."""
+    the rows alone (a shared random generator would draw differently than in one process).
+    With `many` (`cluster` of each group in one call), the attempts are made at once and
+    every part judged in one pass; where it cannot (None, or ValueError: the rows together
+    fail the model), one at a time."""
     sizes = np.bincount(gid)
     order = np.argsort(gid, kind="stable")
     bounds = np.r_[0, np.cumsum(sizes)]
@@ -558,7 +564,9 @@ def split_large(
 
     # Each group's split reads only its own rows, so the attempts may run on every core.
     groups = [order[bounds[g] : bounds[g + 1]] for g in np.flatnonzero(large).tolist()]
-    splits = forked_map(split, groups) if forked else [split(rows) for rows in groups]
+    splits = _split_many(groups, many, holds) if many is not None and groups else None
+    if splits is None:
+        splits = forked_map(split, groups) if forked else [split(rows) for rows in groups]
     for rows, sub in zip(groups, splits, strict=True):
         if sub is None:
             continue
@@ -566,6 +574,38 @@ def split_large(
             gid[rows[sub == p]] = nxt
             nxt += 1
     return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+
+
+def _split_many(
+    groups: list[np.ndarray], many: ClusterMany, holds: Holds
+) -> list[np.ndarray | None] | None:
+    """`split_large`'s `split` of every group: the algorithm's parts by one `many` call and
+    every part judged by one `each_holds`; None where `many` cannot make the attempts."""
+    try:
+        subs = many(groups)
+    except ValueError:
+        return None
+    if subs is None:
+        return None
+    subs = [_dense(np.asarray(sub)) for sub in subs]
+    parts = [int(sub.max(initial=-1)) + 1 for sub in subs]
+    rows, sizes, owner = [], [], []
+    for i, (group, sub, p) in enumerate(zip(groups, subs, parts, strict=True)):
+        if p < 2:
+            continue
+        at = np.argsort(sub, kind="stable")  # each part's rows in the group's order
+        rows.append(group[at])
+        sizes.append(np.bincount(sub, minlength=p))
+        owner.append(np.full(p, i))
+    if not rows:
+        return [None] * len(groups)
+    order = np.concatenate(rows)
+    bounds = np.r_[0, np.cumsum(np.concatenate(sizes))]
+    ok = each_holds(holds, order, bounds, np.arange(len(bounds) - 1))
+    failed = np.zeros(len(groups), dtype=bool)
+    failed[np.concatenate(owner)[~ok]] = True
+    return [sub if p >= 2 and not failed[i] else None
+            for i, (sub, p) in enumerate(zip(subs, parts, strict=True))]  # fmt: skip
 
 
 def _dense(ids: np.ndarray) -> np.ndarray:

@@ -298,6 +298,14 @@ class GroupingMethod(Method):
         """Group ids (int) of the rows, or (ids, the algorithm's own figures for the run
         record); ValueError for input the algorithm cannot group."""
 
+    def cluster_many(
+        self, r: Resolved, qi: QIArrays, sensitive: Any, roots: list[np.ndarray]
+    ) -> list[np.ndarray] | None:
+        """Per root (row indexes of qi), the group ids `cluster` gives on those rows alone, in
+        one call where the algorithm can (a refresh tries to split a thousand groups: a call
+        each is mostly set-up); None: it cannot, `cluster` is called a root at a time."""
+        return None
+
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
         with_sensitive = self.uses_sensitive(r)
@@ -349,6 +357,7 @@ class GroupingMethod(Method):
                     self._holds(r, sensitive), r.k or 2, hist, self.compact,
                     unchanged=None if before is None else before.unchanged,
                     sizes=before.sizes if _same_promise(conn, r) else None,
+                    many=lambda roots: self.cluster_many(r, qi, sensitive, roots),
                 )  # fmt: skip
         except ValueError as e:
             raise DbanonError(f"{self.name} cannot publish {r.source}: {e}") from None

@@ -107,6 +107,25 @@ class KMember(GroupingMethod):
             )
         return restore(order, gid), {"clustering": "exact"}
 
+    def cluster_many(
+        self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None, roots: list[np.ndarray]
+    ) -> list[np.ndarray] | None:
+        """`cluster` of each root's rows, ties from the same secret orders, in one call;
+        None for (p,k) or a root large enough to be clustered in blocks."""
+        from dbanon.algorithms.blocks import partitioned
+        from dbanon.algorithms.kmember import kmember_many
+        from dbanon.algorithms.ties import secret_order
+
+        pk = r.model("p-k-anonymity")
+        size, exact = r.options.get("block_size"), bool(r.options.get("exact"))
+        if (pk is not None and pk.p > 1) or any(  # type: ignore[attr-defined]
+            partitioned(len(rows), size, exact) for rows in roots
+        ):
+            return None
+        return kmember_many(qi, r.k, roots, [secret_order(r.seed, len(rows)) for rows in roots],  # type: ignore[arg-type]
+                            seed=r.seed, seeding=r.options["seeding"],
+                            cost=r.options["cost"])  # fmt: skip
+
 
 @contextmanager
 def in_order(qi: QIArrays, order: np.ndarray) -> Iterator[None]:

@@ -4,7 +4,7 @@ hierarchy), for k-anonymity and l-diversity; the "centre-point partitioning" bas
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from dbanon.models.specs import kind_of
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
+    from dbanon.models.base import PrivacyModel
 
 _L_KINDS = {  # model kind -> Mondrian's name for it
     "distinct-l-diversity": "distinct",
@@ -41,10 +42,9 @@ class Mondrian(GroupingMethod):
     def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
         from dbanon.algorithms.mondrian import mondrian
 
-        diverse = [m for m in r.models if kind_of(m).name in _L_KINDS]
-        if not diverse:
+        model = _diversity(r)
+        if model is None:
             return mondrian(qi, r.k)  # type: ignore[arg-type]
-        model = diverse[0]
         assert sensitive is not None
         # Every l-diversity here survives unions, so a table that fails as a whole has no
         # l-diverse partition: say which value (or how few values) stands in the way.
@@ -61,14 +61,33 @@ class Mondrian(GroupingMethod):
             raise ValueError(
                 f"the table is not {model.name} as a whole, so no partition of it can be: {why}"
             )
-        return mondrian(
-            qi,
-            r.k,  # type: ignore[arg-type]
-            sensitive=codes(sensitive)[0],
-            l=int(np.ceil(model.l)),  # type: ignore[attr-defined]
-            l_kind=_L_KINDS[kind_of(model).name],
-            c=getattr(model, "c", 1.0),
-        )
+        return mondrian(qi, r.k, **_options(model, sensitive))  # type: ignore[arg-type]
+
+    def cluster_many(
+        self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None, roots: list[np.ndarray]
+    ) -> list[np.ndarray]:
+        from dbanon.algorithms.mondrian import mondrian_many
+
+        model = _diversity(r)
+        if model is None:
+            return mondrian_many(qi, r.k, roots)  # type: ignore[arg-type]
+        return mondrian_many(qi, r.k, roots, **_options(model, sensitive))  # type: ignore[arg-type]
+
+
+def _diversity(r: Resolved) -> PrivacyModel | None:
+    """The promised l-diversity Mondrian cuts by, if any."""
+    return next((m for m in r.models if kind_of(m).name in _L_KINDS), None)
+
+
+def _options(model: PrivacyModel, sensitive: np.ndarray | None) -> dict[str, Any]:
+    """Mondrian's arguments for an l-diversity model."""
+    assert sensitive is not None
+    return {
+        "sensitive": codes(sensitive)[0],
+        "l": int(np.ceil(model.l)),  # type: ignore[attr-defined]
+        "l_kind": _L_KINDS[kind_of(model).name],
+        "c": getattr(model, "c", 1.0),
+    }
 
 
 register(Mondrian())
