@@ -1,6 +1,6 @@
 """The regrouping's nearest-neighbour walk against brute force (no database).
 
-persist._walk visits points outwards along one numeric QI and stops where that QI's
+nearest.walk visits points outwards along one numeric QI and stops where that QI's
 difference alone passes the m-th distance found: it must give exactly the m nearest free
 points below the bound, nearest first, ties by position, as sorting every distance does."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dbanon.algorithms import persist
+from dbanon.algorithms import nearest, persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.core.hierarchy import Hierarchy
 
@@ -39,15 +39,15 @@ def test_the_walk_finds_what_sorting_every_distance_finds(seed: int) -> None:
             (rng.integers(0, 4, n).astype(np.int32), tree)]  # fmt: skip
     qi = QIArrays.build(nums, cats[: 2 if seed % 3 == 2 else 1])
     # one part on a line, and parts by categorical values (skipped whole when too far)
-    dim, order, _ = persist._line(qi.num)
-    lines = [(dim, order, *persist.whole(n)), persist._parts(qi.num, qi.cat)]
+    dim, order, _ = nearest.line(qi.num)
+    lines = [(dim, order, *nearest.whole(n)), nearest.parts(qi.num, qi.cat)]
     for _ in range(20):
         q = int(rng.integers(0, n))
         free = rng.random(n) < 0.7
         bound = np.inf if rng.random() < 0.5 else float(rng.random() * 2)
         m = int(rng.integers(1, 20))
         for line in lines:
-            got, _ = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height,
+            got, _ = nearest.walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height,
                                    free, bound, m, *line)  # fmt: skip
             assert got.tolist() == _brute(qi, q, np.arange(n), free, bound, m)
 
@@ -61,11 +61,11 @@ def test_parts_give_ties_across_parts_to_the_lower_position(seed: int) -> None:
     nums = [rng.integers(0, 2, n).astype(float)] if seed % 2 else []
     h = Hierarchy.flat("r", [f"v{i}" for i in range(int(rng.integers(2, 6)))])
     qi = QIArrays.build(nums, [(rng.integers(0, len(h.leaves), n).astype(np.int32), h)], n)
-    line = persist._parts(qi.num, qi.cat)
+    line = nearest.parts(qi.num, qi.cat)
     for _ in range(30):
         q, m = int(rng.integers(0, n)), int(rng.integers(1, n + 1))
         free = rng.random(n) < 0.8
-        got, _ = persist._walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
+        got, _ = nearest.walk(qi.num[q], qi.cat[q], qi.num, qi.cat, qi.lca, qi.height, free,
                                np.inf, m, *line)  # fmt: skip
         assert got.tolist() == _brute(qi, q, np.arange(n), free, np.inf, m)
 
@@ -73,11 +73,11 @@ def test_parts_give_ties_across_parts_to_the_lower_position(seed: int) -> None:
 def test_a_moved_centre_finds_its_place_on_the_line_again() -> None:
     rng = np.random.default_rng(3)
     cnum = rng.random((200, 2))
-    dim, order, pos = persist._line(cnum)
+    dim, order, pos = nearest.line(cnum)
     for _ in range(300):
         g = int(rng.integers(0, 200))
         cnum[g] = rng.random(2)
-        persist._moved_on_line(cnum, dim, order, pos, g, 0, len(order))
+        nearest.moved_on_line(cnum, dim, order, pos, g, 0, len(order))
         assert (np.diff(cnum[order, dim]) >= 0).all()
         assert (pos[order] == np.arange(200)).all()
 
@@ -98,7 +98,7 @@ def test_merging_centres_walked_in_parts_give_the_nearest_of_all(seed: int) -> N
             (rng.integers(0, 4, n).astype(np.int32), tree)]  # fmt: skip
     qi = QIArrays.build(nums, cats[: 1 + seed % 2])
     cnum, ccat = qi.num.copy(), qi.cat.astype(np.int64)
-    near = persist._Near(cnum, ccat, np.ones(n, dtype=bool))
+    near = nearest.Near(cnum, ccat, np.ones(n, dtype=bool))
     cnum, ccat = near.cnum, near.ccat
     for _ in range(min(n - 1, 60)):
         g = int(rng.choice(np.flatnonzero(near.alive)))

@@ -46,7 +46,8 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.centres import centres
 from dbanon.algorithms.lag import columns, generalise, qi_partition
 from dbanon.algorithms.localanatomy import Principle, bucketise, emd_equal
-from dbanon.algorithms.persist import distance, merge_failing, split_large, subset
+from dbanon.algorithms.nearest import distance
+from dbanon.algorithms.persist import merge_failing, split_large, subset
 
 Plausible = dict[str, frozenset[int]]
 

@@ -47,7 +47,8 @@ import numpy as np
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.centres import centres
-from dbanon.algorithms.persist import Cluster, History, distance, subset
+from dbanon.algorithms.nearest import distance
+from dbanon.algorithms.persist import Cluster, History, subset
 
 Holds = Callable[[np.ndarray], bool]
 Shown = Callable[[list[int]], dict[int, np.ndarray]]  # group ids -> value codes they showed
