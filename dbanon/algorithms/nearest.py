@@ -276,37 +276,42 @@ class Near:
         self.cnum, self.ccat = cnum, self.cat[:groups]  # a view: merges update both
         self.alive = alive
         self.inpart = alive.copy()  # alive and still in its part
-        self.strays: list[int] = []
+        self.strays = np.empty(groups, dtype=np.int64)  # the first `nstrays` of them
+        self.nstrays = 0
 
     def gone(self, g: int) -> None:
         self.alive[g] = self.inpart[g] = False
 
     def moved(self, g: int) -> None:
         """Centre g changed: its place on its part's line, or a stray's."""
-        if not self.inpart[g]:
-            return
-        p = self.part[g]
-        rep = self.reps[p]
-        if rep >= 0 and (self.ccat[g] != self.cat[rep]).any():
-            self.inpart[g] = False
-            self.strays.append(g)
-        elif self.dim >= 0:
-            moved_on_line(self.cnum, self.dim, self.order, self.pos, g,
-                           self.starts[p], self.starts[p + 1])  # fmt: skip
+        self.nstrays = moved_centre(g, self.cnum, self.cat, self.dim, self.order, self.pos,
+                                    self.starts, self.part, self.reps, self.inpart, self.strays,
+                                    self.nstrays)  # fmt: skip
 
     def nearest(self, g: int, m: int, lca: np.ndarray, height: np.ndarray) -> list[int]:
         """The m alive centres nearest centre g (not g itself), nearest first."""
-        q, qc = self.cnum[g], self.ccat[g]
-        i, d = walk(q, qc, self.cnum, self.cat, lca, height, self.inpart, np.inf, m,
-                     self.dim, self.order, self.starts, self.reps)  # fmt: skip
-        strays = [s for s in self.strays if self.alive[s]]
-        self.strays = strays
-        if not strays:
-            return i.tolist()
-        order = np.array(strays, dtype=np.int64)
-        si, sd = walk(q, qc, self.cnum, self.cat, lca, height, self.alive, np.inf, m, -1,
-                       order, *whole(len(order)))  # fmt: skip
-        return first_pairs(np.r_[i, si], np.r_[d, sd], m).tolist()
+        near, self.nstrays = nearest_alive(g, m, self.cnum, self.cat, lca, height, self.inpart,
+                                           self.alive, self.dim, self.order, self.starts,
+                                           self.reps, self.strays, self.nstrays)  # fmt: skip
+        return near.tolist()
+
+
+@njit(cache=True)
+def moved_centre(g: int, cnum: np.ndarray, ncat: np.ndarray, dim: int, order: np.ndarray,
+                 pos: np.ndarray, starts: np.ndarray, part: np.ndarray, reps: np.ndarray,
+                 inpart: np.ndarray, strays: np.ndarray, nstrays: int) -> int:  # fmt: skip
+    """`Near.moved` over arrays (the compiled merges call it too); returns the strays' count."""
+    if not inpart[g]:
+        return nstrays
+    p = part[g]
+    rep = reps[p]
+    if rep >= 0 and (ncat[g] != ncat[rep]).any():
+        inpart[g] = False
+        strays[nstrays] = g
+        return nstrays + 1
+    if dim >= 0:
+        moved_on_line(cnum, dim, order, pos, g, starts[p], starts[p + 1])
+    return nstrays
 
 
 @njit(cache=True)

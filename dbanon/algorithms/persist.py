@@ -52,7 +52,7 @@ from dbanon.algorithms.nearest import (
     Near,
     block_rows,
     distance,
-    moved_on_line,
+    moved_centre,
     nearest_alive,
     nearest_other,
     parts,
@@ -838,15 +838,8 @@ def _merging(
         for i in range(c):
             gid[buf[i]] = into
         centre(buf[:c], num, cat, cnum, ncat, into)
-        if inpart[into]:  # `Near.moved`
-            p = part[into]
-            rep = reps[p]
-            if rep >= 0 and (ncat[into] != ncat[rep]).any():
-                inpart[into] = False
-                strays[nstrays] = into
-                nstrays += 1
-            elif dim >= 0:
-                moved_on_line(cnum, dim, norder, pos, into, starts[p], starts[p + 1])
+        nstrays = moved_centre(into, cnum, ncat, dim, norder, pos, starts, part, reps, inpart,
+                               strays, nstrays)  # fmt: skip
         if ok and failing[into]:
             failing[into] = False
             nfail -= 1
