@@ -376,7 +376,7 @@ def _run(
         sens, n_sens, kind = np.zeros(n, dtype=np.int64), 1, 0
     anc, levels = _hierarchy_tables(qi)
     if roots is None:
-        idx, bounds = np.arange(n), np.array([0, n], dtype=np.int64)
+        idx, bounds = np.arange(n, dtype=np.int64), np.array([0, n], dtype=np.int64)
     else:
         idx = np.concatenate([np.asarray(r, dtype=np.int64) for r in roots] or [np.zeros(0, int)])
         bounds = np.r_[0, np.cumsum([len(r) for r in roots])].astype(np.int64)
@@ -385,7 +385,7 @@ def _run(
         np.ascontiguousarray(qi.cat.T, dtype=np.int32),
         np.ascontiguousarray(qi.lca, dtype=np.int32),
         np.ascontiguousarray(qi.height, dtype=np.float64),
-        anc, levels, sens, int(n_sens), int(k), kind, int(l), float(c), idx.astype(np.int64),
+        anc, levels, sens, int(n_sens), int(k), kind, int(l), float(c), idx,
         bounds,
     )  # fmt: skip
     if roots is None:

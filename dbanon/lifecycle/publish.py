@@ -21,6 +21,7 @@ from dbanon.core.spec import ReleaseSpec
 from dbanon.db import catalog, store
 from dbanon.db.aside import Aside
 from dbanon.db.catalog import STORE_SCHEMA
+from dbanon.db.settings import analyze_stage
 from dbanon.errors import DbanonError, first_line, quote_ident, quote_name
 from dbanon.lifecycle import budget, hierarchy_pins, identifying, interrupts, runs
 from dbanon.lifecycle.catalogue import mark_schema, release_row, store_spec
@@ -217,9 +218,13 @@ def _publish(
         _refuse_live(r, [b.name for b in built if b.kind == "view"], grant_live)
         if sorted(b.name for b in built) != sorted(r.objects):
             raise DbanonError(f"method {r.method.name} built {built}, not {r.objects}")
-        for b in built:  # statistics before the checks' GROUP BYs: sorts stay in memory
+        # Statistics before the checks' GROUP BYs (row counts and rough distinct counts size
+        # their hashes), from a small sample: the default's 30,000 rows took 0.2 s of a
+        # million-row publish, 3,000 take 0.02 s. Autovacuum analyzes the committed table
+        # again at the server's own target within its naptime, for the consumers' plans.
+        for b in built:
             if b.kind == "table":
-                conn.execute(sql.SQL("ANALYZE {}").format(r.stored(b)))
+                analyze_stage(conn, r.stored(b))
         if ctx.mapped is not None:  # its rows are the build's arrays: written meanwhile
             beside = Beside(conn, release_id, ctx.mapped)
         say("verifying the release")
