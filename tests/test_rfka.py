@@ -257,7 +257,8 @@ def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
           Column("c", "integer", NUMERIC, False)]  # fmt: skip
     r = SimpleNamespace(qi=qi if n else qi[1:2], is_categorical=lambda c: c.kind == CATEGORICAL)
     source = sql.Identifier("s", "oc")
-    features, smallest, _ = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    found = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
+    features, smallest = found.features, found.smallest
     assert smallest == smallest_class(conn, source, features)
     values = [
         v for (v,) in conn.execute(sql.SQL("SELECT DISTINCT b FROM {} ORDER BY 1").format(source))
@@ -277,7 +278,7 @@ def test_onehot_candidates_counted_by_label_are_hamdist_counts(
     rows, as `hamdist_counts` counts them in a scan of its own."""
     from types import SimpleNamespace
 
-    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column
+    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column, Relation
     from dbanon.methods.projection import onehot_candidates
 
     rng = random.Random(n + 1)
@@ -287,16 +288,22 @@ def test_onehot_candidates_counted_by_label_are_hamdist_counts(
             for _ in range(n)]  # fmt: skip
     make_table(conn, "s", "ocl", [("a", "int"), ("b", "text"), ("y", "text")], rows)
     qi = [Column("a", "integer", NUMERIC, False), Column("b", "text", CATEGORICAL, False)]
-    r = SimpleNamespace(qi=qi if n else qi[1:], is_categorical=lambda c: c.kind == CATEGORICAL)
+    r = SimpleNamespace(qi=qi if n else qi[1:], is_categorical=lambda c: c.kind == CATEGORICAL,
+                        source=Relation("s", "ocl"), rows=n,
+                        sensitive=[Column("y", "text", CATEGORICAL, False)])  # fmt: skip
     source = sql.Identifier("s", "ocl")
     plain = onehot_candidates(conn, source, r, 4)  # type: ignore[arg-type]
-    found = onehot_candidates(conn, source, r, 4, sql.Identifier("y"))  # type: ignore[arg-type]
-    assert [f.name for f in found.features] == [f.name for f in plain.features]
-    assert found.smallest == plain.smallest and plain.per_class is None
-    ones, sizes = hamdist_counts(conn, source, found.features, sql.Identifier("y"))
-    assert found.per_class is not None
-    assert np.array_equal(found.per_class[0], ones) and np.array_equal(found.per_class[1], sizes)
-    assert sizes.sum() == n and (not n or len(sizes) == 4)
+    for stream in (True, False):  # rows streamed and counted, or one GROUPING SETS query
+        found = onehot_candidates(conn, source, r, 4, sql.Identifier("y"),  # type: ignore[arg-type]
+                                  stream=stream)  # fmt: skip
+        assert [f.name for f in found.features] == [f.name for f in plain.features]
+        assert found.smallest == plain.smallest and plain.per_class is None
+        ones, sizes = hamdist_counts(conn, source, found.features, sql.Identifier("y"))
+        assert found.per_class is not None
+        assert np.array_equal(found.per_class[0], ones)
+        assert np.array_equal(found.per_class[1], sizes)
+        assert sizes.sum() == n and (not n or len(sizes) == 4)
+        assert (found.rows is not None) == stream
 
 
 def _before(chosen: list[int], ranked: list[int], j: int) -> int:

@@ -193,8 +193,10 @@ def _generalised(conn: psycopg.Connection, name: str, rows: int, k: int, l: int)
 
 
 def _suppressing(conn: psycopg.Connection, name: str, rows: int, k: int, l: int) -> dict:  # noqa: E741
-    """A release that may suppress rows (LAG, a projection): its classes over the QIs it kept."""
-    kept = [c for c in QI if c in _columns(conn, name)]
+    """A release that may suppress rows (LAG, a projection): its classes over the QIs it kept,
+    as they are or as one-hot indicators (`qi=value`, `qi#i`: hamdist's)."""
+    kept = [c for c in _columns(conn, name)
+            if c in QI or c.partition("=")[0] in QI or c.partition("#")[0] in QI]  # fmt: skip
     row = conn.execute(sql.SQL(
         "SELECT coalesce(sum(n), 0), min(n) FROM (SELECT count(*) AS n FROM {} GROUP BY {}) c"
     ).format(sql.Identifier(OUT, name), sql.SQL(", ").join(map(sql.Identifier, kept))

@@ -55,6 +55,7 @@ from dbanon.db.settings import local_settings, work_mem_at_least
 from dbanon.db.shuffle import shuffle_key
 from dbanon.db.stream import copy_out, fetch_arrays
 from dbanon.errors import DbanonError, quote_ident
+from dbanon.methods import onehot_rows
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.models import sizes
 from dbanon.models.base import Target
@@ -103,14 +104,16 @@ def onehot_features(
 
 def onehot_candidates(
     conn: psycopg.Connection, source: sql.Composable, r: Resolved, bins: int,
-    label: sql.Composable | None = None,
+    label: sql.Composable | None = None, stream: bool = True,
 ) -> Candidates:
     """`onehot_features` and each one's smallest class alone (`smallest_class`), from two scans
     of the source: the numeric QIs' ranges, then every QI's distinct values (bins) with their
     rows in one GROUPING SETS query, each set in its own order. With `label`, each set is
     grouped by the label too, and the counts per label class come with them (`per_class`, as
     `hamdist_counts` counts them: classes in the label's order, NULL first), from the same
-    scan."""
+    scan. With a label (the run's first sensitive column) over the run's source, and
+    `stream`, the keys and the label are streamed out once instead and counted in numpy
+    (dbanon.methods.onehot_rows), and the rows kept for the search (`rows`)."""
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     ranges: dict[str, tuple[Any, Any]] = {}
     if numeric:
@@ -133,14 +136,28 @@ def onehot_candidates(
                     sql.Literal(bins),
                 )
                 if hi > lo
-                else sql.SQL("1::int")  # not a bare 1: GROUP BY would read a column number
+                # 1 for a constant QI, as an expression of its column: a constant (`1::int`)
+                # was the same grouping column for two such QIs, and beside a window function
+                # GROUPING() told the second's rows from neither (seen on PostgreSQL 18)
+                else sql.SQL("(1 + 0 * coalesce({}, 0))::int").format(_number(col))
             )  # fmt: skip
         else:
             keys.append(sql.SQL("{}::text").format(col.ident))
     values: list[list[Any]] = [[] for _ in keys]
     counts: list[dict[object, int]] = [{} for _ in keys]
     by_class: list[dict[object, dict[int, int]]] = [{} for _ in keys]  # with a label
-    if keys:
+    streamed = (
+        onehot_rows.read(conn, r, keys, [c.name in ranges for c in r.qi], r.sensitive[0])
+        if stream and label is not None and keys and source == r.source.ident
+        else None
+    )  # fmt: skip
+    if streamed is not None:  # the rows read once, counted in numpy (dbanon.methods.onehot_rows)
+        for j, (vals, table) in enumerate(zip(streamed.values, streamed.per_class, strict=True)):
+            values[j] = vals
+            for v, row in zip(vals, table.tolist(), strict=True):
+                counts[j][v] = sum(row)
+                by_class[j][v] = {c: n for c, n in enumerate(row) if n}
+    elif keys:
         which = sql.SQL("CASE {} END").format(sql.SQL(" ").join(
             sql.SQL("WHEN GROUPING({}) = 0 THEN {}").format(x, sql.Literal(j))
             for j, x in enumerate(keys)
@@ -199,7 +216,7 @@ def onehot_candidates(
     for at in by_class[0].values() if by_class else ():
         for c, n in at.items():
             sizes[c] += n
-    return Candidates(out, smallest, (ones, sizes))
+    return Candidates(out, smallest, (ones, sizes), None if streamed is None else streamed.rows)
 
 
 def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
@@ -268,12 +285,18 @@ def design_matrix(
 
 
 def search_source(
-    conn: psycopg.Connection, r: Resolved, ranked: list[Feature], k: int
-) -> Selection:
+    conn: psycopg.Connection, r: Resolved, ranked: list[Feature], k: int,
+    rows: onehot_rows.KeyRows | None = None,
+) -> Selection:  # fmt: skip
     """`forward_search` of the source; one-hot candidates judged on their codes, read once as
-    int4 arrays (one binary value per source column), not by a GROUP BY per batch."""
+    int4 arrays (one binary value per source column), not by a GROUP BY per batch; or, given
+    the candidates' `rows`, made from those."""
     query = codes_query(r.source.ident, ranked)
-    codes = None if query is None else fetch_arrays(conn, query)
+    codes = (
+        None if query is None
+        else rows.search_codes([c.name for c in r.qi], ranked) if rows is not None
+        else fetch_arrays(conn, query)
+    )  # fmt: skip
     return forward_search(conn, r.source.ident, ranked, k, codes)
 
 
@@ -328,6 +351,8 @@ class Candidates(NamedTuple):
     features: list[Feature]
     smallest: list[int] | None
     per_class: tuple[np.ndarray, np.ndarray] | None = None
+    # every row's value of each key, when the counts were read row by row: the search's codes
+    rows: onehot_rows.KeyRows | None = None
 
 
 # Each live run's candidates (ProjectionMethod._candidates): id of its Resolved -> (a weak
@@ -433,9 +458,12 @@ class ProjectionMethod(Method):
         searched = not (kept is not None and set(kept) <= {f.name for f in features})
         if not searched:
             found = Selection([f for f in ranked if f.name in kept])
+            held = self._candidates(conn, r).rows
+            if held is not None:  # no search reads them: let them go now
+                held.codes = None
         else:
             ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
-            found = search_source(conn, r, ranked, k)
+            found = search_source(conn, r, ranked, k, self._candidates(conn, r).rows)
         search = time.perf_counter() - started
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
