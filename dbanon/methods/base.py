@@ -347,6 +347,17 @@ def models_of_kind(models: list[PrivacyModel], *kinds: str) -> list[PrivacyModel
     return [m for m in models if kind_of(m).name in kinds]
 
 
+def snapshot_view(conn: psycopg.Connection, into: sql.Identifier, view: sql.Composable,
+                  rows: sql.Composable | None = None) -> None:  # fmt: skip
+    """`into`: a temporary table (dropped at commit) of a live view's rows now, or of `rows`,
+    a query of the same rows in any order: what a view release's checks and figures read."""
+    from dbanon.db.settings import analyze_stage
+
+    rows = rows if rows is not None else sql.SQL("SELECT * FROM {}").format(view)
+    conn.execute(sql.SQL("CREATE TEMP TABLE {} ON COMMIT DROP AS {}").format(into, rows))
+    analyze_stage(conn, into)
+
+
 def count_rows(conn: psycopg.Connection, rel: sql.Composable) -> int:
     return int(conn.execute(sql.SQL("SELECT count(*) FROM {}").format(rel)).fetchone()[0])
 
