@@ -99,8 +99,8 @@ class CrossBucketLDiversity(PrivacyModel):
         # aggregate or hash join on integers (class id, bucket) and the sensitive value. Per
         # (class, bucket) its rows n; per (class, value) p, summed over the ST's rows as they
         # are (p is linear in each count: an ST repeating a (bucket, value) reads the same as
-        # one summing it, without a GROUP BY of the ST's rows, 0.3 s of 7.5 at 1M); per class
-        # its worst value. A bucket's QIT rows (bz) and its ST counts (sz) must agree; a NULL
+        # one summing it, without a GROUP BY of the ST's rows, 0.6-1.0 s of 8.2-8.8 at 1M); per
+        # class its worst value. A bucket's QIT rows (bz) and its ST counts (sz) must agree; a NULL
         # bucket id names no ST bucket: its class is inconsistent.
         source = sql.SQL(
             """(SELECT {q}, w.p, w.bad FROM {classes} c JOIN (
