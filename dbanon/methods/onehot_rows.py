@@ -64,12 +64,10 @@ class KeyRows:
 
 @dataclass
 class Counted:
-    """A key's values in SQL's order, with their rows per label class (values x classes)."""
+    """Per key, its rows per value (in SQL's order) and label class: values x classes."""
 
-    values: list[list[object]]
     per_class: list[np.ndarray]  # int64
-    classes: int
-    rows: KeyRows
+    rows: KeyRows  # the values themselves, and each row's code into them
 
 
 def read(
@@ -79,7 +77,8 @@ def read(
     """The keys (`binned`: an int4 bin number, else text) and the label of every source
     row, streamed once and counted; None when a text key compares by a nondeterministic
     collation (the caller groups in SQL instead)."""
-    collations = _collations(conn, r, [c for c, b in zip(r.qi, binned, strict=True) if not b])
+    attrs = _attributes(conn, r)
+    collations = _collations(attrs, [c for c, b in zip(r.qi, binned, strict=True) if not b])
     if collations is None:
         return None
     # a bin is 1..bins (width_bucket clamped): 0 stands for NULL, which int4 cannot carry
@@ -94,7 +93,7 @@ def read(
     )  # fmt: skip
     labels = cols[-1]
     assert isinstance(labels, Coded)
-    of_text = _label_classes(conn, r, label, labels.values)
+    of_text = _label_classes(conn, attrs[label.name], labels.values)
     cls = of_text[labels.codes] if len(labels.codes) else np.zeros(0, dtype=np.int64)
     classes = int(of_text.max()) + 1 if len(of_text) else 0
     values: list[list[object]] = []
@@ -112,7 +111,7 @@ def read(
         m = len(vals)
         per_class.append(np.bincount(code.astype(np.int64) * classes + cls,
                                      minlength=m * classes).reshape(m, classes))  # fmt: skip
-    return Counted(values, per_class, classes, KeyRows(values, codes))
+    return Counted(per_class, KeyRows(values, codes))
 
 
 def _bins(got: np.ndarray) -> tuple[list[object], np.ndarray]:
@@ -164,10 +163,10 @@ def _attributes(conn: psycopg.Connection, r: Resolved) -> dict[str, tuple[Any, .
 
 
 def _collations(
-    conn: psycopg.Connection, r: Resolved, texts: list[Column]
+    attrs: dict[str, tuple[Any, ...]], texts: list[Column]
 ) -> list[sql.Composable] | None:
-    """The collation each text key orders and compares by, None if one is nondeterministic."""
-    attrs = _attributes(conn, r)
+    """The collation each text key orders and compares by (`attrs`: `_attributes`), None if
+    one is nondeterministic."""
     out = []
     for c in texts:
         _, _, _, schema, name, deterministic = attrs[c.name]
@@ -178,12 +177,13 @@ def _collations(
 
 
 def _label_classes(
-    conn: psycopg.Connection, r: Resolved, label: Column, texts: list[str | None]
+    conn: psycopg.Connection, label: tuple[Any, ...], texts: list[str | None]
 ) -> np.ndarray:
     """Each distinct text of the label's class: 0-based, in the label's order with NULL
     first (dense_rank() OVER (ORDER BY label NULLS FIRST) - 1), its values cast back to the
-    label's type (and collation), so equal values of different texts are one class."""
-    tschema, tname, collatable, cschema, cname, _ = _attributes(conn, r)[label.name]
+    label's type (and collation; `label`: its `_attributes`), so equal values of different
+    texts are one class."""
+    tschema, tname, collatable, cschema, cname, _ = label
     typed = sql.SQL("t::{}").format(sql.Identifier(tschema, tname))
     if collatable:
         typed = sql.SQL("{} COLLATE {}").format(typed, sql.Identifier(cschema, cname))

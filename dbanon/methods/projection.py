@@ -152,7 +152,8 @@ def onehot_candidates(
         else None
     )  # fmt: skip
     if streamed is not None:  # the rows read once, counted in numpy (dbanon.methods.onehot_rows)
-        for j, (vals, table) in enumerate(zip(streamed.values, streamed.per_class, strict=True)):
+        for j, (vals, table) in enumerate(zip(streamed.rows.values, streamed.per_class,
+                                              strict=True)):  # fmt: skip
             values[j] = vals
             for v, row in zip(vals, table.tolist(), strict=True):
                 counts[j][v] = sum(row)
@@ -338,8 +339,6 @@ def projection_select(
 SNAPSHOT = sql.Identifier("dbanon_projection_snapshot")  # a view release, evaluated once
 
 
-
-
 class Candidates(NamedTuple):
     """A candidate list: the features and, when found with them, each one's smallest class
     alone, and (counted by a label) each label class's rows holding each feature and its rows:
@@ -453,14 +452,14 @@ class ProjectionMethod(Method):
         started = time.perf_counter()
         kept = self._previous(conn, r) if r.options.get("refresh_policy") == "keep" else None
         searched = not (kept is not None and set(kept) <= {f.name for f in features})
+        held = self._candidates(conn, r).rows  # the candidates' rows, when read row by row
         if not searched:
             found = Selection([f for f in ranked if f.name in kept])
-            held = self._candidates(conn, r).rows
             if held is not None:  # no search reads them: let them go now
                 held.codes = None
         else:
             ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
-            found = search_source(conn, r, ranked, k, self._candidates(conn, r).rows)
+            found = search_source(conn, r, ranked, k, held)
         search = time.perf_counter() - started
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
