@@ -62,7 +62,7 @@ from dbanon.models.base import (
     class_summary,
     positive,
 )
-from dbanon.models.categories import Categories
+from dbanon.models.categories import BoundCategories, Categories
 
 
 @dataclass(frozen=True)
@@ -119,20 +119,29 @@ class ThetaKAnonymity(PrivacyModel):
                 "n": sql.SQL("sum(n)::bigint"),
                 "good": sql.SQL("count(*) FILTER (WHERE d >= need)"),
             },
-            failing=sql.SQL("(n < {k} OR good < {theta})").format(
-                k=sql.Literal(self.k), theta=sql.Literal(self.theta)
-            ),
+            failing=self.failing,
+        )
+
+    @property
+    def failing(self) -> sql.Composable:
+        """A class's failure, over its `n` and `good`."""
+        return sql.SQL("(n < {k} OR good < {theta})").format(
+            k=sql.Literal(self.k), theta=sql.Literal(self.theta)
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
         """The verdict and, from the same pass over the classes, the release's similarity and
-        background-knowledge vulnerabilities (dbanon.metrics.vulnerability)."""
+        background-knowledge vulnerabilities (dbanon.metrics.vulnerability): over value
+        bitmasks (`masked_test`) where the relation's values are few, else over cells."""
         from dbanon.metrics.vulnerability import PER_CLASS, TOTALS, from_totals
 
         target.validate(conn, self)
-        self.categories.bind(conn).validate(conn, target)
+        bound = self.categories.bind(conn)
+        bound.validate(conn, target)
         test = self.class_test(target)
-        counted = replace(test, per_class={**test.per_class, **PER_CLASS})
+        counted = masked_test(conn, self, bound, target) or replace(
+            test, per_class={**test.per_class, **PER_CLASS}
+        )
         classes, bad, figs, worst = class_summary(
             conn,
             target,
@@ -182,6 +191,91 @@ class ThetaKAnonymity(PrivacyModel):
     def needs(self, overall: Counts) -> dict:
         """need_c per category, from the whole relation's rows per (category, value)."""
         return theta_k_needs(overall, self.k, self.theta, self.rule)
+
+
+# The masked test: values as bits of int8 words (63 a word: no sign bit), at most this many.
+MASK_BITS = 63
+MAX_MASK_VALUES = 4 * MASK_BITS
+MAX_MASK_CATEGORIES = 64
+
+
+def masked_test(
+    conn: psycopg.Connection, model: ThetaKAnonymity, bound: BoundCategories, target: Target
+) -> ClassTest | None:
+    """The (θ,k) test and the vulnerabilities' per-class sums in one GROUP BY of the rows, or
+    None where it does not apply (too many values or categories; PostgreSQL before 14, which
+    lacks bit_count).
+
+    The cell form groups the rows by (class, category, value), then by (class, category), then
+    by class: three hash aggregates over the QIs (2.1 s of a 1M-row release where the plain
+    GROUP BY takes 0.7 s). Here one query first reads the relation's values, categories and
+    need_c (the model's own SQL, over the (category, value) counts); then every row joins its
+    value's number and category, and a class's aggregates are its rows (per category) and, per
+    word, the bit_or of its values' bits: a category's distinct values in the class are the
+    set bits of its values' range (bit_count). Values are equal exactly when the cell form's
+    GROUP BY finds them equal: the join compares them as that GROUP BY does (the value's type,
+    its collation), with one number per value the relation's own GROUP BY found."""
+    if conn.info.server_version < 140000:
+        return None
+    need = NEED_RULES[model.rule].sql(
+        model.k, model.theta, sql.SQL("sum(f)::bigint"), sql.SQL("cv")
+    )
+    domain = conn.execute(
+        sql.SQL(
+            "WITH cv AS MATERIALIZED (SELECT cat, v, {rows} AS f FROM {src} GROUP BY cat, v)"
+            " SELECT cv.cat::text, cv.v::text, need.need FROM cv LEFT JOIN {need} need"
+            " USING (cat) WHERE cv.cat IS NOT NULL ORDER BY cv.cat, cv.v LIMIT {limit}"
+        ).format(
+            rows=target.rows,
+            src=bound.source(target),
+            need=need,
+            limit=sql.Literal(MAX_MASK_VALUES + 1),
+        )  # fmt: skip
+    ).fetchall()
+    cats = list(dict.fromkeys(c for c, _, _ in domain))
+    if len(domain) > MAX_MASK_VALUES or len(cats) > MAX_MASK_CATEGORIES:
+        return None
+    values = sql.SQL(", ").join(
+        sql.SQL("({}::{}, {}, {}, {}::int8)").format(
+            sql.Literal(v), sql.SQL(bound.value_type), sql.Literal(cats.index(c)),
+            sql.Literal(i // MASK_BITS), sql.Literal(1 << (i % MASK_BITS)))
+        for i, (c, v, _) in enumerate(domain)
+    )  # fmt: skip
+    source = sql.SQL(
+        "(SELECT src.*, d.cid, d.word, d.bit FROM {src} JOIN (VALUES {values})"
+        " d(v, cid, word, bit) ON d.v = {v}) x"
+    ).format(src=target.source(), values=values, v=bound.value_expr(sql.SQL("src.s")))
+    words = -(-len(domain) // MASK_BITS)
+    weight = sql.SQL("1") if target.count is None else sql.SQL("w")
+    plus = sql.SQL(" + ")
+    distinct, rows, good = [], [], []
+    for c, name in enumerate(cats):
+        ids = [i for i, (cat, _, _) in enumerate(domain) if cat == name]
+        bits = [sum(1 << (i % MASK_BITS) for i in ids if i // MASK_BITS == j)
+                for j in range(words)]  # fmt: skip
+        d = sql.SQL("({})").format(plus.join(
+            sql.SQL("bit_count((coalesce(bit_or(bit) FILTER (WHERE word = {}), 0) & {}::int8)"
+                    "::bit(64))").format(sql.Literal(j), sql.Literal(m))
+            for j, m in enumerate(bits) if m))  # fmt: skip
+        distinct.append(d)
+        rows.append(sql.SQL("coalesce(sum({}) FILTER (WHERE cid = {}), 0)::float8").format(
+            weight, sql.Literal(c)))  # fmt: skip
+        needed = domain[ids[0]][2]
+        if needed is not None:  # a category of no rows needs nothing and is never counted
+            good.append(sql.SQL("({} >= {})::int").format(d, sql.Literal(int(needed))))
+    return ClassTest(
+        source=source,
+        per_class={
+            "n": target.rows,
+            "good": plus.join(good) if good else sql.SQL("0"),
+            "similarity_sum": plus.join(sql.SQL("{0} * {0}").format(n) for n in rows),
+            "background_sum": plus.join(
+                sql.SQL("coalesce({} / nullif({}, 0), 0)").format(n, d)
+                for n, d in zip(rows, distinct, strict=True)
+            ),
+        },
+        failing=model.failing,
+    )
 
 
 def theta_k_needs(overall: Counts, k: int, theta: int, rule: str = "paper") -> dict:
