@@ -87,9 +87,7 @@ class Categories:
             if self.level is not None
             else sql.SQL(
                 "(SELECT height - 1 FROM dbanon.hierarchy WHERE name = {} AND retired_at IS NULL)"
-            ).format(
-                sql.Literal(self.hierarchy)
-            )
+            ).format(sql.Literal(self.hierarchy))
         )
         return sql.SQL(
             """(SELECT src.*, src.s::text AS v, hm.label AS cat FROM {src} LEFT JOIN (
@@ -161,14 +159,7 @@ class BoundCategories:
     def validate(self, conn: psycopg.Connection, target: Target) -> int:
         """Refuse rows without a category (NULL, a value the hierarchy lacks, NaN or infinite
         under intervals), naming them; returns the number of non-empty categories."""
-        assert target.sensitive is not None
-        column = target.sensitive
-        where = target.describe(conn)
-        if self.hierarchy is None and target.type_category(conn, column) != "N":
-            raise DbanonError(
-                f"--category-width needs a numeric sensitive column; {quote_ident(column)} of "
-                f"{where} is not"
-            )
+        self.readable(conn, target)
         # One hashed GROUP BY first (a few groups: the categories and the offending values),
         # then the counts over those groups: count(DISTINCT) over the rows would sort them all.
         nulls, missing, categories = conn.execute(
@@ -179,31 +170,61 @@ class BoundCategories:
                    FROM (SELECT s IS NULL AS s_null, {bad} AS bad,
                                 CASE WHEN {bad} THEN v END AS v, cat, count(*) AS n
                          FROM {src} GROUP BY 1, 2, 3, 4) x"""
-            ).format(
-                bad=sql.SQL(
-                    "cat IS NULL"
-                    if self.hierarchy is not None
-                    else "(v = 'NaN'::float8 OR v IN ('Infinity'::float8, '-Infinity'::float8))"
-                ),
-                src=self.source(target),
-            )
+            ).format(bad=self.bad, src=self.source(target))
         ).fetchone()
+        self.refuse(conn, target, nulls, missing)
+        return int(categories)
+
+    def readable(self, conn: psycopg.Connection, target: Target) -> None:
+        """Refuse intervals of a column that is not numeric."""
+        assert target.sensitive is not None
+        column = target.sensitive
+        if self.hierarchy is None and target.type_category(conn, column) != "N":
+            raise DbanonError(
+                f"--category-width needs a numeric sensitive column; {quote_ident(column)} of "
+                f"{target.describe(conn)} is not"
+            )
+
+    @property
+    def bad(self) -> sql.Composable:
+        """True of a value (not NULL) without a category."""
+        return sql.SQL(
+            "cat IS NULL"
+            if self.hierarchy is not None
+            else "(v = 'NaN'::float8 OR v IN ('Infinity'::float8, '-Infinity'::float8))"
+        )
+
+    @property
+    def summary(self) -> sql.Composable:
+        """Over `cv`, rows (cat, v, r: the value's rows): the rows without a value, the values
+        without a category (text) and the categories, as `refuse` reads them."""
+        return sql.SQL(
+            "coalesce(sum(r) FILTER (WHERE v IS NULL), 0), "
+            "array_agg(DISTINCT v::text) FILTER (WHERE v IS NOT NULL AND {bad}), "
+            "count(DISTINCT cat)"
+        ).format(bad=self.bad)
+
+    def refuse(
+        self, conn: psycopg.Connection, target: Target, nulls: int, missing: list[str] | None
+    ) -> None:
+        """The one-line error for rows without a category, from `summary`'s figures."""
+        assert target.sensitive is not None
+        column = target.sensitive
         if nulls:
             raise DbanonError(
-                f"sensitive column {quote_ident(column)} of {where} has {nulls} NULL values; "
-                "(θ,k)-anonymity needs a category for every row"
+                f"sensitive column {quote_ident(column)} of {target.describe(conn)} has {nulls} "
+                "NULL values; (θ,k)-anonymity needs a category for every row"
             )
         if missing:
             if self.hierarchy is None:
                 raise DbanonError(
-                    f"sensitive column {quote_ident(column)} of {where} holds values in no "
-                    f"interval: {offenders(sorted(missing))}"
+                    f"sensitive column {quote_ident(column)} of {target.describe(conn)} holds "
+                    f"values in no interval: {offenders(sorted(missing))}"
                 )
             raise DbanonError(
                 f"values of sensitive column {quote_ident(column)} are not in hierarchy "
                 f"{quote_name(self.hierarchy.name)}: {offenders(sorted(missing))}"
             )
-        return int(categories)
 
     # --- in memory ------------------------------------------------------------------------------
 
@@ -217,6 +238,7 @@ class BoundCategories:
         label = {v: h.labels[h.ancestors(leaf)[self.level]] for v, leaf in h.leaves.items()}
         missing = sorted({str(v) for v in values if v not in label})
         if missing:
-            raise DbanonError(f"values are not in hierarchy {quote_name(h.name)}: "
-                f"{offenders(missing)}")
+            raise DbanonError(
+                f"values are not in hierarchy {quote_name(h.name)}: {offenders(missing)}"
+            )
         return [label[v] for v in values]  # type: ignore[index]

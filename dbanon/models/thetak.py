@@ -137,11 +137,13 @@ class ThetaKAnonymity(PrivacyModel):
 
         target.validate(conn, self)
         bound = self.categories.bind(conn)
-        bound.validate(conn, target)
         test = self.class_test(target)
-        counted = masked_test(conn, self, bound, target) or replace(
-            test, per_class={**test.per_class, **PER_CLASS}
-        )
+        masked = None
+        if conn.info.server_version >= 140000:  # bit_count
+            masked = masked_test(conn, self, bound, target)  # which validates as it reads
+        else:
+            bound.validate(conn, target)
+        counted = masked or replace(test, per_class={**test.per_class, **PER_CLASS})
         classes, bad, figs, worst = class_summary(
             conn,
             target,
@@ -203,8 +205,8 @@ def masked_test(
     conn: psycopg.Connection, model: ThetaKAnonymity, bound: BoundCategories, target: Target
 ) -> ClassTest | None:
     """The (θ,k) test and the vulnerabilities' per-class sums in one GROUP BY of the rows, or
-    None where it does not apply (too many values or categories; PostgreSQL before 14, which
-    lacks bit_count).
+    None where the relation has too many values or categories for it; refuses rows without a
+    category as BoundCategories.validate does, from the same read. Needs bit_count (14+).
 
     The cell form groups the rows by (class, category, value), then by (class, category), then
     by class: three hash aggregates over the QIs (2.1 s of a 1M-row release where the plain
@@ -215,23 +217,27 @@ def masked_test(
     set bits of its values' range (bit_count). Values are equal exactly when the cell form's
     GROUP BY finds them equal: the join compares them as that GROUP BY does (the value's type,
     its collation), with one number per value the relation's own GROUP BY found."""
-    if conn.info.server_version < 140000:
-        return None
+    bound.readable(conn, target)
     need = NEED_RULES[model.rule].sql(
         model.k, model.theta, sql.SQL("sum(f)::bigint"), sql.SQL("cv")
     )
-    domain = conn.execute(
+    nulls, missing, _, domain = conn.execute(
         sql.SQL(
-            "WITH cv AS MATERIALIZED (SELECT cat, v, {rows} AS f FROM {src} GROUP BY cat, v)"
-            " SELECT cv.cat::text, cv.v::text, need.need FROM cv LEFT JOIN {need} need"
-            " USING (cat) WHERE cv.cat IS NOT NULL ORDER BY cv.cat, cv.v LIMIT {limit}"
+            "WITH cv AS MATERIALIZED (SELECT cat, v, {rows} AS f, count(*) AS r FROM {src}"
+            " GROUP BY cat, v)"
+            " SELECT {summary}, (SELECT json_agg(json_build_array(cat, v, need))"
+            " FROM (SELECT cv.cat::text, cv.v::text, need.need FROM cv LEFT JOIN {need} need"
+            " USING (cat) WHERE cv.cat IS NOT NULL LIMIT {limit}) d) FROM cv"
         ).format(
             rows=target.rows,
             src=bound.source(target),
+            summary=bound.summary,
             need=need,
             limit=sql.Literal(MAX_MASK_VALUES + 1),
-        )  # fmt: skip
-    ).fetchall()
+        )
+    ).fetchone()
+    bound.refuse(conn, target, nulls, missing)
+    domain = domain or []
     cats = list(dict.fromkeys(c for c, _, _ in domain))
     if len(domain) > MAX_MASK_VALUES or len(cats) > MAX_MASK_CATEGORIES:
         return None
