@@ -108,107 +108,235 @@ def cut(
     cost: str = "height",
     sensitive: np.ndarray | None = None,
     p: int = 1,
-    fits: Callable[[np.ndarray], bool] | None = None,
+    keep: Keep | None = None,
     even: bool = False,
     rows: np.ndarray | None = None,
 ) -> list[np.ndarray]:
     """Row indices of each block, in cut order (a block's halves replace it in place). With
-    `sensitive` (int codes) and p > 1, both halves of every cut hold >= p distinct values;
-    with `fits`, both halves fit it (the rows of a block can be clustered on their own).
+    `sensitive` (int codes 0..) and p > 1, both halves of every cut hold >= p distinct values;
+    with `keep`, both halves satisfy it (the rows of a block can be clustered on their own).
     With `even`, a cut aims not at the middle but at `even_aim`, so that blocks are of one
     size at any table size. `rows` (a permutation of the rows, default their order) is the
     order each block lists its rows in: cutting qi in that order gives the same blocks as
     cutting a copy of qi reordered by it (cuts read values, not positions), without the
-    copy."""
+    copy. Compiled: a block is a slice of one permutation of the rows, reordered in place by
+    a cut (stably, so each half lists its rows in the block's order)."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
-    weights = node_weights(qi, cost)
+    if keep is None and sensitive is not None and p > 1:
+        codes = np.asarray(sensitive, np.int64).reshape(-1)
+        keep = Keep(codes, np.zeros(int(codes.max()) + 1, np.int64), np.array([p], np.int64), 1, 0)
+    keep = keep or Keep(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), 0, 0)
     ranks = _depth_first_rank(qi)
-    # Each row's rank per categorical QI, once, in the narrowest type: a cut then gathers one
-    # small contiguous column per QI instead of a code from the (n, q) codes and its rank.
-    ranked = [r[qi.cat[:, j]].astype(np.min_scalar_type(max(len(r) - 1, 0)))
-              for j, r in enumerate(ranks)]  # fmt: skip
-    leaf_of_rank = [
-        np.argsort(r[: len(h.leaves)]) for r, h in zip(ranks, qi.hierarchies, strict=True)
-    ]
-    nn = qi.num.shape[1]
-
-    def best_cut(rows: np.ndarray) -> np.ndarray | None:
-        """Which rows of the block go to its first half (None: the block stays whole)."""
-        m = len(rows)
-        balanced = _BALANCE * m
-        aim = even_aim(m, block_size) if even else m / 2
-        best: tuple[float, float, int, int] | None = None  # (penalty, smaller side, QI, rank)
-        fallback: tuple[float, np.ndarray] | None = None  # (smaller side, first half)
-        for j in range(qi.cat.shape[1]):
-            # Counting, not sorting: a cut falls between two ranks of the leaves present.
-            rank = ranked[j][rows]
-            counts = np.bincount(rank, minlength=len(leaf_of_rank[j]))
-            present = np.flatnonzero(counts)
-            if len(present) < 2:
-                continue
-            pos = np.cumsum(counts[present])[:-1]  # rows below each next present rank
-            # What a cluster pays at least for holding rows of both sides: the cost of the
-            # LCA of the two leaves next to the cut (depth-first order).
-            leaf = leaf_of_rank[j]
-            penalty = weights[j, qi.lca[j, leaf[present[:-1]], leaf[present[1:]]]]
-            small = m / 2 - np.abs(pos - aim)  # the smaller side's rows when aim is m / 2
-            valid = np.minimum(pos, m - pos) >= k
-            if not valid.any():
-                continue
-            i = int(np.flatnonzero(valid)[np.argmax(small[valid])])
-            if fallback is None or small[i] > fallback[0]:
-                fallback = (float(small[i]), rank < present[i + 1])
-            ok = valid & (small >= balanced) & (penalty > 0)
-            if ok.any():
-                # The dearest crossing, then the most balanced.
-                i = int(np.flatnonzero(ok)[np.lexsort((-small[ok], -penalty[ok]))[0]])
-                if best is None or (penalty[i], small[i]) > (best[0], best[1]):
-                    best = (float(penalty[i]), float(small[i]), j, int(present[i + 1]))
-        if best is not None:
-            _, _, j, r = best
-            return ranked[j][rows] < r
-        extents = [float(np.ptp(qi.num[rows, i])) for i in range(nn)]
-        for i in sorted(range(nn), key=lambda i: -extents[i]):
-            if extents[i] <= 0:
-                break
-            # The boundary nearest the aim (the median unless `even`) is just below or just
-            # above its run of equals.
-            col = qi.num[rows, i]
-            at = int(min(aim, m - 1))
-            median = np.partition(col, at)[at]
-            below = int((col < median).sum())
-            upto = int((col <= median).sum())
-            options = [(abs(p - aim), p) for p in (below, upto) if k <= p <= m - k]
-            if not options:
-                continue
-            p = min(options)[1]
-            mask = col < median if p == below else col <= median
-            side = m / 2 - abs(p - aim)
-            if side >= balanced:
-                return mask
-            if fallback is None or side > fallback[0]:
-                fallback = (side, mask)
-        return None if fallback is None else fallback[1]
-
-    def keeps(rows: np.ndarray) -> bool:
-        if fits is not None and not fits(rows):
-            return False
-        return sensitive is None or p <= 1 or len(np.unique(sensitive[rows])) >= p
-
-    done: list[np.ndarray] = []
-    todo = [np.arange(qi.n, dtype=np.int64) if rows is None else np.asarray(rows, np.int64)]
-    while todo:
-        rows = todo.pop()
-        first = best_cut(rows) if len(rows) > block_size else None
-        if first is not None and not (keeps(rows[first]) and keeps(rows[~first])):
-            first = None
-        if first is None:
-            done.append(rows)
-        else:
-            todo += [rows[~first], rows[first]]  # the first half is cut (and numbered) first
+    q = qi.cat.shape[1]
+    # Each row's rank per categorical QI (a cut gathers one column per QI, in the narrowest
+    # type), and the leaf at each rank, padded to the widest hierarchy.
+    width = max((len(h.leaves) for h in qi.hierarchies), default=1)
+    ranked = np.empty((q, qi.n), np.min_scalar_type(max(width - 1, 0)))
+    leaf_of_rank = np.zeros((q, width), np.int64)
+    leaves = np.zeros(q, np.int64)
+    for j, (r, h) in enumerate(zip(ranks, qi.hierarchies, strict=True)):
+        ranked[j] = r[qi.cat[:, j]]
+        leaves[j] = len(h.leaves)
+        leaf_of_rank[j, : leaves[j]] = np.argsort(r[: len(h.leaves)])
+    idx = (np.arange(qi.n, dtype=np.int64) if rows is None
+           else np.array(rows, dtype=np.int64).reshape(-1))  # fmt: skip
+    bounds = _cut_kernel(
+        idx, ranked, leaf_of_rank, leaves, np.ascontiguousarray(qi.lca, dtype=np.int64),
+        np.ascontiguousarray(node_weights(qi, cost)), np.ascontiguousarray(qi.num.T),
+        int(k), int(block_size), bool(even), keep.code, keep.category, keep.need,
+        int(keep.theta), int(keep.rows),
+    )  # fmt: skip
+    done = [idx[bounds[b]: bounds[b + 1]] for b in range(len(bounds) - 1)]
     assert all(len(b) >= k for b in done) or qi.n < k
     return done
+
+
+@dataclass(frozen=True)
+class Keep:
+    """What each half of a cut must hold: at least `rows` rows and, of the categories
+    (`category` of each value code of `code`, one per row), at least `theta` with at least
+    `need` distinct values each. Distinct values alone (the (p,k) rule) are one category
+    needing p; no `code` rows: no condition but `rows`."""
+
+    code: np.ndarray  # int64 per row: its value's code 0..
+    category: np.ndarray  # int64 per value code
+    need: np.ndarray  # int64 per category
+    theta: int
+    rows: int
+
+
+@njit(cache=True, nogil=True)
+def _keeps(idx: np.ndarray, lo: int, hi: int, keep_code: np.ndarray, keep_cat: np.ndarray,
+           need: np.ndarray, theta: int, min_rows: int, seen: np.ndarray,
+           distinct: np.ndarray) -> bool:  # fmt: skip
+    if hi - lo < min_rows:
+        return False
+    if len(keep_code) == 0:
+        return True
+    seen[:] = False
+    distinct[:] = 0
+    for t in range(lo, hi):
+        c = keep_code[idx[t]]
+        if not seen[c]:
+            seen[c] = True
+            distinct[keep_cat[c]] += 1
+    met = 0
+    for c in range(len(need)):
+        if distinct[c] >= need[c]:
+            met += 1
+    return met >= theta
+
+
+@njit(cache=True, nogil=True)
+def _best_cut(
+    idx: np.ndarray, lo: int, hi: int, ranked: np.ndarray, leaf_of_rank: np.ndarray,
+    leaves: np.ndarray, lca: np.ndarray, weights: np.ndarray, num: np.ndarray, k: int,
+    block_size: int, even: bool, col: np.ndarray,
+) -> tuple[int, int, float, bool]:
+    """Where the block idx[lo:hi] is cut: (kind, QI, bound, inclusive), kind 0 none, 1 a
+    categorical QI's rank < bound, 2 a numeric QI's value < bound (<= when inclusive). The
+    choice, ties included, is that of the NumPy form this replaced (tests/test_blocks.py keeps
+    it as the reference): the dearest balanced categorical crossing, then the most balanced;
+    else the median of the widest numeric QI; failing balance, the most balanced cut."""
+    m = hi - lo
+    balanced = 0.25 * m
+    if even:
+        parts = -(-m // block_size)
+        aim = m * (parts // 2) / parts
+    else:
+        aim = m / 2
+    best_pen, best_small, best_j, best_r = -1.0, 0.0, -1, 0
+    fb_small, fb_kind, fb_j, fb_bound, fb_incl = 0.0, 0, -1, 0.0, False
+    for j in range(ranked.shape[0]):
+        counts = np.zeros(leaves[j], np.int64)
+        for t in range(lo, hi):
+            counts[ranked[j, idx[t]]] += 1
+        present = np.flatnonzero(counts)
+        if len(present) < 2:
+            continue
+        # Counting, not sorting: a cut falls between two ranks of the leaves present; it pays
+        # at least the LCA of the two leaves next to it (depth-first order).
+        pos = 0
+        i_valid, v_small = -1, 0.0
+        i_ok, ok_pen, ok_small = -1, 0.0, 0.0
+        for i in range(len(present) - 1):
+            pos += counts[present[i]]
+            if min(pos, m - pos) < k:
+                continue
+            small = m / 2 - abs(pos - aim)
+            if i_valid < 0 or small > v_small:
+                i_valid, v_small = i, small
+            a, b = leaf_of_rank[j, present[i]], leaf_of_rank[j, present[i + 1]]
+            pen = weights[j, lca[j, a, b]]
+            if small >= balanced and pen > 0 and (
+                i_ok < 0 or pen > ok_pen or (pen == ok_pen and small > ok_small)
+            ):
+                i_ok, ok_pen, ok_small = i, pen, small
+        if i_valid < 0:
+            continue
+        if fb_kind == 0 or v_small > fb_small:
+            fb_small, fb_kind, fb_j, fb_bound = v_small, 1, j, float(present[i_valid + 1])
+        if i_ok >= 0 and (best_j < 0 or ok_pen > best_pen
+                          or (ok_pen == best_pen and ok_small > best_small)):  # fmt: skip
+            best_pen, best_small, best_j, best_r = ok_pen, ok_small, j, present[i_ok + 1]
+    if best_j >= 0:
+        return 1, best_j, float(best_r), False
+    nn = num.shape[0]
+    extents = np.empty(nn)
+    for i in range(nn):
+        low, high = np.inf, -np.inf
+        for t in range(lo, hi):
+            v = num[i, idx[t]]
+            low = min(low, v)
+            high = max(high, v)
+        extents[i] = high - low
+    order = np.argsort(-extents, kind="mergesort")  # widest first, ties by position
+    for i in order:
+        if extents[i] <= 0:
+            break
+        # The boundary nearest the aim (the median unless `even`) is just below or just
+        # above its run of equals.
+        for t in range(m):
+            col[t] = num[i, idx[lo + t]]
+        at = int(min(aim, m - 1))
+        median = np.sort(col[:m])[at]
+        below, upto = 0, 0
+        for t in range(m):
+            below += col[t] < median
+            upto += col[t] <= median
+        chosen, gap = -1, np.inf
+        for cand in (below, upto):
+            if k <= cand <= m - k and abs(cand - aim) < gap:
+                chosen, gap = cand, abs(cand - aim)
+        if chosen < 0:
+            continue
+        side = m / 2 - abs(chosen - aim)
+        inclusive = chosen != below
+        if side >= balanced:
+            return 2, i, median, inclusive
+        if fb_kind == 0 or side > fb_small:
+            fb_small, fb_kind, fb_j, fb_bound, fb_incl = side, 2, i, median, inclusive
+    return fb_kind, fb_j, fb_bound, fb_incl
+
+
+@njit(cache=True, nogil=True)
+def _cut_kernel(
+    idx: np.ndarray, ranked: np.ndarray, leaf_of_rank: np.ndarray, leaves: np.ndarray,
+    lca: np.ndarray, weights: np.ndarray, num: np.ndarray, k: int, block_size: int,
+    even: bool, keep_code: np.ndarray, keep_cat: np.ndarray, need: np.ndarray, theta: int,
+    min_rows: int,
+) -> np.ndarray:
+    """The blocks of `cut` as bounds into idx, reordered in place: block b is
+    idx[bounds[b]:bounds[b + 1]], in cut order (a block's first half is cut, and numbered,
+    before its second)."""
+    n = len(idx)
+    col = np.empty(n)
+    first = np.empty(n, np.bool_)
+    buf = np.empty(n, np.int64)
+    seen = np.zeros(max(len(keep_cat), 1), np.bool_)
+    distinct = np.zeros(max(len(need), 1), np.int64)
+    stack_lo = np.empty(n + 1, np.int64)
+    stack_hi = np.empty(n + 1, np.int64)
+    stack_lo[0], stack_hi[0], top = 0, n, 1
+    bounds = [0]
+    while top > 0:
+        top -= 1
+        lo, hi = stack_lo[top], stack_hi[top]
+        kind = 0
+        if hi - lo > block_size:
+            kind, j, bound, inclusive = _best_cut(idx, lo, hi, ranked, leaf_of_rank, leaves,
+                                                  lca, weights, num, k, block_size, even, col)
+        if kind != 0:
+            # Stable: the first half's rows, then the second's, each in the block's order.
+            n1 = 0
+            for t in range(lo, hi):
+                r = idx[t]
+                if kind == 1:
+                    f = ranked[j, r] < bound
+                else:
+                    f = num[j, r] <= bound if inclusive else num[j, r] < bound
+                first[t] = f
+                n1 += f
+            a, b = lo, lo + n1
+            for t in range(lo, hi):
+                if first[t]:
+                    buf[a] = idx[t]
+                    a += 1
+                else:
+                    buf[b] = idx[t]
+                    b += 1
+            mid = lo + n1
+            if _keeps(buf, lo, mid, keep_code, keep_cat, need, theta, min_rows, seen,
+                      distinct) and _keeps(buf, mid, hi, keep_code, keep_cat, need, theta,
+                                           min_rows, seen, distinct):  # fmt: skip
+                idx[lo:hi] = buf[lo:hi]
+                stack_lo[top], stack_hi[top] = mid, hi  # the second half waits
+                stack_lo[top + 1], stack_hi[top + 1] = lo, mid
+                top += 2
+                continue
+        bounds.append(hi)
+    return np.array(bounds, np.int64)
 
 
 def kmember_blocks(
@@ -403,13 +531,9 @@ def thetak_blocks(
     need_arr = needs(catg, code, vcat, k, theta, rule)
     need = dict(enumerate(need_arr.tolist()))
 
-    def fits(rows: np.ndarray) -> bool:
-        if len(rows) < k:
-            return False
-        distinct = np.bincount(vcat[np.unique(code[rows])], minlength=len(cats))
-        return int((distinct >= need_arr).sum()) >= theta
-
-    blocks = cut(qi, k, block_size, fits=fits, even=True, rows=order)
+    keep = Keep(np.asarray(code, np.int64), np.asarray(vcat, np.int64),
+                np.asarray(need_arr, np.int64), theta, k)  # fmt: skip
+    blocks = cut(qi, k, block_size, keep=keep, even=True, rows=order)
     rng = np.random.default_rng(seed)
     seeds = [int(rng.integers(2**31)) for _ in blocks]
 
