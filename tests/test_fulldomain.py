@@ -319,14 +319,21 @@ def test_optimal_against_exhaustive_search(
     assert result.nodes_checked < result.nodes / 2  # pruning did prune
 
 
-@pytest.mark.parametrize("part_rows", [None, 700], ids=["one-part", "page-ranges"])
+@pytest.mark.parametrize(
+    ("read", "part_rows"), [("streamed", None), ("fetched", None), ("fetched", 700)],
+    ids=["streamed", "one-part", "page-ranges"],
+)  # fmt: skip
 def test_numpy_counts_of_every_node_match_the_reference(
-    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, part_rows: int | None
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, read: str, part_rows: int | None
 ) -> None:
     """A k-only search counts nodes in numpy, rolling up from the tables of failing nodes: on
     a frequency set big enough for roll-ups, every node's rows under k and their NCP equal an
-    independent count in Python, whatever tables they were counted from; also when the rows
-    are fetched in parts by page ranges (as a large table is), each row in exactly one."""
+    independent count in Python, whatever tables they were counted from; whether the rows
+    are read once (`_streamed`) or fetched as codes after the maps (the path of QIs that
+    cannot be streamed), also in parts by page ranges (as a large table is), each row in
+    exactly one."""
+    if read == "fetched":
+        monkeypatch.setattr(_Lattice, "_streamed", lambda self, source: False)
     if part_rows is not None:
         monkeypatch.setattr(coded, "PART_ROWS", part_rows)
     rows = patients(6000, seed=11)

@@ -461,7 +461,9 @@ def _parse_array(dtype: str, width: int, raw: Any) -> np.ndarray:
     return values.astype(dtype[1:])
 
 
-def fetch_arrays(conn: psycopg.Connection, query: sql.Composable) -> list[np.ndarray]:
+def fetch_arrays(
+    conn: psycopg.Connection, query: sql.Composable, params: Sequence[Any] | None = None
+) -> list[np.ndarray]:
     """The columns of a one-row query whose values are int4[], int8[] or float8[] arrays
     without NULL elements (`array_agg` of NOT NULL columns), as numpy arrays (native byte
     order; empty for a NULL array, as array_agg over no rows gives).
@@ -485,7 +487,7 @@ def fetch_arrays(conn: psycopg.Connection, query: sql.Composable) -> list[np.nda
     with conn.cursor(binary=True) as cur:
         for oid, (dtype, width) in _ARRAYS.items():
             cur.adapters.register_loader(oid, loader(dtype, width))
-        cur.execute(query)
+        cur.execute(query, params)
         oids = [d.type_code for d in cur.description or []]
         bad = [oid for oid in oids if oid not in _ARRAYS]
         if bad:

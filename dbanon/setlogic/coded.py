@@ -1,14 +1,17 @@
-"""A k-only full-domain search counted in numpy (dbanon.setlogic.lattice): each QI's distinct
-values and their generalisation map made in SQL, the source's rows fetched once as level-0 codes
-(in parts of its pages), equal rows grouped, and a node's classes a bincount or np.unique of one
-mixed-radix key per row, rolled up from the smallest table of a failing descendant."""
+"""A k-only full-domain search counted in numpy (dbanon.setlogic.lattice): each QI's
+generalisation map made in SQL from its distinct values, every row coded by its values' places
+in the maps (`_Coded.streamed`: the rows read once, the distinct values theirs; `_Coded.fetch`:
+the maps first, then the rows as level-0 codes in parts of the source's pages), equal rows
+grouped, and a node's classes a bincount or np.unique of one mixed-radix key per row, rolled up
+from the smallest table of a failing descendant."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -95,6 +98,80 @@ def _look_up(v: np.ndarray, c0: np.ndarray, x: np.ndarray) -> np.ndarray | None:
     return c0[pos]
 
 
+def _found(
+    q: _QI, values: tuple[np.ndarray, np.ndarray] | None, x: np.ndarray
+) -> np.ndarray:
+    """`x` coded by `_look_up` in `values` (or codes already, -1 for none), or the one-line
+    error for a value its map lacks."""
+    out = x if values is None else _look_up(*values, x)
+    if out is None or (len(out) and int(out.min()) < 0):
+        raise DbanonError(f"a value of {quote_ident(q.col.name)} is missing from its map")
+    return out
+
+
+def _whole_interval(q: _QI) -> bool:
+    """An interval QI of whole numbers (integers, days): read as its number, looked up."""
+    return isinstance(q.h, IntervalHierarchy) and q.h.base != "numeric"
+
+
+@dataclass
+class _Maps:
+    """Each QI's map read from its temp table: per level a lookup from a level-0 code to the
+    level's code (`looks`), the level's number of codes (`cards`) and NCP (`ncps`); and for a
+    QI read as a number, its distinct numbers sorted with their level-0 codes (`values`)."""
+
+    looks: list[list[np.ndarray]]
+    cards: list[list[int]]
+    ncps: list[list[np.ndarray]]
+    values: dict[int, tuple[np.ndarray, np.ndarray]]
+
+    @classmethod
+    def read(
+        cls, conn: psycopg.Connection, qis: list[_QI],
+        number: Mapping[int, Callable[[sql.Composable], sql.Composable]],
+    ) -> _Maps:  # fmt: skip
+        """Each map as one array value per column (`fetch_arrays`); `number(v)` of a QI is
+        fetched beside its codes, and kept in `values` when it names one value (no two of its
+        distinct values share it: a hash may collide)."""
+        from dbanon.db.stream import fetch_arrays
+
+        out = cls([], [], [], {})
+        for i, q in enumerate(qis):
+            cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
+            for level in range(1, q.height):
+                cols.append(sql.SQL("array_agg({}::int8)").format(sql.Identifier(f"c{level}")))
+                cols.append(sql.SQL("array_agg({}::float8)").format(sql.Identifier(f"r{level}")))
+            if i in number:
+                cols.append(sql.SQL("array_agg({})").format(number[i](sql.SQL("v"))))
+            m = fetch_arrays(
+                conn,
+                sql.SQL("SELECT {} FROM {}").format(
+                    sql.SQL(", ").join(cols), sql.Identifier(f"{_PREFIX}m{i}")
+                ),
+            )
+            c0 = m[0]
+            if i in number:
+                order = np.argsort(m[-1], kind="stable")
+                v = m[-1][order]
+                if len(v) < 2 or np.all(v[1:] != v[:-1]):
+                    out.values[i] = (v, c0[order])
+            size = int(c0.max(initial=0)) + 1
+            look, card, ncp = [np.arange(size, dtype=np.int64)], [size], [np.zeros(size)]
+            for level in range(1, q.height):
+                labels, dense = np.unique(m[2 * level - 1], return_inverse=True)
+                lk = np.zeros(size, dtype=np.int64)
+                lk[c0] = dense.reshape(-1)
+                nc = np.zeros(size)
+                nc[c0] = m[2 * level]
+                look.append(lk)
+                card.append(len(labels))
+                ncp.append(nc)
+            out.looks.append(look)
+            out.cards.append(card)
+            out.ncps.append(ncp)
+        return out
+
+
 class _Coded:
     """The frequency set of a k-only search in numpy: each distinct QI combination as one row
     of level-0 codes with its weight (rows of the source), and per QI and level a lookup from
@@ -147,52 +224,17 @@ class _Coded:
         from dbanon.db.stream import fetch_arrays
 
         d = len(qis)
-        looks: list[list[np.ndarray]] = []
-        cards: list[list[int]] = []
-        ncps: list[list[np.ndarray]] = []
-        values: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # direct QI -> (v, c0) by v
         # A QI fetched as a number per row: integer and date intervals as themselves, text
         # as hashtext() of it, when no two of its distinct values share a hash (then a hash
         # names one value, as the value does: every row's value is in the map).
         number: dict[int, Callable[[sql.Composable], sql.Composable]] = {}
         for i, q in enumerate(qis):
-            if isinstance(q.h, IntervalHierarchy) and q.h.base != "numeric":
+            if _whole_interval(q):
                 number[i] = partial(sql.SQL("{}::int8").format)
             elif q.kind in ("flat", "stored"):
                 number[i] = partial(sql.SQL("hashtext({})").format)  # int4
-        for i, q in enumerate(qis):
-            cols: list[sql.Composable] = [sql.SQL("array_agg(c0::int8)")]
-            for level in range(1, q.height):
-                cols.append(sql.SQL("array_agg({}::int8)").format(sql.Identifier(f"c{level}")))
-                cols.append(sql.SQL("array_agg({}::float8)").format(sql.Identifier(f"r{level}")))
-            if i in number:
-                cols.append(sql.SQL("array_agg({})").format(number[i](sql.SQL("v"))))
-            m = fetch_arrays(
-                conn,
-                sql.SQL("SELECT {} FROM {}").format(
-                    sql.SQL(", ").join(cols), sql.Identifier(f"{_PREFIX}m{i}")
-                ),
-            )
-            c0 = m[0]
-            if i in number:
-                order = np.argsort(m[-1], kind="stable")
-                v = m[-1][order]
-                if len(v) < 2 or np.all(v[1:] != v[:-1]):
-                    values[i] = (v, c0[order])
-            size = int(c0.max(initial=0)) + 1
-            look, card, ncp = [np.arange(size, dtype=np.int64)], [size], [np.zeros(size)]
-            for level in range(1, q.height):
-                labels, dense = np.unique(m[2 * level - 1], return_inverse=True)
-                lk = np.zeros(size, dtype=np.int64)
-                lk[c0] = dense.reshape(-1)
-                nc = np.zeros(size)
-                nc[c0] = m[2 * level]
-                look.append(lk)
-                card.append(len(labels))
-                ncp.append(nc)
-            looks.append(look)
-            cards.append(card)
-            ncps.append(ncp)
+        maps = _Maps.read(conn, qis, number)
+        values = maps.values
         direct = set(values)
         for i, (v, _) in values.items():
             if v.dtype == np.int64 and len(v) and v[0] >= -(2**31) and v[-1] < 2**31:
@@ -221,24 +263,59 @@ class _Coded:
                 raise DbanonError("the source changed while the search read it")
             block = codes[rows : rows + got]
             for i in range(d):
-                if i in direct:
-                    found = _look_up(*values[i], out[i])
-                    if found is None:
-                        raise DbanonError(f"a value of {quote_ident(qis[i].col.name)} is missing "
-                            "from its map")
-                    block[:, i] = found
-                else:
-                    block[:, i] = out[i]
+                block[:, i] = _found(qis[i], values[i], out[i]) if i in direct else out[i]
                 out[i] = np.empty(0)  # freed as soon as copied
             rows += got
         if rows != total:
             raise DbanonError("the source changed while the search read it")
-        weights = np.ones(rows, dtype=np.int64)
-        coded = cls(qis, codes, weights, looks, cards, ncps, with_ncp)
-        # Equal rows as one, weighted (the frequency set, grouped here rather than in SQL), in
-        # the order of their key (np.unique's), so that sums over it add up in one order.
+        return cls.grouped(qis, codes, maps, with_ncp)
+
+    @classmethod
+    def streamed(
+        cls, conn: psycopg.Connection, qis: list[_QI], columns: list[Any], with_ncp: bool,
+        value_map: Callable[[int, list[Any], bool], None],
+    ) -> _Coded:  # fmt: skip
+        """From the source's rows read once (`_Lattice._streamed`): each QI's distinct values
+        are the stream's, so its map is made from them (`value_map(i, values, is_text)`, or
+        the stored hierarchy's, made already), and each row's code is its value's in the
+        map: a binary search for numbers, the stream's own code of a text (its bytes, as
+        the map's "C" collation compares them) looked up once per distinct text."""
+        from dbanon.db.stream import Coded, fetch_arrays
+
+        d = len(qis)
+        for i, (q, col) in enumerate(zip(qis, columns, strict=True)):
+            if q.kind != "stored":
+                text = isinstance(col, Coded)
+                value_map(i, col.values if text else np.unique(col).tolist(), text)
+        number = {i: partial(sql.SQL("{}::int8").format)
+                  for i, q in enumerate(qis) if _whole_interval(q)}  # fmt: skip
+        maps = _Maps.read(conn, qis, number)
+        codes = np.zeros((len(columns[0].codes if isinstance(columns[0], Coded)
+                              else columns[0]), d), dtype=np.int32)  # fmt: skip
+        for i, col in enumerate(columns):
+            if isinstance(col, Coded):
+                (lut,) = fetch_arrays(conn, sql.SQL(
+                    "SELECT array_agg(coalesce(m.c0, -1) ORDER BY u.o) FROM unnest(%s::text[]) "
+                    'WITH ORDINALITY AS u(t, o) LEFT JOIN {} m ON m.v = u.t COLLATE "C"'
+                ).format(sql.Identifier(f"{_PREFIX}m{i}")), [col.values])  # fmt: skip
+                codes[:, i] = _found(qis[i], None, lut[col.codes])
+            else:
+                codes[:, i] = _found(qis[i], maps.values[i], col)
+            columns[i] = None  # freed as soon as coded
+        return cls.grouped(qis, codes, maps, with_ncp)
+
+    @classmethod
+    def grouped(
+        cls, qis: list[_QI], codes: np.ndarray, maps: _Maps, with_ncp: bool
+    ) -> _Coded:
+        """The search's counting over every row's level-0 codes: equal rows as one, weighted
+        (the frequency set, grouped here rather than in SQL), in the order of their key
+        (np.unique's), so that sums over it add up in one order."""
         from dbanon.setlogic import codedkernels
 
+        rows, d = codes.shape
+        weights = np.ones(rows, dtype=np.int64)
+        coded = cls(qis, codes, weights, maps.looks, maps.cards, maps.ncps, with_ncp)
         key, space = coded._node_key(np.zeros(d, dtype=np.int64), codes)
         found = codedkernels.classes(key, weights, space, 1)
         distinct, sizes, first = found[1], found[3], found[4]
