@@ -302,7 +302,8 @@ def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
     the sum of each row's hash_record_extended (each value hashed by its type: 0.47 s of the
     server at a million rows) where every column's type has a hash function, else of the hash
     of the row's text (0.77 s: every value through its output function). The first kind is
-    marked `r`, so the two never compare equal."""
+    marked `r`, so the two never compare equal. Summed as int8 (the server adds them in 128
+    bits, exactly: the same figure as a sum of numerics, which cost 10-20 % more per row)."""
     from dbanon.setlogic.composition import RECORD, fingerprint_kind
 
     if fingerprint_kind(conn, rel, list(catalog.columns(conn, rel).values())) == RECORD:
@@ -310,7 +311,7 @@ def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
     else:
         hashed, kind = sql.SQL("hashtextextended(t::text, 0)"), ""
     count, digest = conn.execute(
-        sql.SQL("SELECT count(*), coalesce(sum({}::numeric), 0) FROM {} t").format(
+        sql.SQL("SELECT count(*), coalesce(sum({}), 0) FROM {} t").format(
             hashed, rel.ident)  # fmt: skip
     ).fetchone()
     return f"{count}:{kind}{digest}"
