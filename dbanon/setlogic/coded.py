@@ -22,6 +22,7 @@ from dbanon.errors import DbanonError, quote_ident
 from dbanon.setlogic.hierarchies import (
     AnyHierarchy,
     IntervalHierarchy,
+    _as_number,
 )
 
 # Temp tables of a search (one search at a time per session), all dropped before it returns.
@@ -272,16 +273,36 @@ class _Coded:
 
     @classmethod
     def streamed(
-        cls, conn: psycopg.Connection, qis: list[_QI], columns: list[Any], with_ncp: bool,
-        value_map: Callable[[int, list[Any], bool], None],
-    ) -> _Coded:  # fmt: skip
-        """From the source's rows read once (`_Lattice._streamed`): each QI's distinct values
-        are the stream's, so its map is made from them (`value_map(i, values, is_text)`, or
-        the stored hierarchy's, made already), and each row's code is its value's in the
-        map: a binary search for numbers, the stream's own code of a text (its bytes, as
-        the map's "C" collation compares them) looked up once per distinct text."""
-        from dbanon.db.stream import Coded, fetch_arrays
+        cls, conn: psycopg.Connection, qis: list[_QI], source: Relation, total: int,
+        with_ncp: bool, value_map: Callable[[int, list[Any], bool], None],
+    ) -> _Coded | None:  # fmt: skip
+        """The source's rows read once (one binary COPY), where every QI is text (flat or a
+        stored hierarchy's) or an interval of whole numbers (integers, days); None, reading
+        nothing, otherwise. Where the fetch reads the source three times (every QI's distinct
+        values in one GROUPING SETS, 1.1 s at a million rows; each map from them; the rows as
+        level-0 codes, 1.5 s), this reads it once (0.7 s): each QI's distinct values are the
+        stream's, so its map is made from them (`value_map(i, values, is_text)`, or the stored
+        hierarchy's, made already), and each row's code is its value's in the map: a binary
+        search for numbers, the stream's own code of a text (its bytes, as the map's "C"
+        collation compares them) looked up once per distinct text."""
+        from dbanon.db.stream import Coded, copy_columns, fetch_arrays
 
+        exprs: list[sql.Composable] = []
+        kinds: list[str] = []
+        for q in qis:
+            if _whole_interval(q):
+                assert isinstance(q.h, IntervalHierarchy)
+                exprs.append(sql.SQL("{}::int8").format(_as_number(q.h.base, q.col.ident)))
+                kinds.append("int8")  # NULL, read as 0, is refused by the search's stats
+            elif q.kind in ("flat", "stored"):
+                exprs.append(sql.SQL('{}::text COLLATE "C"').format(q.col.ident))
+                kinds.append("text")
+            else:
+                return None
+        columns: list[Any] = copy_columns(
+            conn, sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), source.ident),
+            kinds, total,
+        )  # fmt: skip
         d = len(qis)
         for i, (q, col) in enumerate(zip(qis, columns, strict=True)):
             if q.kind != "stored":
