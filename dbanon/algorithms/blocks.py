@@ -123,10 +123,8 @@ def cut(
     a cut (stably, so each half lists its rows in the block's order)."""
     if block_size < 2 * k:
         raise ValueError(f"block size {block_size} is too small for k={k}: it needs at least 2k")
-    if keep is None and sensitive is not None and p > 1:
-        codes = np.asarray(sensitive, np.int64).reshape(-1)
-        keep = Keep(codes, np.zeros(int(codes.max()) + 1, np.int64), np.array([p], np.int64), 1, 0)
-    keep = keep or Keep(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), 0, 0)
+    if keep is None:
+        keep = Keep.distinct(sensitive, p) if sensitive is not None and p > 1 else Keep.none()
     ranks = _depth_first_rank(qi)
     q = qi.cat.shape[1]
     # Each row's rank per categorical QI (a cut gathers one column per QI, in the narrowest
@@ -164,6 +162,17 @@ class Keep:
     need: np.ndarray  # int64 per category
     theta: int
     rows: int
+
+    @classmethod
+    def distinct(cls, codes: np.ndarray, p: int) -> Keep:
+        """At least p distinct codes (0..), the (p,k) rule's."""
+        code = np.asarray(codes, np.int64).reshape(-1)
+        return cls(code, np.zeros(int(code.max()) + 1, np.int64), np.array([p], np.int64), 1, 0)
+
+    @classmethod
+    def none(cls) -> Keep:
+        """No condition."""
+        return cls(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(1, np.int64), 0, 0)
 
 
 @njit(cache=True, nogil=True)

@@ -196,12 +196,11 @@ class BoundCategories:
 
     @property
     def summary(self) -> sql.Composable:
-        """Over `cv`, rows (cat, v, r: the value's rows): the rows without a value, the values
-        without a category (text) and the categories, as `refuse` reads them."""
+        """Over `cv`, rows (cat, v, r: the value's rows): the rows without a value and the
+        values without a category (text), as `refuse` reads them."""
         return sql.SQL(
             "coalesce(sum(r) FILTER (WHERE v IS NULL), 0), "
-            "array_agg(DISTINCT v::text) FILTER (WHERE v IS NOT NULL AND {bad}), "
-            "count(DISTINCT cat)"
+            "array_agg(DISTINCT v::text) FILTER (WHERE v IS NOT NULL AND {bad})"
         ).format(bad=self.bad)
 
     def refuse(

@@ -221,7 +221,7 @@ def masked_test(
     need = NEED_RULES[model.rule].sql(
         model.k, model.theta, sql.SQL("sum(f)::bigint"), sql.SQL("cv")
     )
-    nulls, missing, _, domain = conn.execute(
+    nulls, missing, domain = conn.execute(
         sql.SQL(
             "WITH cv AS MATERIALIZED (SELECT cat, v, {rows} AS f, count(*) AS r FROM {src}"
             " GROUP BY cat, v)"

@@ -311,9 +311,10 @@ class _Coded:
         number = {i: partial(sql.SQL("{}::int8").format)
                   for i, q in enumerate(qis) if _whole_interval(q)}  # fmt: skip
         maps = _Maps.read(conn, qis, number)
-        codes = np.zeros((len(columns[0].codes if isinstance(columns[0], Coded)
-                              else columns[0]), d), dtype=np.int32)  # fmt: skip
+        codes = np.zeros((total, d), dtype=np.int32)
         for i, col in enumerate(columns):
+            if len(col.codes if isinstance(col, Coded) else col) != total:
+                raise DbanonError("the source changed while the search read it")
             if isinstance(col, Coded):
                 (lut,) = fetch_arrays(conn, sql.SQL(
                     "SELECT array_agg(coalesce(m.c0, -1) ORDER BY u.o) FROM unnest(%s::text[]) "

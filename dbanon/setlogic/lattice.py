@@ -395,9 +395,9 @@ class _Lattice:
     def _map_of(self, i: int, values: list[Any], text: bool) -> None:
         """`_value_map` of QI i from its distinct values (text: compared as "C" does)."""
         dv = self._temp(f"dv{i}")
-        typed = sql.SQL('%s::text[]) COLLATE "C"' if text else "%s::int8[])")
+        unnest = sql.SQL('unnest(%s::text[]) COLLATE "C"' if text else "unnest(%s::int8[])")
         self.conn.execute(
-            sql.SQL("CREATE TEMP TABLE {} AS SELECT unnest({} AS v").format(dv, typed), [values]
+            sql.SQL("CREATE TEMP TABLE {} AS SELECT {} AS v").format(dv, unnest), [values]
         )
         self._value_map(i, self.qis[i], dv, sql.Identifier("v"))
 
