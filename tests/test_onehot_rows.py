@@ -121,3 +121,24 @@ def test_a_nondeterministic_collation_is_left_to_sql(conn: psycopg.Connection) -
     streamed, grouped = _both(conn, r, 2)
     _same(streamed, grouped)
     assert streamed.rows is None
+
+
+@pytest.mark.parametrize("head", [3, 10_000])
+def test_bins_check_counts_every_row_unless_the_head_shows_enough(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, head: int
+) -> None:
+    """`--bins` up to the most distinct values of a numeric QI passes, one more is refused with
+    that count; read from the table's first `head` rows or, when those show too few, from all:
+    a head of 3 rows (one value of `a`, then its others) must not refuse what the whole allows."""
+    from dbanon.errors import DbanonError
+    from dbanon.methods import projection
+
+    monkeypatch.setattr(projection, "_BINS_HEAD", head)
+    rows = [(i, 1 if i < 5 else i, i % 3) for i in range(40)]  # a: 36 distinct, b: 3
+    make_table(conn, "s", "bins", [("id", "int"), ("a", "int"), ("b", "int")], rows)
+    qi = [Column("a", "integer", NUMERIC, True), Column("b", "integer", NUMERIC, True)]
+    r = _resolved(Relation("s", "bins"), qi, qi[1], len(rows))
+    for bins in (2, 4, 36):
+        projection._check_bins(conn, r, bins)
+    with pytest.raises(DbanonError, match=r"--bins 37 .*\(at most 36, of a\)"):
+        projection._check_bins(conn, r, 37)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import threading
 from contextlib import suppress
+from importlib import import_module
 
 from numba import njit
 
@@ -68,7 +69,23 @@ def start() -> None:
             _started.append(thread)
 
 
+def preload(module: str) -> None:
+    """Import `module` in a thread, while the run waits on the server: scikit-learn's forest
+    takes about a second to import, most of it before the rows it fits are read. Joined with
+    the set-up (`join`), so that no fork inherits an import lock held; an import that fails
+    here fails again, and says why, where the run imports the module itself."""
+
+    def load() -> None:
+        with suppress(Exception):
+            import_module(module)
+
+    with _lock:
+        thread = threading.Thread(target=load, name=f"dbanon-preload-{module}", daemon=True)
+        thread.start()
+        _started.append(thread)
+
+
 def join() -> None:
-    """Wait for the set-up, if one was started."""
+    """Wait for the set-up and the preloads started."""
     for thread in _started:
         thread.join()

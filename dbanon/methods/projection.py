@@ -220,15 +220,29 @@ def onehot_candidates(
     return Candidates(out, smallest, (ones, sizes), None if streamed is None else streamed.rows)
 
 
+_BINS_HEAD = 10_000  # rows _check_bins reads before it counts them all
+
+
 def _check_bins(conn: psycopg.Connection, r: Resolved, bins: int) -> None:
     """More bins than a numeric QI has distinct values only makes empty bins, and their edges
     are built in memory: `--bins` is at most the largest count of distinct values."""
     numeric = [c for c in r.qi if c.kind in (NUMERIC, DATE) and not r.is_categorical(c)]
     if not numeric:
         return
+    cols = sql.SQL(", ").join(c.ident for c in numeric)
+    # Passing needs one column with `bins` distinct values, which the first rows read nearly
+    # always show (0.3 s of a million-row publish saved); only a refusal, or a table whose
+    # head does not show it, counts every row
+    head = conn.execute(
+        sql.SQL("SELECT {} FROM (SELECT {} FROM {} LIMIT {}) h").format(
+            sql.SQL(", ").join(sql.SQL("count(DISTINCT {})").format(c.ident) for c in numeric),
+            cols, r.source.ident, sql.Literal(_BINS_HEAD),
+        )
+    ).fetchone()  # fmt: skip
+    if max(head) >= bins:
+        return
     # count(DISTINCT) of each, as a count of its non-NULL groups: one hashed GROUPING SETS
     # scan (a column is NULL in the other columns' sets), not a sort per column
-    cols = sql.SQL(", ").join(c.ident for c in numeric)
     counts = conn.execute(
         sql.SQL("SELECT {} FROM (SELECT {} FROM {} GROUP BY GROUPING SETS ({})) g").format(
             sql.SQL(", ").join(sql.SQL("count({})").format(c.ident) for c in numeric), cols,

@@ -69,6 +69,9 @@ class RFKA(ProjectionMethod):
     )  # fmt: skip
 
     def validate(self, conn: psycopg.Connection, r: Resolved) -> None:
+        from dbanon.algorithms import warmup
+
+        warmup.preload("sklearn.ensemble")  # while validate and the sample wait on the server
         if r.options["trees"] < 1:
             raise DbanonError(f"--trees must be at least 1, got {r.options['trees']}")
         if r.options["sample"] < 0 or 0 < r.options["sample"] < 10:
