@@ -306,3 +306,23 @@ def test_distinct_values_give_classes_below_2k(n: int, k: int, rnd) -> None:
     sizes = np.bincount(mondrian(build([values], []), k))
     assert sizes.min() >= k
     assert sizes.max() < 2 * k
+
+
+@settings(max_examples=120, deadline=None)
+@given(tables(with_sensitive=True), st.integers(1, 3), st.sampled_from([1, 2, 3]))
+def test_subtrees_grown_in_threads_give_the_one_call_ids(table, l: int, workers: int) -> None:  # noqa: E741
+    """From THREADED_ROWS rows the root's parts grow on several threads (`_whole`): the ids
+    must be those of the serial call, row for row (numbering runs in order, disjoint rows)."""
+    from dbanon.algorithms import blocks
+    from dbanon.algorithms import mondrian as module
+
+    num, cat, trees, k, sens = table
+    qi = build(list(num.T), list(cat.T), trees)
+    if l > 1 and not l_diverse(sens.tolist(), "distinct", l, 1.0):
+        return
+    serial = mondrian(qi, k, sensitive=sens, l=l)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(module, "THREADED_ROWS", 1)
+        mp.setattr(blocks, "cores", lambda: workers)
+        threaded = mondrian(qi, k, sensitive=sens, l=l)
+    assert threaded.tolist() == serial.tolist()
