@@ -95,3 +95,32 @@ def test_masked_test_leaves_wide_domains_to_the_cell_form(
     assert thetak.masked_test(conn, model, bound, target) is None
     conn.execute("DELETE FROM t.many WHERE s >= 100")
     assert thetak.masked_test(conn, model, bound, target) is not None
+
+
+@pytest.mark.parametrize("limit", [thetak.MAX_MASK_VALUES, 0])
+def test_the_check_hands_its_class_sizes_to_the_publish(
+    conn: psycopg.Connection, monkeypatch: pytest.MonkeyPatch, limit: int
+) -> None:
+    """Inside a publish's `sizes.shared`, an unweighted (θ,k) check leaves the release's class
+    sizes (its per-class n, masked or cell form) for the figures and risk, which then read no
+    GROUP BY of their own: they must be the sizes a GROUP BY of the relation counts, NULL QI
+    values a class of their own. A weighted check (n: the weights' sum) leaves none."""
+    from dbanon.models import sizes
+
+    monkeypatch.setattr(thetak, "MAX_MASK_VALUES", limit)
+    rng = random.Random(limit)
+    rows = [(rng.choice([1, 2, 3, None]), rng.choice(["x", "y", None]),
+             rng.choice(["2.5", "7.25", "19.5", "33", "41.75", "58"]), rng.randint(1, 3))
+            for _ in range(500)]  # fmt: skip
+    make_table(conn, "t", "sz", [("a", "int"), ("b", "text"), ("s", "numeric"), ("w", "int")],
+               rows)  # fmt: skip
+    conn.commit()
+    relation = sql.Identifier("t", "sz")
+    fresh = sizes.histogram(conn, relation, QI)  # outside shared: counted by its GROUP BY
+    assert sum(n * c for n, c in fresh.items()) == len(rows)
+    model = thetak.ThetaKAnonymity(theta=2, k=3, width=20.0)
+    for count, left in ((None, fresh), ("w", None)):
+        with sizes.shared(conn):
+            model.check(conn, Target(relation, QI, "s", count))
+            memo = sizes._SHARED[id(conn)]
+            assert memo.get((relation.as_string(conn), *QI, "")) == left

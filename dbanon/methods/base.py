@@ -256,9 +256,10 @@ class Method(ABC):
         the method's own figures for the run record."""
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
-        """Every promised model on the first built relation, as consumers will read it."""
+        """Every promised model on the first built relation, as consumers will read it; a
+        model whose check counts the class sizes first, for the others to read."""
         target = replace(r.target, relation=self.checked_relation(r, built))
-        return [model_check(m, target) for m in r.models]
+        return [model_check(m, target) for m in sorted(r.models, key=lambda m: not m.counts_sizes)]
 
     def checked_relation(self, r: Resolved, built: list[Built]) -> sql.Composable:
         """What the checks and figures read for the first built relation: the relation itself,

@@ -180,6 +180,9 @@ class PrivacyModel(ABC):
     needs_sensitive = False
     needs_overall = False  # class_holds reads the whole relation's counts (t-closeness)
     spreads = False  # `spread` promises something over time ((θ,k))
+    # Its check's pass over the classes leaves their sizes for the others (dbanon.models.sizes):
+    # a publish runs it first
+    counts_sizes = False
 
     @property
     @abstractmethod
@@ -291,16 +294,17 @@ class ClassTest:
 @dataclass(frozen=True)
 class Figure:
     """An aggregate over the classes (their per-class columns), e.g. min(n). `combine` makes
-    it from the same figure of disjoint sets of classes ("sum", "min" or "max"; None where it
-    cannot be, and then the classes are counted in one query); `default` is its value over no
-    classes (an aggregate's NULL)."""
+    it from the same figure of disjoint sets of classes ("sum", "min", "max" or, of arrays,
+    "concat"; None where it cannot be, and then the classes are counted in one query);
+    `default` is its value over no classes (an aggregate's NULL)."""
 
     expr: sql.Composable
-    combine: Literal["sum", "min", "max"] | None = None
+    combine: Literal["sum", "min", "max", "concat"] | None = None
     default: Any = None
 
 
-COMBINE = {"sum": sum, "min": min, "max": max}
+COMBINE = {"sum": sum, "min": min, "max": max,
+           "concat": lambda parts: [x for p in parts for x in p]}  # fmt: skip
 
 
 def class_summary(

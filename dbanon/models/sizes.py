@@ -9,6 +9,7 @@ as a check of a live table must.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -72,6 +73,11 @@ def histogram_of_keys(key: np.ndarray) -> dict[int, int]:
     counts = np.unique(key, return_counts=True)[1]
     sizes, classes = np.unique(counts, return_counts=True)
     return {int(n): int(c) for n, c in zip(sizes.tolist(), classes.tolist(), strict=True)}
+
+
+def of_sizes(sizes: Sequence[int]) -> dict[int, int]:
+    """Size -> classes of classes of these sizes (each class's rows, as a check counted them)."""
+    return dict(Counter(int(n) for n in sizes))
 
 
 def figures(hist: dict[int, int]) -> dict[str, int]:

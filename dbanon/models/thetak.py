@@ -51,6 +51,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.errors import DbanonError
+from dbanon.models import sizes
 from dbanon.models.base import (
     CheckResult,
     ClassTest,
@@ -76,6 +77,7 @@ class ThetaKAnonymity(PrivacyModel):
     needs_sensitive = True
     needs_overall = True
     spreads = True
+    counts_sizes = True  # unweighted: `check` leaves the class sizes it counted
 
     def __post_init__(self) -> None:
         self.categories  # noqa: B018 - validates hierarchy/level/width together
@@ -144,6 +146,11 @@ class ThetaKAnonymity(PrivacyModel):
         else:
             bound.validate(conn, target)
         counted = masked or replace(test, per_class={**test.per_class, **PER_CLASS})
+        # Unweighted, n is each class's rows: the class sizes a publish's figures and risk read
+        # (dbanon.models.sizes) come from this pass instead of a GROUP BY of their own
+        # (0.7 s of a 1M-row release)
+        each = {"sizes": Figure(sql.SQL("array_agg(n)"), "concat", [])} if (
+            target.count is None) else {}  # fmt: skip
         classes, bad, figs, worst = class_summary(
             conn,
             target,
@@ -153,8 +160,11 @@ class ThetaKAnonymity(PrivacyModel):
                 "min_class_size": Figure(sql.SQL("min(n)"), "min", 0),
                 "min_categories": Figure(sql.SQL("min(good)"), "min", 0),
                 **{name: Figure(expr, "sum", 0) for name, expr in TOTALS.items()},
+                **each,
             },
         )
+        if each:
+            sizes.remember(conn, target.relation, target.qi, sizes.of_sizes(figs["sizes"]))
         return CheckResult(
             self.name,
             holds=bad == 0,
