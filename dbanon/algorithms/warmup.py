@@ -79,6 +79,8 @@ def preload(module: str) -> None:
         with suppress(Exception):
             import_module(module)
 
+    if module in sys.modules:  # imported already (an experiment's later publishes)
+        return
     with _lock:
         thread = threading.Thread(target=load, name=f"dbanon-preload-{module}", daemon=True)
         thread.start()
