@@ -764,3 +764,46 @@ def test_a_judged_release_is_the_judging_one(conn: psycopg.Connection) -> None:
     released = rows(True, cols, found)
     assert released == rows(False, cols, found)
     assert sorted(Counter(r[0] for r in released.elements()).values()) == [5, 5]
+
+
+@pytest.mark.parametrize(
+    ("base", "low", "high", "widths"),
+    [
+        ("integer", Decimal(10000), Decimal(99999), (Decimal(1000), Decimal(5000), Decimal(50000))),
+        ("integer", Decimal(-73), Decimal(91), (Decimal(7), Decimal(30))),
+        ("integer", Decimal(17), Decimal(90), (Decimal(5), Decimal(10), Decimal(50))),
+        ("date", Decimal(-400), Decimal(19000), (Decimal(1), Decimal(365))),
+        ("integer", Decimal("10.0"), Decimal("99.0"), (Decimal(10),)),  # scale 1: numeric way
+        ("integer", Decimal(0), Decimal(2**62), (Decimal(10),)),  # near bigint's end: numeric
+    ],
+)
+def test_interval_ncp_in_bigint_is_the_numeric_one_bit_for_bit(
+    conn: psycopg.Connection, base: str, low: Decimal, high: Decimal, widths: tuple[Decimal, ...]
+) -> None:
+    """The search's NCP of a whole-unit interval, its length measured in bigint, equals (as a
+    float8, exactly) what the all-numeric formula gives, for every value around the range and
+    every level; where the bounds have a fraction or near bigint's end, the numeric formula."""
+    from dbanon.setlogic.hierarchies import IntervalHierarchy, _interval_ncp, _whole_bin_low
+
+    h = IntervalHierarchy("x", base, widths, low, high)
+    span = high - low
+    step = max(int(span) // 5000, 1)
+    start, stop = int(low) - int(widths[-1]), min(int(high) + int(widths[-1]), 2**62)
+    for level in range(1, len(widths) + 1):
+        w = widths[level - 1]
+        x = sql.SQL("v")
+        lo = sql.SQL("{}::numeric").format(_whole_bin_low(h, x, w))
+        numeric = sql.SQL(
+            "((least({lo} + {last}, {hi}) - greatest({lo}, {low})) / {span})::float8"
+        ).format(lo=lo, last=sql.Literal(w - 1), hi=sql.Literal(high), low=sql.Literal(low),
+                 span=sql.Literal(span))  # fmt: skip
+        row = conn.execute(
+            sql.SQL(
+                "SELECT count(*), count(*) FILTER (WHERE {new} IS DISTINCT FROM {old}) "
+                "FROM generate_series({a}::int8, {b}::int8, {s}::int8) v"
+            ).format(new=_interval_ncp(h, x, level), old=numeric, a=sql.Literal(start),
+                     b=sql.Literal(stop), s=sql.Literal(step))  # fmt: skip
+        ).fetchone()
+        assert row[0] > 100 and row[1] == 0, (level, row)
+    whole = _interval_ncp(h, sql.SQL("v"), 1).as_string(conn)
+    assert ("::numeric /" in whole) == (low.as_tuple().exponent >= 0 and high < 2**61)

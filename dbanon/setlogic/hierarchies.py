@@ -274,8 +274,17 @@ def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Co
     if span <= 0:
         return sql.SQL("0::float8")
     w = h.widths[level - 1]
-    lo = sql.SQL("{}::numeric").format(_whole_bin_low(h, x, w))  # numeric, as the division
     last = w - 1 if h.base != "numeric" else w  # whole units: [lo, lo + w) ends at lo + w - 1
+    if _whole_length(h, w):
+        # The interval's length in bigint, only the division in numeric: the same integer
+        # divided as before (scale 0 both ways), so the same quotient to the last bit, at a
+        # fifth of the cost (numeric arithmetic per value: 0.3 s of a search of 90,000 zips).
+        ncp = "((least({lo} + {last}, {hi}) - greatest({lo}, {low}))::numeric / {span})::float8"
+        return sql.SQL(ncp).format(
+            lo=_whole_bin_low(h, x, w), last=sql.Literal(int(last)), hi=sql.Literal(int(h.high)),
+            low=sql.Literal(int(h.low)), span=sql.Literal(span),
+        )  # fmt: skip
+    lo = sql.SQL("{}::numeric").format(_whole_bin_low(h, x, w))  # numeric, as the division
     ncp = "((least({lo} + {last}, {hi}) - greatest({lo}, {low})) / {span})::float8"
     return sql.SQL(ncp).format(
         lo=lo,
@@ -284,6 +293,19 @@ def _interval_ncp(h: IntervalHierarchy, x: sql.Composable, level: int) -> sql.Co
         low=sql.Literal(h.low),
         span=sql.Literal(span),
     )
+
+
+def _whole_length(h: IntervalHierarchy, w: Decimal) -> bool:
+    """Whether `_interval_ncp` can measure an interval in bigint: whole units, and the width
+    and bounds whole numbers written without a fraction (a bound of 5.0 has scale 1, which the
+    numeric subtraction keeps and the division's precision follows), far from bigint's ends."""
+    bounds = (w, h.low, h.high)
+    return (
+        h.base != "numeric"
+        and all(isinstance(b, Decimal) and b.is_finite() and b.as_tuple().exponent >= 0
+                for b in bounds)
+        and max(abs(h.low), abs(h.high)) + w < 2**62
+    )  # fmt: skip
 
 
 def _measure(col: Column, x: sql.Composable) -> sql.Composable:
