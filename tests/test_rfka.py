@@ -373,13 +373,19 @@ def test_hamdist_counted_in_the_database_equals_the_arrays(
     ("setup", "args", "message"),
     [
         ("UPDATE s.people SET buy = 'yes'", (), "has one value ('yes')"),
+        ("UPDATE s.people SET buy = NULL", (), "has one value (None)"),
+        # one row labelled apart: two values, so the failure is the later check's
+        ("UPDATE s.people SET region = id::text, sex = id::text, job = id::text, buy = CASE "
+         "WHEN id = (SELECT max(id) FROM s.people) THEN 'no' ELSE 'yes' END",
+         ("--qi", "region,sex,job"), "not even one column: the least bad"),
         (None, ("--k", "999"), "larger than the"),
         ("UPDATE s.people SET region = id::text, sex = id::text, job = id::text",
          ("--qi", "region,sex,job"), "not even one column: the least bad"),
         (None, ("--sensitive", "buy,note"), "exactly one --sensitive"),
         (None, ("--keep", "id"), "row key"),
     ],
-    ids=["one-label", "k-above-rows", "no-column", "two-labels", "keep-key"],
+    ids=["one-label", "null-label", "one-row-apart", "k-above-rows", "no-column", "two-labels",
+         "keep-key"],
 )  # fmt: skip
 @pytest.mark.parametrize("method", ["rfka", "hamdist"])
 def test_bad_input_is_one_line_and_writes_nothing(

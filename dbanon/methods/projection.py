@@ -432,13 +432,19 @@ class ProjectionMethod(Method):
         if r.options.get("features", "onehot") == "onehot" and r.options.get("bins") is not None:
             _check_bins(conn, r, r.options["bins"])
         label = r.sensitive[0]
-        values = conn.execute(
-            sql.SQL("SELECT DISTINCT {}::text FROM {} LIMIT 2").format(label.ident, r.source.ident)
-        ).fetchall()
-        if len(values) < 2:
+        # A first value, then any other: two rows read where the labels differ early, where a
+        # DISTINCT ... LIMIT 2 hashes every row first (0.1-0.16 s at a million rows).
+        first = conn.execute(
+            sql.SQL("SELECT {}::text FROM {} LIMIT 1").format(label.ident, r.source.ident)
+        ).fetchone()
+        other = first is not None and conn.execute(
+            sql.SQL("SELECT 1 FROM {} WHERE {}::text IS DISTINCT FROM %s LIMIT 1").format(
+                r.source.ident, label.ident), [first[0]]  # fmt: skip
+        ).fetchone()
+        if not other:
             raise DbanonError(
                 f"label column {quote_ident(label.name)} of {r.source} has one value "
-                f"({values[0][0] if values else None!r}): there is nothing to classify"
+                f"({first[0] if first else None!r}): there is nothing to classify"
             )
         k = r.k or 2
         found = self._candidates(conn, r)
