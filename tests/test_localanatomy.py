@@ -264,8 +264,9 @@ def test_release_checks_catch_a_shown_flagged_value_and_an_unreleased_row_id(
     conn: psycopg.Connection, dsn: str
 ) -> None:
     """NAME showing a flagged age again, then NAME losing a row the age IDT names (and the
-    disease IDT, which holds every row), then an age IDT row moved to a bucket the ST lacks:
-    each is caught by `dbanon check --release`, naming what is wrong."""
+    disease IDT, which holds every row), then an age IDT row moved to a bucket the ST lacks,
+    then an age IDT row given another row's id: each is caught by `dbanon check --release`,
+    naming what is wrong."""
     load_t41(conn)
     code, out = cli_json(dsn, *la_args("t46", "--l", "4"))
     assert code == 0, out
@@ -277,6 +278,9 @@ def test_release_checks_catch_a_shown_flagged_value_and_an_unreleased_row_id(
          {"age", "disease"}),
         ("UPDATE released.t46_age_idt SET bucket_id = 99 WHERE row_id = (SELECT max(row_id) "
          "FROM released.t46_age_idt)", "2 buckets differ in size", {"age"}),
+        ("UPDATE released.t46_age_idt SET row_id = (SELECT min(row_id) FROM "
+         "released.t46_age_idt) WHERE row_id = (SELECT max(row_id) FROM released.t46_age_idt)",
+         "1 row ids twice", {"age"}),
     ):  # fmt: skip
         conn.execute(change)
         conn.commit()

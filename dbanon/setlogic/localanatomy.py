@@ -30,7 +30,13 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.localanatomy import Principle
+from dbanon.db.settings import local_settings
 from dbanon.models.base import CheckResult
+
+# Plans of the checks that group and join by sorting, not hashing: a release's buckets are
+# about half as many as its rows (l = 2), so hash tables of millions of entries outgrow the
+# caches, where a sort of integers is cheap (and, of a relation written in that order, a pass).
+_SORTED = {"enable_hashagg": "off", "enable_hashjoin": "off"}
 
 ROW_ID = "row_id"
 GROUP_ID = "group_id"
@@ -62,20 +68,25 @@ def check_attribute(
     b, rid = sql.Identifier(BUCKET_ID), sql.Identifier(ROW_ID)
     if attr.principle.kind == "l":
         ell = int(attr.principle.value)
-        # The ST's buckets counted once: for the principle and against the IDT's sizes.
-        buckets, failing, worst, size, distinct, mismatched = conn.execute(
-            sql.SQL(
-                """WITH g AS (SELECT {b} AS b, count(*) AS n, count(DISTINCT {v}) AS d,
-                                     count({v}) AS nn FROM {st} GROUP BY {b}),
-                   i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
-                   bad AS (SELECT * FROM g WHERE b IS NULL OR n < {l} OR d < n OR nn < n)
-                   SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM bad), w.b, w.n, w.d,
-                          (SELECT count(*) FROM i FULL JOIN g USING (b)
-                           WHERE i.n IS DISTINCT FROM g.n)
-                   FROM (SELECT 1) one LEFT JOIN (SELECT * FROM bad ORDER BY d, n LIMIT 1) w
-                   ON true"""
-            ).format(b=b, v=v, st=st, idt=idt, l=sql.Literal(ell))
-        ).fetchone()
+        # The ST's buckets counted once: for the principle and against the IDT's sizes. Its
+        # count(DISTINCT) sorts them; the IDT's sizes are then counted in bucket order too
+        # (it is written in that order) and merged with them (`_SORTED`), where the planner
+        # hashes them and joins by hash: 0.92-0.97 -> 0.71 s at 1M rows, 12.5-14.6 -> 8.4-8.6 s
+        # at 10M.
+        with local_settings(conn, **_SORTED):
+            buckets, failing, worst, size, distinct, mismatched = conn.execute(
+                sql.SQL(
+                    """WITH g AS (SELECT {b} AS b, count(*) AS n, count(DISTINCT {v}) AS d,
+                                         count({v}) AS nn FROM {st} GROUP BY {b}),
+                       i AS (SELECT {b} AS b, count(*) AS n FROM {idt} GROUP BY {b}),
+                       bad AS (SELECT * FROM g WHERE b IS NULL OR n < {l} OR d < n OR nn < n)
+                       SELECT (SELECT count(*) FROM g), (SELECT count(*) FROM bad), w.b, w.n, w.d,
+                              (SELECT count(*) FROM i FULL JOIN g USING (b)
+                               WHERE i.n IS DISTINCT FROM g.n)
+                       FROM (SELECT 1) one LEFT JOIN (SELECT * FROM bad ORDER BY d, n LIMIT 1) w
+                       ON true"""
+                ).format(b=b, v=v, st=st, idt=idt, l=sql.Literal(ell))
+            ).fetchone()
         figures = {"buckets": buckets, "failing_buckets": failing}
         if failing:
             return CheckResult(
@@ -127,10 +138,11 @@ def check_attribute(
                WHERE NOT EXISTS (SELECT 1 FROM {main} m WHERE m.{rid} = x.{rid})"""
         )
     ).format(main=main, idt=idt, rid=rid, v=v)
-    twice = conn.execute(
-        sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {idt} GROUP BY {rid} HAVING count(*) > 1) t")
-        .format(idt=idt, rid=rid)
-    ).fetchone()[0]  # fmt: skip
+    # Sorted, not hashed (`_SORTED`): 0.46 -> 0.33 s at 1M rows, 6.7 -> 3.4 s at 10M.
+    with local_settings(conn, **_SORTED):
+        twice = conn.execute(sql.SQL(
+            "SELECT count(*) FROM (SELECT 1 FROM {idt} GROUP BY {rid} HAVING count(*) > 1) t"
+        ).format(idt=idt, rid=rid)).fetchone()[0]  # fmt: skip
     missing, leaks = conn.execute(joined).fetchone()
     if mismatched or twice or missing:
         return CheckResult(
