@@ -107,3 +107,28 @@ def test_a_later_scale_run_replaces_its_methods_figures(tmp_path, monkeypatch) -
     _, rows = figures._floor_rows(100)
     assert {r["name"]: r["ratio"] for r in rows} == {"mondrian": 2.5, "anatomy": 4.0}
     assert "`mondrian`: a later run (floor_100_later.json, floor 3.00 s" in figures._later_said(100)
+
+
+def test_a_floor_each_run_shows_the_ratio_to_the_floor_just_before(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """A run made with --floor-each gets a column of each method's ratio to the floor measured
+    just before it, beside the ratio to the run's first floor (which `met` still reads); a
+    run without it has no such column."""
+    import json
+
+    from dbanon.docsgen import figures
+
+    bench = tmp_path / "scale-bench"
+    bench.mkdir()
+    m = {"seconds": 6.0, "publish_seconds": 5.0, "peak_rss_mb": 10, "floor_ratio": 3.0,
+         "timings": {}, "checked": {"holds": True}}  # fmt: skip
+    run = {"rows": 100, "k": 2, "l": 2, "methods": {"mondrian": m},
+           "floor": {"seconds": 2.0, "write_seconds": 1, "group_by_seconds": 1}}  # fmt: skip
+    (bench / "floor_100.json").write_text(json.dumps(run))
+    monkeypatch.setattr(figures, "DOCS", tmp_path)
+    plain = figures._floor_table(100)
+    assert "just before" not in plain and "| 3.0x |" in plain
+    m |= {"near_floor_ratio": 2.4, "floor": {"seconds": 2.5}}
+    (bench / "floor_100.json").write_text(json.dumps(run | {"floor_each": True}))
+    table = figures._floor_table(100)
+    assert "ratio to the floor measured just before it" in table
+    assert "| 3.0x | 2.4x | <= 2x, 300 MiB | no |" in table

@@ -257,6 +257,24 @@ def test_bench_scale_runs_every_method_and_checks_each_release(
     assert code == 2 and "unknown method" in out["error"]
 
 
+def test_floor_each_measures_a_floor_just_before_every_method(dsn: str) -> None:
+    """`--floor-each`: every method also gets the floor measured just before it and its ratio
+    to that one, beside its ratio to the run's first floor; without it, neither appears."""
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5",
+                         "--methods", "mondrian,noise", "--floor-each")  # fmt: skip
+    assert code == 0 and out["floor_each"] is True, out
+    for name, m in out["methods"].items():
+        near = m["floor"]
+        assert near["seconds"] >= near["write_seconds"] > 0, name
+        assert m["near_floor_ratio"] == pytest.approx(m["seconds"] / near["seconds"], rel=0.01)
+        assert m["floor_ratio"] == pytest.approx(m["seconds"] / out["floor"]["seconds"],
+                                                 rel=0.01), name  # fmt: skip
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5",
+                         "--methods", "mondrian")  # fmt: skip
+    assert code == 0 and out["floor_each"] is False
+    assert "near_floor_ratio" not in out["methods"]["mondrian"]
+
+
 def test_long_phases_report_rows_streamed_and_blocks_clustered(dsn: str) -> None:
     """A publish tells its progress listener how many rows have streamed out of how many, and
     how many k-member blocks are clustered of how many; the CLI shows it only on a terminal,

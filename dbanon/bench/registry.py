@@ -144,12 +144,14 @@ bench(Runner(
 ))  # fmt: skip
 
 
-def _scale(s: Session, rows: int, k: int, l_: int, methods: list[str]) -> dict:
+def _scale(
+    s: Session, rows: int, k: int, l_: int, methods: list[str], floor_each: bool = False
+) -> dict:
     from dbanon.bench.scale import run
     from dbanon.db.connection import resolve_dsn
 
     s.db  # the catalog the publishes need (on a fresh server too)  # noqa: B018
-    data = run(resolve_dsn(s.dsn), rows, k, l_, tuple(methods), s.say)
+    data = run(resolve_dsn(s.dsn), rows, k, l_, tuple(methods), s.say, floor_each)
     failed = [m for m, v in data["methods"].items()
               if "error" in v or not v.get("checked", {"holds": True})["holds"]]  # fmt: skip
     return {**data, "exit": 1 if failed else 0}
@@ -157,10 +159,12 @@ def _scale(s: Session, rows: int, k: int, l_: int, methods: list[str]) -> dict:
 
 def _scale_report(d: dict[str, Any]) -> Report:
     fl = d["floor"]
-    t = Table(["method", "seconds", "x floor", "peak RSS (MB)", "check"])
+    near = bool(d.get("floor_each"))
+    t = Table(["method", "seconds", "x floor", *(["x floor just before"] if near else []),
+               "peak RSS (MB)", "check"])  # fmt: skip
     for name, m in d["methods"].items():
         if "error" in m:
-            t.rows.append([name, "-", "-", "-", f"ERROR {m['error']}"])
+            t.rows.append([name, "-", "-", *(["-"] if near else []), "-", f"ERROR {m['error']}"])
             continue
         checked = m.get("checked", {})
         verdict = (
@@ -169,6 +173,7 @@ def _scale_report(d: dict[str, Any]) -> Report:
             else f"{m['ratio']}x a bare GROUP BY ({m['bare_group_by_seconds']} s)"
         )
         t.rows.append([name, str(m["seconds"]), str(m.get("floor_ratio", "-")),
+                       *([str(m.get("near_floor_ratio", "-"))] if near else []),
                        str(m["peak_rss_mb"]), verdict])  # fmt: skip
     return [f"floor: {fl['seconds']} s (write {fl['write_seconds']} s + GROUP BY "
             f"{fl['group_by_seconds']} s)", t]
@@ -180,7 +185,10 @@ bench(Runner(
     "checked independently.",
     (Param("rows", "int", 1_000_000, low=100), Param("k", "int", 10, low=2),
      Param("l_", "int", 2, "l of the methods that promise l here.", low=2, flag="--l"),
-     Param("methods", "words", ",".join(SCALE_METHODS), "Comma-separated subset to run.")),
+     Param("methods", "words", ",".join(SCALE_METHODS), "Comma-separated subset to run."),
+     Param("floor_each", "flag", False, "Measure the floor again just before each method "
+           "and report the method's ratio to it too (near_floor_ratio): a shared machine's "
+           "speed drifts within a run.")),
     _scale, _scale_report,
 ))  # fmt: skip
 

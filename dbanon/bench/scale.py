@@ -389,9 +389,13 @@ def run(
     l: int = 2,  # noqa: E741 - the paper's name
     methods: tuple[str, ...] = METHODS,
     say: Callable[[str], None] = lambda _m: None,
+    floor_each: bool = False,
 ) -> dict[str, Any]:
     """Make the table, measure the floor, run each method in a child process, check each
-    release independently; `floor_ratio` is the method's process seconds over the floor's."""
+    release independently; `floor_ratio` is the method's process seconds over the floor's.
+    `floor_each`: the floor is measured again just before each method too, and the method's
+    `near_floor_ratio` is to that one: a shared machine's speed drifts by a third within a
+    run, which moves a ratio to a floor measured minutes earlier either way."""
     from dbanon.lifecycle.releases import drop
 
     unknown = sorted(set(methods) - set(METHODS))
@@ -410,7 +414,7 @@ def run(
         settle(conn)
         low = floor(conn, src, rows)
         out: dict[str, Any] = {"rows": rows, "k": k, "l": l, "qi": QI, "floor": low,
-                               "methods": {}}  # fmt: skip
+                               "floor_each": floor_each, "methods": {}}  # fmt: skip
         for method in methods:
             say(f"{method} on {rows:,} rows")
             if method == "check":
@@ -428,6 +432,10 @@ def run(
                 drop(conn, name)
             conn.commit()
             settle(conn)
+            near = None
+            if floor_each:
+                near = floor(conn, src, rows)
+                settle(conn)  # the floor's own writes are not the method's to pay for
             try:
                 seconds, rss, _, stdout = child(args)
             except DbanonError as e:  # one method's failure is a figure, not the end of the run
@@ -442,6 +450,11 @@ def run(
                 "timings": phases(conn, name),
                 "checked": setup.check(conn, name, rows, k, l),
             }
+            if near is not None:
+                out["methods"][method] |= {
+                    "floor": near,
+                    "near_floor_ratio": round(round(seconds, 2) / near["seconds"], 2),
+                }
             conn.commit()
     return out
 

@@ -530,6 +530,8 @@ def backends(check: dict[str, Any]) -> str:
 def _floor_table(size: int) -> str:
     d, rows = _floor_rows(size)
     floor = d["floor"]
+    # runs with --floor-each: each method's ratio to the floor measured just before it too
+    near = any("near_floor_ratio" in r["m"] for r in rows)
     body = []
     for r in rows:
         m = r["m"]
@@ -538,12 +540,13 @@ def _floor_table(size: int) -> str:
                      f"{m['query_ratio_same_work_mem']:.2f}x on {backends(m)}; with --worst "
                      f"{m['worst_seconds']:.2f} s")  # fmt: skip
             body.append(["check", f"{m['seconds']:.2f}", "-", f"{m['peak_rss_mb']:,.0f}",
-                         f"{r['ratio']:.2f}x a bare GROUP BY",
+                         f"{r['ratio']:.2f}x a bare GROUP BY", *(["-"] if near else []),
                          f"<= {r['goal']}x, {r['rss_goal']} MiB", "yes" if r["met"] else "no",
                          "-", parts])  # fmt: skip
             continue
+        just = [f"{m['near_floor_ratio']:.1f}x" if "near_floor_ratio" in m else "-"]
         body.append([r["name"], f"{m['seconds']:.1f}", f"{m['publish_seconds']:.1f}",
-                     f"{m['peak_rss_mb']:,.0f}", f"{r['ratio']:.1f}x",
+                     f"{m['peak_rss_mb']:,.0f}", f"{r['ratio']:.1f}x", *(just if near else []),
                      f"<= {r['goal']:g}x, {r['rss_goal']} MiB", "yes" if r["met"] else "no",
                      "holds" if r["held"] else "**fails**", r["phases"]])  # fmt: skip
     runs = d.get("runs")  # a long run made as several, each with the floor measured in it
@@ -555,7 +558,8 @@ def _floor_table(size: int) -> str:
             f"the floor (write the release once {floor['write_seconds']:.2f} s + one GROUP BY "
             f"{floor['group_by_seconds']:.2f} s) is {floor['seconds']:.2f} s")  # fmt: skip
     return f"{d['rows']:,} rows, k={d['k']}, l={d['l']}; {said}.{_later_said(size)}\n\n" + table(
-        ["method", "process s", "publish s", "peak RSS MiB", "ratio to the floor", "goal",
+        ["method", "process s", "publish s", "peak RSS MiB", "ratio to the floor",
+         *(["ratio to the floor measured just before it"] if near else []), "goal",
          "met", "independent check", "largest phases of the publish (its run's timings)"],
         body,
     ) + _source(f"scale-bench/floor_{size}.json",
