@@ -9,6 +9,7 @@ table copy" by the OID counter (every relation, temp or not, takes OIDs).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections import Counter
 
@@ -431,3 +432,40 @@ def test_a_forest_of_the_same_rows_and_seed_is_fitted_once() -> None:
     y2 = y.copy()
     y2[0] = 1 - y2[0]
     assert not _importance(x, y2, 15, 7)[2]  # other rows: fitted afresh
+
+
+# A fresh process publishes, then names every kernel of dbanon's modules compiled or loaded.
+_PROBE = """
+import json, sys
+from click.testing import CliRunner
+from numba.core.dispatcher import Dispatcher
+from dbanon.cli import main
+result = CliRunner().invoke(main, sys.argv[1:], catch_exceptions=False)
+assert result.exit_code == 0, result.output
+print(json.dumps(sorted(
+    f"{m.__name__}.{n}" for m in list(sys.modules.values())
+    if getattr(m, "__name__", "").startswith("dbanon")
+    for n, v in vars(m).items() if isinstance(v, Dispatcher) and v.overloads
+)))
+"""
+
+
+@pytest.mark.parametrize("features", ["plain", "onehot"])
+def test_numba_is_set_up_only_for_the_features_whose_build_calls_kernels(
+    dsn: str, people: list, features: str
+) -> None:
+    """rfka on plain features calls no compiled kernel, so its publish does not set numba's
+    target up (42 MB of resident set at 1M rows); the one-hot candidates' codes do."""
+    import subprocess
+    import sys
+
+    args = ["--dsn", dsn, "--json", "publish", "p", "--source", "s.people", "--key", "id",
+            "--qi", ",".join(QI), "--sensitive", "buy", "--k", str(K), "--algorithm", "rfka",
+            "--trees", "20", "--seed", "1", "--features", features]  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", _PROBE, *args], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    if features == "plain":
+        assert compiled == []
+    else:
+        assert "dbanon.algorithms.warmup._one" in compiled and len(compiled) > 1, compiled

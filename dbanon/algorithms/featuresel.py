@@ -303,7 +303,7 @@ def encode_labels(values: Sequence[object]) -> np.ndarray:
 
 # Trees grown, scored and let go at a time: a fully grown tree of a big sample holds megabytes
 # (one class-count row per node), so a forest held whole grows with --trees.
-TREES_AT_ONCE = 16
+TREES_AT_ONCE = 8
 
 
 def oob_permutation_importance(

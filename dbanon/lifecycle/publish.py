@@ -107,7 +107,9 @@ def publish(
     release: another run's lock is waited for up to `wait` seconds, then runs.Busy."""
     from dbanon.algorithms import warmup  # numba: loaded by publishes only
 
-    warmup.start()  # numba's set-up, while this thread waits on the server
+    known = methods.methods().get(spec.method)  # an unknown one is refused below
+    if known is None or known.compiled(spec.options):
+        warmup.start()  # numba's set-up, while this thread waits on the server
     catalog.require_catalog(conn)
     if not replace:
         refuse_existing(conn, spec.name)  # before any run is logged against that release

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -79,6 +80,11 @@ class RFKA(ProjectionMethod):
                 f"--sample must be 0 (all rows) or at least 10, got {r.options['sample']}"
             )
         super().validate(conn, r)
+
+    def compiled(self, options: Mapping[str, Any]) -> bool:
+        """The plain features' forest and search call no compiled kernel (the one-hot
+        candidates' codes do)."""
+        return (options.get("features") or "plain") != "plain"
 
     def candidates(self, conn: psycopg.Connection, r: Resolved) -> Candidates:
         if r.options["features"] == "onehot":
