@@ -301,9 +301,17 @@ def encode_labels(values: Sequence[object]) -> np.ndarray:
     return np.unique(text, return_inverse=True)[1].astype(np.int64)
 
 
-# Trees grown, scored and let go at a time: a fully grown tree of a big sample holds megabytes
-# (one class-count row per node), so a forest held whole grows with --trees.
-TREES_AT_ONCE = 8
+# The trees grown, scored and let go at a time hold about this much: a fully grown tree of a
+# big sample holds megabytes (one class-count row per node), so a forest held whole grows with
+# --trees; a small sample's trees go 64 at a time (each fit call has a fixed cost).
+FOREST_BYTES = 32 << 20
+
+
+def trees_at_once(rows: int, classes: int) -> int:
+    """Trees per fit call: a fully grown tree has up to ~1.3 nodes per row (two per distinct
+    in-bag row, 63 % of the rows), each of 64 bytes and one float64 count per class."""
+    tree = 1.3 * max(rows, 1) * (64 + 8 * max(classes, 1))
+    return int(min(64, max(2, FOREST_BYTES // tree)))
 
 
 def oob_permutation_importance(
@@ -318,7 +326,7 @@ def oob_permutation_importance(
     (tree traversal releases the GIL); each tree permutes with its own generator, so the result
     does not depend on the threads' order.
 
-    Memory: the forest is grown TREES_AT_ONCE trees at a time (warm_start: each tree gets the
+    Memory: the forest is grown `trees_at_once` trees at a time (warm_start: each tree gets the
     seed it would get in one fit, so the trees are the one fit's) and each tree's structure is
     let go once scored; the forest's own OOB score (`oob_score`, a figure nothing here reads)
     is not computed, and no tree depends on it."""
@@ -352,8 +360,9 @@ def oob_permutation_importance(
         return out
 
     drops: list[np.ndarray | None] = []
-    for start in range(0, trees, TREES_AT_ONCE):
-        forest.set_params(n_estimators=min(start + TREES_AT_ONCE, trees))
+    step = trees_at_once(n, len(np.unique(y)))
+    for start in range(0, trees, step):
+        forest.set_params(n_estimators=min(start + step, trees))
         forest.fit(x32, y)
         every, grown = forest.estimators_, forest.estimators_[start:]
         forest.estimators_ = grown  # the new trees' in-bag rows only (drawn again per call)
