@@ -118,8 +118,9 @@ def loss_of_groups(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> 
     present = np.flatnonzero(sizes)
     first = _firsts(gid, g)
     spreads = [_spread(np.ascontiguousarray(qi.num[:, i]), gid, g) for i in range(qi.num.shape[1])]
-    cat = [np.ascontiguousarray(qi.cat[:, j]) for j in range(qi.cat.shape[1])]
-    nodes = [_lca_nodes(h.ancestor_table(), cat[j], gid, first)
+    # a categorical column copied contiguous while it is read (not all at once: 8 bytes a row each)
+    column = lambda j: np.ascontiguousarray(qi.cat[:, j])  # noqa: E731
+    nodes = [_lca_nodes(h.ancestor_table(), column(j), gid, first)
              for j, h in enumerate(qi.hierarchies)]  # fmt: skip
     covered: dict[int, np.ndarray] = {}
     order = None  # rows by group, for value-set columns only
@@ -134,7 +135,7 @@ def loss_of_groups(qi: QIArrays, gid: np.ndarray, sets: Sequence[bool] = ()) -> 
             if cost == "ncp" and j < len(sets) and sets[j]:
                 if j not in covered:
                     order = by_group(gid, sizes) if order is None else order
-                    covered[j] = _values_per_group(cat[j], order, sizes)[present]
+                    covered[j] = _values_per_group(column(j), order, sizes)[present]
                 loss += np.where(covered[j] > 1, covered[j] / len(h.leaves), 0.0)
             else:
                 loss += weights[j, nodes[j][present]]
