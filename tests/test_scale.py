@@ -208,6 +208,25 @@ def test_a_childs_peak_rss_is_its_own_not_the_benchs() -> None:
     assert held[4096] == 1
 
 
+def test_a_child_starts_from_the_packages_bytecode() -> None:
+    """Children are measured as an installed dbanon starts: from bytecode written for the
+    sources as they are (not compiling modules anew in every process, as a checkout does
+    under PYTHONDONTWRITEBYTECODE)."""
+    import importlib.util
+
+    from dbanon.bench import scale
+
+    source = Path(scale.__file__).with_name("peak.py")
+    pyc = Path(importlib.util.cache_from_source(str(source)))
+    pyc.unlink(missing_ok=True)
+    scale.bytecode.cache_clear()
+    assert scale.child(["--version"])[2] == 0
+    header = pyc.read_bytes()[:16]  # magic, flags, source mtime, source size
+    assert header[:4] == importlib.util.MAGIC_NUMBER
+    assert int.from_bytes(header[8:12], "little") == int(source.stat().st_mtime) & 0xFFFFFFFF
+    assert int.from_bytes(header[12:16], "little") == source.stat().st_size
+
+
 def test_bench_scale_runs_every_method_and_checks_each_release(
     dsn: str, request: pytest.FixtureRequest
 ) -> None:
