@@ -122,10 +122,16 @@ def test_row_id_is_not_the_key(conn: psycopg.Connection, dsn: str) -> None:
     same = sum(linked["r2"][key] == rid for key, rid in pairs)
     assert same < 10, "row ids repeat between releases"
     # Each IDT is stored in (bucket, row id) order: its bucket sizes come sorted for the l
-    # check's merge, and within a bucket the order is the row ids' (a fresh permutation).
+    # check's merge, and within a bucket the order is the row ids' (a fresh permutation); each
+    # ST in (bucket, value) order (a text column's values: dx; a number's: age).
     for attr in ("age", "dx"):
         stored = conn.execute(psycopg.sql.SQL("SELECT bucket_id, row_id FROM {}").format(
             psycopg.sql.Identifier("released", f"r1_{attr}_idt"))).fetchall()  # fmt: skip
+        assert len(stored) >= 100 and stored == sorted(stored), attr
+        # and each ST in (bucket, value) order
+        stored = conn.execute(psycopg.sql.SQL("SELECT bucket_id, {} FROM {}").format(
+            psycopg.sql.Identifier(attr), psycopg.sql.Identifier("released", f"r1_{attr}_st")
+        )).fetchall()  # fmt: skip
         assert len(stored) >= 100 and stored == sorted(stored), attr
 
 

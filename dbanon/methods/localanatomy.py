@@ -522,7 +522,13 @@ def write_buckets(
     col = next(c for c in [*r.qi, *r.sensitive] if c.name == a.column)
     create_like(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
     v = ex.shown[a.column]
-    in_st = rows[np.lexsort((ex.data[a.column][rows], b))]
+    values = ex.data[a.column][rows]
+    if values.dtype.kind in "iu":  # a text column's value places (>= 0, int32): one int64 key
+        # (rows of one bucket and value are the same ST row, so their order is no matter)
+        in_st = rows[np.argsort((b.astype(np.int64) << 32) | values.astype(np.int64))]
+    else:
+        in_st = rows[np.lexsort((values, b))]
+    del values
     copy_rows(conn, COPY.format(st), [Field.int4(bucket),
                                       Field.entries(Dictionary.of_values(v), v.codes)], in_st)
     retype(conn, st, [col], ex.textual)
