@@ -523,7 +523,7 @@ def write_buckets(
     create_like(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
     v = ex.shown[a.column]
     values = ex.data[a.column][rows]
-    if values.dtype.kind in "iu":  # a text column's value places (>= 0, int32): one int64 key
+    if values.dtype == np.int32:  # a text column's value places (>= 0): one int64 key
         # (rows of one bucket and value are the same ST row, so their order is no matter)
         in_st = rows[np.argsort((b.astype(np.int64) << 32) | values.astype(np.int64))]
     else:
