@@ -460,17 +460,22 @@ def run(
                 "seconds": round(seconds, 2),
                 "publish_seconds": result.get("seconds"),
                 "peak_rss_mb": round(rss, 1),
-                "floor_ratio": round(round(seconds, 2) / low["seconds"], 2),
+                "floor_ratio": _ratio(seconds, low),
                 "timings": phases(conn, name),
                 "checked": setup.check(conn, name, rows, k, l),
             }
             if near is not None:
                 out["methods"][method] |= {
                     "floor": near,
-                    "near_floor_ratio": round(round(seconds, 2) / near["seconds"], 2),
+                    "near_floor_ratio": _ratio(seconds, near),
                 }
             conn.commit()
     return out
+
+
+def _ratio(seconds: float, floor: dict[str, float]) -> float:
+    """A method's process seconds (as reported, to 0.01 s) over a floor's."""
+    return round(round(seconds, 2) / floor["seconds"], 2)
 
 
 def phases(conn: psycopg.Connection, name: str) -> dict[str, float]:

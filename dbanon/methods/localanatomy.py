@@ -503,6 +503,12 @@ def retype(
         conn.execute(sql.SQL("ALTER TABLE {} {}").format(target, sql.SQL(", ").join(cast)))
 
 
+def _by_pair(first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """The order of (first, then) pairs of non-negative int32s, as one argsort of an int64 key:
+    4x faster than lexsort's two passes (0.22 -> 0.05 s for a million rows)."""
+    return np.argsort((first.astype(np.int64) << 32) | then.astype(np.int64))
+
+
 def write_buckets(
     conn: psycopg.Connection, r: Resolved, a: Attribute, ex: Extracted, row_id: np.ndarray,
     bucket: np.ndarray, idt: sql.Identifier, st: sql.Identifier,
@@ -513,21 +519,15 @@ def write_buckets(
     b = bucket[rows]
     rid, bid = sql.Identifier(ROW_ID), sql.Identifier(BUCKET_ID)
     conn.execute(sql.SQL("CREATE TABLE {} ({} int4, {} int4)").format(idt, rid, bid))
-    # (bucket, row id) as one int64 key, both positive int32: one sort of unique keys, 4x
-    # faster than lexsort's two passes (0.22 -> 0.05 s for a million rows)
-    key = (b.astype(np.int64) << 32) | row_id[rows].astype(np.int64)
     copy_rows(conn, COPY.format(idt), [Field.int4(row_id), Field.int4(bucket)],
-              rows[np.argsort(key)])  # fmt: skip
-    del key
+              rows[_by_pair(b, row_id[rows])])  # fmt: skip
     col = next(c for c in [*r.qi, *r.sensitive] if c.name == a.column)
     create_like(conn, sql.SQL("NULL::int4 AS {}").format(bid), [col], r, st, ex.textual)
     v = ex.shown[a.column]
     values = ex.data[a.column][rows]
-    if values.dtype == np.int32:  # a text column's value places (>= 0): one int64 key
-        # (rows of one bucket and value are the same ST row, so their order is no matter)
-        in_st = rows[np.argsort((b.astype(np.int64) << 32) | values.astype(np.int64))]
-    else:
-        in_st = rows[np.lexsort((values, b))]
+    # A text column's values are their places (int32, >= 0): one key. Rows of one bucket and
+    # value are the same ST row, so their order is no matter.
+    in_st = rows[_by_pair(b, values) if values.dtype == np.int32 else np.lexsort((values, b))]
     del values
     copy_rows(conn, COPY.format(st), [Field.int4(bucket),
                                       Field.entries(Dictionary.of_values(v), v.codes)], in_st)
