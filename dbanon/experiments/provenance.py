@@ -36,7 +36,8 @@ def _pkg(*paths: str) -> tuple[str, ...]:
 
 
 _LOSS = ("algorithms/base.py", "metrics/loss.py", "bench/methods.py")
-_CBG = _pkg("experiments/cbg.py", "algorithms/cbg.py", "methods/cbg.py", "algorithms/mondrian.py",
+_CBG = _pkg("experiments/cbg.py", "algorithms/cbg.py", "methods/cbg.py", "methods/cbg_rows.py",
+            "methods/grouped_rows.py", "algorithms/mondrian.py",
             "methods/mondrian.py", "methods/anatomy.py", "models/crossbucket.py",
             "lifecycle/evaluate.py", "data/salary.py", "metrics/exposure.py")  # fmt: skip
 EXPERIMENTS: dict[str, Experiment] = {

@@ -5,9 +5,10 @@ Publishes two relations, joinable on `bucket_id`:
   text or typed range, `--ranges`; categorical: the group's lowest common ancestor in the
   column's hierarchy, or the value when the group agrees and '*' otherwise), and its bucket;
 - NAME_st: per bucket, each sensitive value (under the column's own name) and its `count`.
-Neither holds the row key or a group id; QIT rows are ordered by (bucket_id, QI values) and ST
-rows by (bucket_id, value): functions of the published content, not of the source's order (on a
-persist refresh the units, and so the bucket ids, are numbered in a secret random order).
+Neither holds the row key or a group id; QIT rows are ordered by bucket_id (the rows of a bucket
+in an order drawn from the run's seed) and ST rows by (bucket_id, value): never by the source's
+order (on a persist refresh the units, and so the bucket ids, are numbered in a secret random
+order). Both are written from the run's arrays (dbanon.methods.cbg_rows).
 
 The thesis's Table 3.2 (k=2, l=4) publishes as its Table 3.6: groups {101,103}, {102,104},
 {106,107}, {105,108}; buckets {101,102}, {103,104}, {105,106}, {107,108}. Its QIT:
@@ -38,6 +39,7 @@ cbg_persist) and the run measures what intersecting the releases leaves each per
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,14 +49,12 @@ from psycopg import sql
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.cbg_persist import persist_units
 from dbanon.algorithms.persist import subset
-from dbanon.db.rows import Dictionary, Field, copy_rows
-from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Coded
 from dbanon.errors import DbanonError, quote_ident
-from dbanon.methods import cbg_sealed, register
+from dbanon.methods import cbg_rows, cbg_sealed, register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option, model_check
-from dbanon.methods.grouped import POLICY, RANGES, generalised
-from dbanon.methods.grouped_rows import extract_coded
+from dbanon.methods.grouped import POLICY, RANGES
+from dbanon.methods.grouped_rows import extract_rows, label_groups
 from dbanon.methods.kmember import validate_blocks
 from dbanon.metrics.grouploss import loss_of_groups
 from dbanon.models.base import TOLERANCE, CheckResult, Target
@@ -65,11 +65,9 @@ from dbanon.setlogic import composition
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
-# (key, gid: group, b: bucket, u: unit the map keeps, w: a waiting row's block) of this run
-STAGE = sql.Identifier("dbanon_cbg_stage")
-# Every source row joined once with the stage: (key, gid, b, u, w, t: tagged sensitive value,
-# fp: fingerprint) as the map reads them (composition.new_rows), then the QIs (dbanon_q0...)
-# and the sensitive value (dbanon_s) the QIT and ST are made of.
+# Every source row of this run, as the map reads them (composition.new_rows): (key, gid: group,
+# b: bucket, u: unit the map keeps, w: a waiting row's block, t: tagged sensitive value, fp:
+# fingerprint), written from the run's arrays (dbanon.methods.cbg_rows.stage_rows).
 ROWS = sql.Identifier("dbanon_cbg_rows")
 CBG_POLICY = Option(
     POLICY.name, str, "persist",
@@ -87,11 +85,6 @@ CBG_BLOCK_SIZE = Option(
 CBG_EXACT = Option("exact", bool, False, "Always run the thesis's Algorithm 3.1 on the whole "
                    "table (O(n^2): about 11 s at 45,000 rows).")  # fmt: skip
 L_KIND = "cross-bucket-l-diversity"
-
-
-def _q(i: int) -> sql.Identifier:
-    """The i-th QI's column in ROWS (named apart from the map's columns)."""
-    return sql.Identifier(f"dbanon_q{i}")
 
 
 def ordinal(qi: QIArrays) -> np.ndarray:
@@ -189,10 +182,17 @@ class CrossBucket(Method):
 
         k, ell = self._kl(r)
         ctx.say(f"streaming {r.rows} rows of {r.source} out with COPY")
-        keys, qi, coded = extract_coded(conn, r)
+        # One COPY: the key, QIs, each row's fingerprint and tagged sensitive value (what the
+        # release and the map are written from); cbg reads the latest map itself, by key.
+        prior = composition.prior(conn, r.source, None, r.key, r.released_columns,
+                                  r.sensitive[0])  # fmt: skip
+        ex = extract_rows(conn, r, True, None, prior)
+        keys, qi = ex.keys, ex.qi
+        assert qi is not None and isinstance(ex.sensitive, Coded)
+        sa, values = first_seen(ex.sensitive)
+        ex = replace(ex, sensitive=None)
         ctx.lap("extract")
         ctx.say(f"cross-bucket generalisation, k={k}, l={ell}")
-        sa, values = first_seen(coded)
         x = ordinal(qi)
         state, waiting = None, None
         policy = "regroup" if r.regroup else r.options.get("refresh_policy")
@@ -239,24 +239,17 @@ class CrossBucket(Method):
         shown_qi, shown_gid = (qi, gid) if len(kept) == len(gid) else (subset(qi, kept),
                                                                         gid[kept])  # fmt: skip
         loss = loss_of_groups(shown_qi, shown_gid) if len(kept) else None
-        del shown_qi, shown_gid, qi  # the stage needs the ids and keys alone
         ctx.lap("cluster")
         ctx.say("materialising the QIT and ST")
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {} (key text, gid int4, b int4, u int4) ON COMMIT DROP"
-            ).format(STAGE)
-        )
-        # One binary COPY from the arrays (keys as COPY's bytes): no Python object per row.
-        key = Field.entries(Dictionary.of_keys(keys))
-        copy_rows(conn, sql.SQL("COPY {} (key, gid, b, u) FROM STDIN (FORMAT BINARY)").format(
-            STAGE), [key, Field.int4(gid), Field.int4(bid), Field.int4(unit)], kept)  # fmt: skip
-        if waiting is not None:  # sealed: rows waiting in a block, which the map keeps
-            cbg_sealed.stage_waiting(conn, STAGE, key, waiting)
-        conn.execute(sql.SQL("ANALYZE {}").format(STAGE))
-        self._join(conn, r, waiting is not None)
+        released = np.where(gid > 0, gid, -1)
+        labels, _ = label_groups(conn, r, ex, shown_qi, released, sets=False)
+        ex = replace(ex, qi=None)  # the QI arrays go before the rows are written
+        del shown_qi, shown_gid, qi, released
         qit, st = ctx.made(r.objects[0]), ctx.made(r.objects[1])
-        self._materialise(conn, r, r.stored(qit), r.stored(st))
+        cbg_rows.write_qit(conn, r, r.stored(qit), labels, bid, kept)
+        del labels
+        cbg_rows.write_st(conn, r, r.stored(st), ex, bid, kept)
+        cbg_rows.stage_rows(conn, ROWS, ex, gid, bid, unit, waiting)
         ctx.lap("materialise")
         return {
             **(loss.as_dict() if loss else {"gcp": None}),
@@ -268,71 +261,8 @@ class CrossBucket(Method):
 
     def group_map(self, r: Resolved) -> sql.Composable:
         """(key, gid, b, u, w, t, fp) of every source row: the map measures classes by their
-        buckets' values and keeps u (joined with the source once, as the release was built)."""
+        buckets' values and keeps u (written from the arrays the release was written from)."""
         return ROWS
-
-    @staticmethod
-    def _join(conn: psycopg.Connection, r: Resolved, waits: bool) -> None:
-        """ROWS: the source joined with the stage once, for the QIT, the ST and the map (which
-        read it as composition.new_rows would have joined it)."""
-        released = r.released_columns
-        kind = composition.fingerprint_kind(conn, r.source, released)
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {rows} ON COMMIT DROP AS "
-                "SELECT s.{key}::text AS key, st.gid, st.b, coalesce(st.u, st.gid) AS u, "
-                "{w} AS w, {t} AS t, {fp} AS fp, {qi}, s.{sa} AS dbanon_s "
-                "FROM {src} s LEFT JOIN {stage} st ON st.key = s.{key}::text"
-            ).format(
-                rows=ROWS, key=r.key.ident, w=sql.SQL("st.w" if waits else "NULL::int4"),
-                t=composition.tag(r.sensitive[0]),
-                fp=composition.fingerprint(released, kind=kind),
-                qi=sql.SQL(", ").join(sql.SQL("s.{} AS {}").format(c.ident, _q(i))
-                                      for i, c in enumerate(r.qi)),
-                sa=r.sensitive[0].ident, src=r.source.ident, stage=STAGE,
-            )  # fmt: skip
-        )
-        analyze_stage(conn, ROWS)
-
-    def _materialise(
-        self, conn: psycopg.Connection, r: Resolved, qit: sql.Identifier, st: sql.Identifier
-    ) -> None:
-        """QIT: the joined rows' QIs, each generalised over its group; ST: the sensitive
-        values counted per bucket."""
-        qi_out = sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi)
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {qit} AS
-                   WITH rows AS (
-                       SELECT gid AS dbanon_g, b AS dbanon_b, {src_cols}
-                       FROM {rows} WHERE gid IS NOT NULL
-                   ), groups AS (
-                       SELECT dbanon_g, {gen} FROM rows GROUP BY dbanon_g
-                   )
-                   SELECT {qi_out}, rows.dbanon_b AS {bucket}
-                   FROM rows JOIN groups g USING (dbanon_g)
-                   ORDER BY rows.dbanon_b, {qi_out}"""
-            ).format(
-                qit=qit,
-                src_cols=sql.SQL(", ").join(sql.SQL("{} AS {}").format(_q(i), c.ident)
-                                            for i, c in enumerate(r.qi)),
-                rows=ROWS,
-                gen=sql.SQL(", ").join(
-                    sql.SQL("{} AS {}").format(generalised(r, c), c.ident) for c in r.qi
-                ),
-                qi_out=qi_out, bucket=sql.Identifier(BUCKET_ID),
-            )  # fmt: skip
-        )
-        conn.execute(
-            sql.SQL(
-                """CREATE TABLE {st} AS
-                   SELECT b AS {bucket}, dbanon_s AS {sa}, count(*)::int AS {count}
-                   FROM {rows} WHERE gid IS NOT NULL GROUP BY b, dbanon_s ORDER BY 1, 2"""
-            ).format(
-                st=st, bucket=sql.Identifier(BUCKET_ID), sa=r.sensitive[0].ident,
-                count=sql.Identifier(COUNT), rows=ROWS,
-            )  # fmt: skip
-        )
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """k-anonymity of QIT; cross-bucket l-diversity of QIT with ST (join on bucket)."""

@@ -24,12 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
 
 from dbanon.algorithms.cbg import block_size, cross_bucket
 from dbanon.algorithms.cbg_persist import Layout, deal, layout, unit_holds
 from dbanon.algorithms.sealed import seal_groups
-from dbanon.db.rows import Field, copy_rows
 from dbanon.db.stream import Keys
 from dbanon.methods.grouped import _shown, history
 from dbanon.setlogic import composition
@@ -129,14 +127,3 @@ def _secret(conn: psycopg.Connection, r: Resolved) -> int:
         if row and row[0] is not None:
             return int(row[0])
     return secrets.randbits(62)
-
-
-def stage_waiting(
-    conn: psycopg.Connection, stage: sql.Identifier, key: Field, block: np.ndarray
-) -> None:
-    """Rows waiting in a block go into the stage with no group and their block (column w),
-    which the map keeps (dbanon.setlogic.composition's bucket form); `key` is the rows' keys
-    as a field (one binary COPY, no Python object per row)."""
-    conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN w int4").format(stage))
-    copy_rows(conn, sql.SQL("COPY {} (key, w) FROM STDIN (FORMAT BINARY)").format(stage),
-              [key, Field.int4(block)], np.flatnonzero(block >= 0))  # fmt: skip

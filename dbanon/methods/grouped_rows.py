@@ -313,11 +313,14 @@ def secret_order(r: Resolved, n: int) -> np.ndarray:
 
 
 def label_groups(
-    conn: psycopg.Connection, r: Resolved, ex: Extracted, qi: QIArrays, gid: np.ndarray
+    conn: psycopg.Connection, r: Resolved, ex: Extracted, qi: QIArrays, gid: np.ndarray,
+    *, sets: bool = True,
 ) -> tuple[list[Field], dict[str, float]]:  # fmt: skip
     """Every group's label of every QI, as the release's QI fields (`write_release`), and the
     loss of each column released as value sets. `qi`: the QI arrays of the rows released
-    (ex.qi, or its subset where rows wait); `gid`: each row's group, -1 for a row withheld."""
+    (ex.qi, or its subset where rows wait); `gid`: each row's group, -1 for a row withheld.
+    `sets=False`: a categorical QI without a hierarchy is the value its group agrees on, else
+    `*` (its flat hierarchy's root), never the set of values present."""
     assert ex.qi is not None
     gid = np.asarray(gid, dtype=np.int32)  # as the map holds them (`mapped`): half the bytes
     shown = gid >= 0
@@ -330,7 +333,7 @@ def label_groups(
     fields, losses, nums, cats = [], {}, 0, 0
     for col in r.qi:
         if r.is_categorical(col):
-            as_set = col.name not in r.hierarchies
+            as_set = sets and col.name not in r.hierarchies
             h = qi.hierarchies[cats]
             ids, labels, covered = generalise.group_labels(h, qi.cat[:, cats], index, as_set)
             if covered is not None:
