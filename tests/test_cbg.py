@@ -352,3 +352,44 @@ def test_the_release_is_written_in_bucket_order_drawn_from_the_seed(
     for *labels, b in qit:
         per_bucket.setdefault(b, []).append(tuple(labels))
     assert any(v != sorted(v) for v in per_bucket.values())
+
+
+@st.composite
+def bucket_releases(draw: st.DrawFn) -> tuple[list[tuple], list[tuple]]:
+    """A QIT (two QIs from small alphabets, buckets of several rows shared by classes) and an
+    ST whose counts add up to each bucket's rows, some (bucket, value) written as two rows."""
+    n = draw(st.integers(1, 40))
+    qit = [(draw(st.sampled_from("ab")), draw(st.sampled_from("xyz")), draw(st.integers(1, 6)))
+           for _ in range(n)]  # fmt: skip
+    sizes = Counter(b for *_, b in qit)
+    stt = []
+    for b, size in sorted(sizes.items()):
+        values = draw(st.lists(st.sampled_from("PQRS"), min_size=size, max_size=size))
+        for v, c in sorted(Counter(values).items()):
+            split = draw(st.integers(0, c - 1)) if c > 1 and draw(st.booleans()) else 0
+            stt += [(b, v, c - split)] + ([(b, v, split)] if split else [])
+    return qit, stt
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(release=bucket_releases(), ell=st.sampled_from([2, 3]))
+def test_the_check_computes_3_22_as_fractions_do(
+    conn: psycopg.Connection, dsn: str, release: tuple[list[tuple], list[tuple]], ell: int
+) -> None:
+    """`dbanon check --l-kind cross-bucket` on any QIT and ST that agree: the worst odds and
+    the classes above 1/l are (3.22) computed in fractions (tests/verify_cbg.py)."""
+    qit, stt = release
+    conn.execute("DROP SCHEMA IF EXISTS x CASCADE")
+    make_table(conn, "x", "qit", [("g", "text"), ("z", "text"), ("bucket_id", "int")], qit)
+    make_table(conn, "x", "st", [("bucket_id", "int"), ("d", "text"), ("count", "int")], stt)
+    conn.commit()
+    code, out = cli_json(dsn, "check", "x.qit", "--qi", "g,z", "--sensitive", "d", "--l-kind",
+                         "cross-bucket", "--buckets", "x.st", "--l", str(ell))  # fmt: skip
+    cb = verify_cbg.fetch(conn, "x.qit", "x.st", ["g", "z"], "d")
+    worst = {c: max(verify_cbg.odds(cb, in_buckets).values()) for c, in_buckets in
+             cb.classes.items()}  # fmt: skip
+    above = sum(1 for p in worst.values() if p * ell > 1)
+    assert out["max_disclosure"] == pytest.approx(float(max(worst.values()))), out
+    assert out["classes_above_1_over_l"] == above and code == (1 if above else 0), out
+    assert "classes_with_inconsistent_buckets" not in out, out
