@@ -30,3 +30,11 @@ def by_group(gid: np.ndarray, sizes: np.ndarray | None = None) -> np.ndarray:
     if sizes is None:
         sizes = np.bincount(gid) if len(gid) else np.zeros(0, dtype=np.int64)
     return _place(gid, np.asarray(sizes, dtype=np.int64))
+
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """`np.unique(values)` of an integer array, by one sort: numpy 2.4's np.unique hashes integers
+    one at a time when asked for nothing else, 0.65 s for a million distinct int64 against
+    0.02 s sorted (tests/test_groupsort.py compares the two)."""
+    ordered = np.sort(np.asarray(values).ravel())
+    return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered

@@ -250,6 +250,7 @@ class CrossBucket(Method):
         del labels
         cbg_rows.write_st(conn, r, r.stored(st), ex, bid, kept)
         cbg_rows.stage_rows(conn, ROWS, ex, gid, bid, unit, waiting)
+        cbg_rows.stage_units(conn, ROWS, ex, gid, bid, unit)
         ctx.lap("materialise")
         return {
             **(loss.as_dict() if loss else {"gcp": None}),

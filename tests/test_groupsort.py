@@ -1,0 +1,26 @@
+"""dbanon.core.groupsort: the counting sort by group id and the sorted distinct values, each
+against numpy's own answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dbanon.core.groupsort import by_group, distinct
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_by_group_is_the_stable_argsort(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    gid = rng.integers(0, rng.integers(1, 50), rng.integers(0, 2000)).astype(np.int32)
+    assert np.array_equal(by_group(gid), np.argsort(gid, kind="stable"))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("high", [1, 7, 10**4, 2**31 - 1])
+def test_distinct_is_np_unique(dtype: type, high: int) -> None:
+    rng = np.random.default_rng(high)
+    for n in (0, 1, 2, 5000):
+        values = rng.integers(-high, high, n, endpoint=True).astype(dtype)
+        got = distinct(values)
+        assert got.dtype == values.dtype and np.array_equal(got, np.unique(values))
