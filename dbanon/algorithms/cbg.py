@@ -577,15 +577,22 @@ def _permuted(rng: np.random.Generator, labels: np.ndarray, sizes: list[int]) ->
 
 # Measured on Adult (45,222 rows; k=5, l=4, six QIs): blocks of 8,000, 4,000 and 2,000 rows
 # leave out 1,497, 1,503 and 1,620 rows at GCP 0.243, 0.243 and 0.232; on the bench's 1M rows
-# (k=10, l=2) the cluster step takes 10.7, about 6.5 and 5.9 s, nothing left out.
-BLOCK_SIZE = 4_000
+# (k=10, l=2) the cluster step takes 10.7, about 6.5 and 5.9 s, nothing left out. Again with
+# seven QIs (five hierarchies, seed 7), 4,000 and 2,000 rows: at k=5, l=4 2,068 and 1,819 rows
+# left out at GCP 0.244 and 0.230; at k=10, l=6 17,082 and 17,052 at 0.315 and 0.319; the 1M
+# publish's cluster step 8.1-8.8 and 6.6 s at GCP 0.498 and 0.485 (1,000-row blocks: no
+# faster, more blocks to cut). Hence 2,000.
+BLOCK_SIZE = 2_000
 AUTO_ROWS = 50_000  # above the thesis's tables (its 22,517-row experiment, Adult's 45,222)
 TAIL = 0.05  # share of each block's T_gens, its last, pooled again with the rows it stranded
 
 
-def block_size(n: int, size: int | None, exact: bool) -> int | None:
-    """The block size for n rows under the method's options (None: the exact rule)."""
-    return (size or BLOCK_SIZE) if partitioned(n, size, exact, AUTO_ROWS) else None
+def block_size(n: int, size: int | None, exact: bool, k: int = 1, l: int = 1) -> int | None:  # noqa: E741
+    """The block size for n rows under the method's options (None: the exact rule); by
+    default BLOCK_SIZE, or twice the smallest T_gen where that is larger (`blocks` needs it)."""
+    if not partitioned(n, size, exact, AUTO_ROWS):
+        return None
+    return size or max(BLOCK_SIZE, 2 * diversity_num(k, l))
 
 
 def blocks(x: np.ndarray, sa: np.ndarray, k: int, l: int, size: int) -> list[np.ndarray]:  # noqa: E741

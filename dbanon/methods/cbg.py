@@ -79,7 +79,7 @@ CBG_POLICY = Option(
 )  # fmt: skip
 CBG_BLOCK_SIZE = Option(
     "block_size", int, None,
-    "Take T_gens in blocks of at most this many rows, cut along the QIs (default: 8000-row "
+    "Take T_gens in blocks of at most this many rows, cut along the QIs (default: 2000-row "
     "blocks above 50,000 rows).", low=2,
 )  # fmt: skip
 CBG_EXACT = Option("exact", bool, False, "Always run the thesis's Algorithm 3.1 on the whole "
@@ -170,12 +170,12 @@ class CrossBucket(Method):
                 f"{quote_ident(sa.name)} for k={k}, l={ell}; {r.source} has {distinct}"
             )
 
-    @staticmethod
-    def _block_size(r: Resolved, n: int) -> int | None:
+    def _block_size(self, r: Resolved, n: int) -> int | None:
         """Blocks for n rows laid out (None: the exact rule), under --block-size and --exact."""
         from dbanon.algorithms.cbg import block_size
 
-        return block_size(n, r.options.get("block_size"), bool(r.options.get("exact")))
+        k, ell = self._kl(r)
+        return block_size(n, r.options.get("block_size"), bool(r.options.get("exact")), k, ell)
 
     def build(self, conn: psycopg.Connection, r: Resolved, ctx: BuildContext) -> dict[str, Any]:
         from dbanon.algorithms.cbg import cross_bucket

@@ -66,7 +66,8 @@ def seal(
 
     def cluster(rows: np.ndarray) -> np.ndarray:
         """Cross-bucket's T_gens of the rows (each a unit); a row it leaves out alone."""
-        size = block_size(len(rows), r.options.get("block_size"), bool(r.options.get("exact")))
+        size = block_size(len(rows), r.options.get("block_size"), bool(r.options.get("exact")),
+                          k, ell)
         ids = cross_bucket(x[rows], sa[rows], k, ell, rng, size).tgen.copy()
         loose = ids < 0
         ids[loose] = int(ids.max(initial=-1)) + 1 + np.arange(int(loose.sum()))
