@@ -58,6 +58,7 @@ from dbanon.algorithms.nearest import (
     parts,
     walk,
 )
+from dbanon.core.groupsort import distinct
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
@@ -376,7 +377,7 @@ def persist_groups(
         for start in range(0, len(left), step):
             rows = left[start : start + step]
             gid[rows] = distance(qi, qi.num[rows], qi.cat[rows], cnum, ccat).argmin(axis=1)
-        took = np.unique(gid[left])
+        took = distinct(gid[left])
         intact[took] = held[took] = False  # they took rows: judged again
     # A group kept whole is released as it was: not split either (an unchanged source gives
     # the same release). Merging renumbers groups: intact ones are found again by their rows.

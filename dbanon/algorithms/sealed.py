@@ -49,6 +49,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.centres import centres
 from dbanon.algorithms.nearest import distance
 from dbanon.algorithms.persist import Cluster, History, subset
+from dbanon.core.groupsort import distinct
 
 Holds = Callable[[np.ndarray], bool]
 Shown = Callable[[list[int]], dict[int, np.ndarray]]  # group ids -> value codes they showed
@@ -71,7 +72,7 @@ def same_values(
     """Per row, whether its group's values now are the very values it showed last (with
     repeats): a group whose rows moved (QI updates) but whose values did not is released again
     with the same values, its cells drawn around where its people are now."""
-    ids = np.unique(previous[kept])
+    ids = distinct(previous[kept])
     before = shown(ids.tolist())
     order = np.flatnonzero(kept)
     order = order[np.lexsort((tags[order], previous[order]))]
@@ -245,9 +246,10 @@ def seal_groups(
     waiting = (gid < 0) & (origin != -1)
     block = np.full(n, -1, dtype=np.int64)
     block[waiting] = np.unique(origin[waiting], return_inverse=True)[1].reshape(-1)
-    retired = np.setdiff1d(np.flatnonzero(sizes > 0), np.unique(previous[kept]))
+    kept_ids = distinct(previous[kept])
+    retired = np.setdiff1d(np.flatnonzero(sizes > 0), kept_ids, assume_unique=True)
     return gid, block, {
-        "groups_kept": int(len(np.unique(previous[kept]))),
+        "groups_kept": int(len(kept_ids)),
         "groups_retired": int(len(retired)),
         "groups_new": made,
         "groups_repaired": repaired,

@@ -158,11 +158,8 @@ class CrossBucket(Method):
                     "column of the cross-bucket tables; publish a view that renames it"
                 )
         validate_blocks(r, 2 * diversity_num(k, ell), "2 * k * ceil(l/k)")
-        check_eligible(conn, r.source, r.sensitive[0], ell)
+        distinct = check_eligible(conn, r.source, r.sensitive[0], ell)  # NULL refused there
         sa = r.sensitive[0]
-        distinct = conn.execute(
-            sql.SQL("SELECT count(DISTINCT {}) FROM {}").format(sa.ident, r.source.ident)
-        ).fetchone()[0]
         least = diversity_num(k, ell)
         if distinct < least:
             raise DbanonError(

@@ -87,8 +87,10 @@ def check_eligible(
     source: Relation,
     sensitive: Column,
     l: int,  # noqa: E741 - the paper's name
-) -> None:
-    """Raise a one-line DbanonError unless `source` can be split into l-diverse groups.
+) -> int:
+    """Raise a one-line DbanonError unless `source` can be split into l-diverse groups;
+    return the sensitive column's distinct values (counted on the way: a caller needing them
+    scans no more).
 
     Anatomy needs every SA value in at most n/l rows (l-eligibility, Xiao & Tao Lemma 1); the
     message names the value that breaks it, so the DBA knows what to fix or which l to use.
@@ -124,6 +126,7 @@ def check_eligible(
             f"{rows:,} rows (at most {100 / l:.1f} % allowed; {top_rows:,} rows, "
             f"limit {rows // l:,})"
         )
+    return int(distinct)
 
 
 def build_anatomy(

@@ -17,6 +17,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
+from dbanon.core.groupsort import distinct
 from dbanon.db.catalog import Column, Relation
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.setlogic.hierarchies import (
@@ -307,7 +308,7 @@ class _Coded:
         for i, (q, col) in enumerate(zip(qis, columns, strict=True)):
             if q.kind != "stored":
                 text = isinstance(col, Coded)
-                value_map(i, col.values if text else np.unique(col).tolist(), text)
+                value_map(i, col.values if text else distinct(col).tolist(), text)
         number = {i: partial(sql.SQL("{}::int8").format)
                   for i, q in enumerate(qis) if _whole_interval(q)}  # fmt: skip
         maps = _Maps.read(conn, qis, number)

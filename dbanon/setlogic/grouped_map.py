@@ -29,6 +29,7 @@ import psycopg
 from numba import njit
 from psycopg import sql
 
+from dbanon.core.groupsort import distinct
 from dbanon.db.rows import NULL_INT, TEXTS, Dictionary, Field, copy_rows
 from dbanon.db.stream import Coded, Keys, copy_columns
 from dbanon.models.base import Spread
@@ -136,7 +137,7 @@ def read_sets(conn: psycopg.Connection, rel: sql.Composable, ids: np.ndarray,
     """Sets of a map's table `rel` ((id, text[]): its sets, or what its groups showed) by id,
     as codes: the ids asked for that it holds, sorted, and their sets (elements as stored,
     repeats kept). One COPY of their elements: no Python object per element."""
-    ids = np.unique(np.asarray(ids, dtype=np.int64))
+    ids = distinct(np.asarray(ids, dtype=np.int64))
     none = np.zeros(0, np.int64)
     if not len(ids):
         return none, Sets(np.zeros(1, np.int64), none)
@@ -153,7 +154,7 @@ def read_sets(conn: psycopg.Connection, rel: sql.Composable, ids: np.ndarray,
     sid, at = np.asarray(got, dtype=np.int64), np.asarray(ords)
     order = np.lexsort((at, sid))
     sid, at, elems = sid[order], at[order], codes.of(tags)[order]
-    found = np.unique(sid)
+    found = distinct(sid)
     real = ~np.isnan(at)  # an empty set reads as one row without an element
     offs = np.zeros(len(found) + 1, dtype=np.int64)
     np.cumsum(np.bincount(np.searchsorted(found, sid[real]), minlength=len(found)), out=offs[1:])
@@ -273,7 +274,7 @@ def _classes(conn: psycopg.Connection, release_id: int, rows: Mapped) -> _Run:
                     None, class_size, None)  # fmt: skip
     codes = Codes(rows.tags)
     with_old = pair_old >= 0
-    wanted = np.unique(pair_old[with_old])
+    wanted = distinct(pair_old[with_old])
     _, old_sets = _aligned(wanted, *read_sets(conn, composition.sets_of(conn, release_id),
                                               wanted, codes))  # fmt: skip
     rank = codes.rank()
@@ -437,7 +438,7 @@ def prepare(conn: psycopg.Connection, release_id: int, rows: Mapped) -> Prepared
         assert old is not None or not len(held)
         rank = codes.rank()
         old_vid = np.asarray(old.vid, dtype=np.int64)[held] if len(held) else held
-        wanted = np.unique(old_vid[old_vid >= 0])
+        wanted = distinct(old_vid[old_vid >= 0])
         ids, sets = read_sets(conn, composition.sets_of(conn, release_id), wanted, codes)
         every = _concat(run.kept, _by_rank(sets, rank))
         set_id, first = _set_ids(every.offs, every.elems)
