@@ -178,3 +178,79 @@ def test_the_maps_fingerprints_are_made_as_the_rows_stream(
     code, out = cli_json(dsn, "refresh", "fpm")
     assert code == 0, out
     compare()
+
+
+def _map_of(conn: psycopg.Connection, name: str) -> list[tuple[str, int, set | None, list]]:
+    """The release's map as its tables hold it: (key, gid, plausible values, shown)."""
+    from psycopg import sql
+
+    from dbanon.setlogic.composition import table
+
+    rid = conn.execute("SELECT id FROM dbanon.release WHERE name = %s", [name]).fetchone()[0]
+    return [(k, g, None if v is None else set(v), sorted(s) if s is not None else None)
+            for k, g, v, s in conn.execute(sql.SQL(
+                "SELECT m.key, m.gid, v.vals, h.shown FROM {} m LEFT JOIN {} v USING (vid) "
+                "LEFT JOIN {} h USING (sid)").format(table(rid), table(rid, "sets"),
+                                                     table(rid, "shown")))]  # fmt: skip
+
+
+def _released_classes(conn: psycopg.Connection, attrs: list[str]
+                      ) -> tuple[dict[int, set[str]], dict[int, list[list[str]]]]:  # fmt: skip
+    """Per group of released.r, read from the released tables alone: the values of the buckets
+    its rows lie in (tagged as the map tags them), and each row's buckets."""
+    values: dict[int, set[str]] = {}
+    shown: dict[int, dict[int, list[str]]] = {}
+    for g, rid in conn.execute("SELECT group_id, row_id FROM released.r"):
+        values.setdefault(g, set())
+        shown.setdefault(g, {})[rid] = []
+    for a in attrs:
+        for g, rid, b, v in conn.execute(
+            f"SELECT r.group_id, r.row_id, i.bucket_id, s.{a}::text FROM released.r r "  # noqa: S608
+            f"JOIN released.r_{a}_idt i USING (row_id) JOIN released.r_{a}_st s USING (bucket_id)"
+        ):
+            values[g].add(f"{a}\x1fv:{v}")
+            if f"{a}\x1f{b}" not in shown[g][rid]:
+                shown[g][rid].append(f"{a}\x1f{b}")
+    return values, {g: sorted(sorted(s) for s in rows.values()) for g, rows in shown.items()}
+
+
+def test_the_map_holds_what_the_release_shows(conn: psycopg.Connection, dsn: str) -> None:
+    """LAG's map (written from the run's arrays) against the released tables: one row per
+    released row; a new person's plausible values are exactly her group's buckets' values and
+    what she was shown exactly her row's buckets. After a refresh, a person shown before keeps
+    in each attribute she was seen to flag only values she had (the map only narrows), and
+    every row released again is shown its own buckets."""
+    rng = random.Random(11)
+    rows = [(i, rng.randint(1, 30), rng.choice("abcd"), rng.randint(0, 9), f"v{rng.randint(0, 9)}")
+            for i in range(1, 121)]  # fmt: skip
+    flags = {c: {r[0] for r in rows if rng.random() < 0.3} for c in ("a", "b")}
+    fresh_tables(conn, [("id", "int"), ("a", "int"), ("b", "text"), ("c", "int"),
+                        ("s", "text")], rows, flags)  # fmt: skip
+    args = ["publish", "r", "--source", "p.t", "--key", "id", "--qi", "a,b,c", "--sensitive",
+            "s", "--algorithm", "lag", "--k", "3", "--l", "2", "--flags", "p.f", "--seed", "3"]
+    assert cli(dsn, *args).exit_code == 0
+    before = _map_of(conn, "r")
+    values, shown = _released_classes(conn, ["a", "b", "s"])
+    assert len(before) == conn.execute("SELECT count(*) FROM released.r").fetchone()[0]
+    for _, g, vals, _ in before:
+        assert vals == values[g]
+    by_group: dict[int, list[list[str]]] = {}
+    for _, g, _, s in before:
+        by_group.setdefault(g, []).append(s)
+    assert {g: sorted(s) for g, s in by_group.items()} == shown
+    conn.execute("UPDATE p.t SET s = 'v0' WHERE id % 7 = 0")
+    conn.commit()
+    assert cli(dsn, "refresh", "r").exit_code == 0
+    after = _map_of(conn, "r")
+    was = {k: v for k, _, v, _ in before}
+    values, shown = _released_classes(conn, ["a", "b", "s"])
+    by_group = {}
+    for key, g, vals, s in after:
+        if g >= 0:
+            by_group.setdefault(g, []).append(s)
+        if was.get(key) is None or vals is None:
+            continue
+        for a in {t.split("\x1f")[0] for t in was[key]}:
+            mine = {t for t in vals if t.startswith(a + "\x1f")}
+            assert mine <= was[key], (key, a)
+    assert {g: sorted(s) for g, s in by_group.items()} == shown

@@ -450,7 +450,14 @@ def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndar
 @njit(cache=True)
 def int_texts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A dictionary (starts, lens, data) of the decimal text of each integer."""
-    n = len(v)
+    return prefixed_int_texts(np.zeros(0, np.uint8), v)
+
+
+@njit(cache=True)
+def prefixed_int_texts(prefix: np.ndarray, v: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """A dictionary (starts, lens, data) of `prefix` (bytes) then each integer's decimal text."""
+    n, width = len(v), len(prefix)
     lens = np.empty(n, np.int32)
     for i in range(n):
         x = v[i]
@@ -459,15 +466,17 @@ def int_texts(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         while x >= 10:
             x //= 10
             d += 1
-        lens[i] = d
+        lens[i] = width + d
     starts = np.zeros(n, np.int64)
     for i in range(1, n):
         starts[i] = starts[i - 1] + lens[i - 1]
     out = np.empty(starts[n - 1] + lens[n - 1] if n else 0, np.uint8)
     for i in range(n):
+        for j in range(width):
+            out[starts[i] + j] = prefix[j]
         x, p = v[i], starts[i] + lens[i] - 1
         if x < 0:
-            out[starts[i]] = 45  # -
+            out[starts[i] + width] = 45  # -
         x = abs(x)
         while True:
             out[p] = 48 + x % 10

@@ -39,8 +39,8 @@ from dbanon.lifecycle.verify import verify
 from dbanon.methods.base import BuildContext, Resolved
 from dbanon.metrics.risk import at_publish as risk_at_publish
 from dbanon.models import sizes
-from dbanon.setlogic import composition, grouped_map
-from dbanon.setlogic.beside import Beside
+from dbanon.setlogic import composition
+from dbanon.setlogic.beside import Beside, Mapped, guard
 
 
 @dataclass(frozen=True)
@@ -337,12 +337,12 @@ def new_rows(conn: psycopg.Connection, r: Resolved) -> composition.Rows | None:
     return composition.new_rows(conn, r.source, r.key, sens, stage, r.released_columns)
 
 
-Rows = composition.Rows | grouped_map.Mapped  # a run's rows: staged in SQL, or as arrays
+Rows = composition.Rows | Mapped  # a run's rows: staged in SQL, or as arrays
 
 
 def _guard(rows: Rows) -> Any:
     """The module that measures and stores these rows: in SQL, or from arrays."""
-    return grouped_map if isinstance(rows, grouped_map.Mapped) else composition
+    return composition if isinstance(rows, composition.Rows) else guard(rows)
 
 
 def compose(

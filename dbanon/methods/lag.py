@@ -31,8 +31,7 @@ from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
 from dbanon.db.rows import Dictionary, Field, copy_rows
-from dbanon.db.settings import analyze_stage
-from dbanon.db.stream import Coded, Keys, Values, copy_columns
+from dbanon.db.stream import Coded, Values, copy_columns
 from dbanon.errors import DbanonError
 from dbanon.methods import register
 from dbanon.methods.base import Built, Check, Option, model_check
@@ -42,8 +41,8 @@ from dbanon.methods.localanatomy import (
     FLAGS,
     HEURISTIC,
     PRINCIPLE,
-    STAGE,
     Extracted,
+    LaidOut,
     LocalAnatomy,
     create_like,
     retype,
@@ -51,8 +50,9 @@ from dbanon.methods.localanatomy import (
 )
 from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
-from dbanon.setlogic import composition
+from dbanon.setlogic import composition, measured_map
 from dbanon.setlogic.localanatomy import GROUP_ID, ROW_ID, Attribute
+from dbanon.setlogic.measured_map import SEP
 
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
@@ -147,10 +147,11 @@ class LAG(LocalAnatomy):
 
     def lay_out(
         self, conn: psycopg.Connection, r: Resolved, ex: Extracted, attrs: list[Attribute],
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    ) -> LaidOut:  # fmt: skip
         """LAG's groups and local anatomy's buckets; on a refresh that persists, the layout of
         dbanon.algorithms.lag_persist. Either way every row is judged against what the
-        release's earlier runs showed, and the map is staged (MAP, composition.PSETS)."""
+        release's earlier runs showed, and the map is made from the arrays
+        (dbanon.setlogic.measured_map)."""
         assert ex.keys is not None
         previous = composition.previous_cells(conn, r.release_id, ex.keys, r.source, r.key,
                                               r.released_columns)  # fmt: skip
@@ -166,7 +167,7 @@ class LAG(LocalAnatomy):
         k = int(r.model("k-anonymity").k)  # type: ignore[union-attr]
         regroup = r.regroup or r.options.get("refresh_policy") == "regroup"
         if previous is None or regroup or not (previous[0] >= 0).any():
-            kept, gid, buckets, figures = super().lay_out(conn, r, ex, attrs)
+            kept, gid, buckets, figures, _ = super().lay_out(conn, r, ex, attrs)
             whole_gid = np.full(n, -1, dtype=np.int64)
             whole_gid[kept] = gid
             whole = {a: np.zeros(n, dtype=np.int64) for a in buckets}
@@ -177,11 +178,11 @@ class LAG(LocalAnatomy):
             kept, gid, buckets, figures, judge, whole_gid = self._persist(
                 r, ex, cells, previous, known, k
             )
-        measured = judge.measure(whole_gid)
         assert ex.fp is not None and ex.fp_kind is not None
-        fps = [_fp_text(int(ex.fp[r]), ex.fp_kind) for r in measured.known]
-        _stage_map(conn, ex.keys, whole_gid, judge, measured, tags, fps)
-        return kept, gid, buckets, figures
+        mapped = measured_map.judged(
+            ex.keys, whole_gid, judge.buckets, {a: c.codes for a, c in cells.items()}, tags,
+            judge.measure(whole_gid).known, ex.fp, ex.fp_kind, previous is None)  # fmt: skip
+        return kept, gid, buckets, figures, mapped
 
     def _persist(
         self, r: Resolved, ex: Extracted, cells: dict[str, lag_persist.Attr], previous: tuple,
@@ -223,40 +224,19 @@ class LAG(LocalAnatomy):
         buckets = {a: b[kept] for a, b in layout.buckets.items()}
         return kept, whole_gid[kept], buckets, figures, judge, whole_gid
 
-    def group_map(self, r: Resolved) -> sql.Composable:
-        """This run's map rows (composition's measured form): the released rows from the stage
-        (a new person's values: her group's set), with what `lay_out` judged of the people
-        earlier releases showed (released or not). `shown`: the row's bucket per attribute."""
-        shown = [
-            sql.SQL("CASE WHEN st.{b} IS NOT NULL THEN {a} || st.{b} END").format(
-                b=sql.Identifier(f"b{i}"), a=sql.Literal(a.column + SEP)
-            )
-            for i, a in enumerate(self.attributes(r))
-        ]
-        return sql.SQL(
-            "(SELECT coalesce(st.key, j.key) AS key, st.gid, coalesce(j.pset, st.gid) AS pset, "
-            "CASE WHEN st.key IS NOT NULL THEN array_remove(ARRAY[{shown}], NULL) END AS shown, "
-            "j.pr, j.pv, coalesce(st.fp, j.fp) AS fp "
-            "FROM {stage} st FULL JOIN {judged} j ON j.key = st.key)"
-        ).format(shown=sql.SQL(", ").join([sql.SQL("NULL::text"), *shown]), stage=STAGE,
-                 judged=JUDGED)  # fmt: skip
-
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier,
         ex: Extracted, order: np.ndarray, row_id: np.ndarray, gid: np.ndarray | None,
         bucket: dict[str, np.ndarray],
     ) -> None:  # fmt: skip
-        """The stage (the map reads it); each group's labels in SQL (flagged cells NULL, the
-        rest generalised over the group) over the rows' values written from the arrays (no
-        join with the source), streamed out once per group; NAME written from them and the
-        arrays with one binary COPY, the rows in `order` (a fresh secret permutation): no
-        join of the labels back to the rows, no sort of the release to shuffle it."""
-        assert ex.keys is not None and gid is not None
+        """Each group's labels in SQL (flagged cells NULL, the rest generalised over the
+        group) over the rows' values written from the arrays (no join with the source),
+        streamed out once per group; NAME written from them and the arrays with one binary
+        COPY, the rows in `order` (a fresh secret permutation): no join of the labels back to
+        the rows, no sort of the release to shuffle it."""
+        assert gid is not None
         whole = np.zeros(ex.n, dtype=np.int32)
         whole[row_id > 0] = gid
-        assert ex.fp is not None and ex.fp_kind is not None
-        stage_rows(conn, ex.keys, order, row_id, whole, [bucket[a.column] for a in attrs],
-                   ex.fp, ex.fp_kind)  # fmt: skip
         create_like(conn, sql.SQL("NULL::int4 AS gid"), r.qi, r, VALUES, ex.textual, temp=True)
         fields = [Field.int4(whole)]
         for c in r.qi:  # a flagged cell NULL, as NAME shows it
@@ -296,9 +276,7 @@ class LAG(LocalAnatomy):
         return [model_check(k, target), *super().checks(r, built)]  # type: ignore[arg-type]
 
 
-SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
 VALUES = sql.Identifier("dbanon_lag_values")  # (gid, qi...): each released row's, as shown
-JUDGED = sql.Identifier("dbanon_lag_judged")  # (key, pset, pr, pv) of people known before
 
 
 def _tag(value: Any) -> str:
@@ -332,29 +310,6 @@ def first_seen(v: Values) -> Coded:
     values = [None if v.lens[e] < 0 else raw[v.starts[e] : v.starts[e] + v.lens[e]].decode()
               for e in order.tolist()]  # fmt: skip
     return Coded(values, renumber[v.codes])
-
-
-def stage_rows(
-    conn: psycopg.Connection, keys: Keys, rows: np.ndarray, row_id: np.ndarray,
-    gid: np.ndarray, buckets: list[np.ndarray], fp: np.ndarray, fp_kind: str,
-) -> None:  # fmt: skip
-    """The private (key, row_id, gid, fp, b0..bm) of the released `rows`, dropped at commit,
-    written with one binary COPY from the arrays (bucket 0: NULL; fp as the map keeps it)."""
-    cols = [sql.SQL("key text"), sql.SQL("row_id int4"), sql.SQL("gid int4"), sql.SQL("fp text")]
-    cols += [sql.SQL("{} int4").format(sql.Identifier(f"b{i}")) for i in range(len(buckets))]
-    conn.execute(
-        sql.SQL("CREATE TEMP TABLE {} ({}) ON COMMIT DROP").format(STAGE, sql.SQL(", ").join(cols))
-    )
-    copy_rows(conn, COPY.format(STAGE), [
-        Field.entries(Dictionary.of_keys(keys)), Field.int4(row_id), Field.int4(gid),
-        Field(composition.fp_field(fp_kind), fp),
-        *(Field.int4(b.astype(np.int64), null=0) for b in buckets)], rows)  # int64: NULL_INT fits
-    analyze_stage(conn, STAGE)
-
-
-def _fp_text(bits: int, kind: str) -> str:
-    """One fingerprint's text as the map keeps it (composition.fingerprint) from its bits."""
-    return ("r" if kind == composition.RECORD else "") + f"{bits & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def _known(
@@ -394,60 +349,6 @@ def _old_buckets(shown: list[list[str] | None], attrs: list[str]) -> dict[str, n
             if sep and a in out and b.isdigit():
                 out[a][i] = int(b)
     return out
-
-
-def _stage_map(
-    conn: psycopg.Connection, keys: Keys, gid: np.ndarray, judge: lag_persist.Judge,
-    measured: lag_persist.Measured, tags: dict[str, list[str]], fps: list[str],
-) -> None:  # fmt: skip
-    """JUDGED (each person the consumer knew: her values' set, plausible rows and values, and
-    the fingerprint the map keeps of her row, `fps` in the order of measured.known) and
-    composition.PSETS: each released group's values as set `gid` (a new person's), each
-    judged set as a negative id. Pairs of (set, tag) go in by the compiled COPY."""
-    vocab: list[bytes] = []
-    offset: dict[str, int] = {}
-    for a, ts in tags.items():
-        offset[a] = len(vocab)
-        vocab += [f"{a}{SEP}{t}".encode() for t in ts]
-    sets, tag_ids = [], []
-    for a in tags:
-        g, c = lag_persist.class_values(gid, judge.buckets[a], judge.attrs[a].codes)
-        sets.append(g)
-        tag_ids.append(c + offset[a])
-    ids: dict[int, int] = {}
-    judged = []
-    decoded = list(keys) if measured.known else []  # only a refresh judges anyone
-    for (r, (plausible, pr, pv)), fp in zip(measured.known.items(), fps, strict=True):
-        if id(plausible) not in ids:
-            ids[id(plausible)] = -1 - len(ids)
-            members = [offset[a] + c for a, cs in plausible.items() if a in offset for c in cs]
-            sets.append(np.full(len(members), ids[id(plausible)], dtype=np.int64))
-            tag_ids.append(np.asarray(members, dtype=np.int64))
-        judged.append((decoded[r], ids[id(plausible)], pr if pr >= 0 else None,
-                       pv if pv >= 0 else None, fp))  # fmt: skip
-    conn.execute(sql.SQL(
-        "CREATE TEMP TABLE {} (key text, pset int4, pr int4, pv int4, fp text) ON COMMIT DROP"
-    ).format(JUDGED))  # fmt: skip
-    with conn.cursor() as cur, cur.copy(
-        sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)").format(JUDGED)
-    ) as copy:
-        copy.set_types(["text", "int4", "int4", "int4", "text"])
-        for row in judged:
-            copy.write_row(row)
-    analyze_stage(conn, JUDGED)  # none on a first publish: the map's join hashes this side
-    pairs = sql.Identifier("dbanon_lag_pairs")
-    conn.execute(sql.SQL("CREATE TEMP TABLE {} (key text, gid int4) ON COMMIT DROP").format(pairs))
-    tag = np.concatenate(tag_ids) if tag_ids else np.empty(0, dtype=np.int64)
-    # Each pair's tag written from the vocabulary by its code: no copy of the tags' bytes per
-    # pair (at a million rows that copy and its int64 index peaked at 530 MB).
-    copy_rows(conn, COPY.format(pairs), [
-        Field.entries(Dictionary.of(vocab), tag),
-        Field.int4(np.concatenate(sets) if sets else tag)], np.arange(len(tag)))  # fmt: skip
-    conn.execute(sql.SQL(
-        "CREATE TEMP TABLE {} ON COMMIT DROP AS "
-        "SELECT gid AS pset, array_agg(DISTINCT key ORDER BY key) AS vals FROM {} GROUP BY gid"
-    ).format(composition.PSETS, pairs))  # fmt: skip
-    conn.execute(sql.SQL("ANALYZE {}").format(composition.PSETS))
 
 
 __all__ = ["LAG"]

@@ -50,7 +50,10 @@ if TYPE_CHECKING:
     from dbanon.core.spec import ReleaseSpec
     from dbanon.methods.base import Resolved
 
-STAGE = sql.Identifier("dbanon_la_stage")  # (key, row_id, gid, b0..bm) of this run
+
+# What `lay_out` returns: which rows are released, their group ids, each attribute's bucket
+# per released row, figures, and the run's map from its arrays (None: it keeps none).
+LaidOut = tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any], Any]
 
 FLAGS = Option(
     "flags", str, None,
@@ -282,11 +285,12 @@ class LocalAnatomy(Method):
 
     def lay_out(
         self, conn: psycopg.Connection, r: Resolved, ex: Extracted, attrs: list[Attribute],
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray], dict[str, Any]]:  # fmt: skip
+    ) -> LaidOut:  # fmt: skip
         """Which rows are released, their group ids, and per attribute the bucket id of each
-        released row (0: not flagged), with figures: `released_rows`, then local anatomy."""
+        released row (0: not flagged), with figures, and the run's map from its arrays (None:
+        it keeps none): `released_rows`, then local anatomy."""
         kept, gid, figures = self.released_rows(r, ex)
-        return kept, gid, self.bucketise(r, ex, attrs, kept), figures
+        return kept, gid, self.bucketise(r, ex, attrs, kept), figures, None
 
     def bucketise(
         self, r: Resolved, ex: Extracted, attrs: list[Attribute], kept: np.ndarray,
@@ -309,7 +313,7 @@ class LocalAnatomy(Method):
         ctx.lap("extract")
         attrs = self.attributes(r)
         ctx.say(f"bucketising the flagged values of {len(attrs)} attributes")
-        kept, gid, buckets, figures = self.lay_out(conn, r, ex, attrs)
+        kept, gid, buckets, figures, ctx.mapped = self.lay_out(conn, r, ex, attrs)
         ctx.lap("bucketise")
         rows = np.flatnonzero(kept)
         n = len(rows)

@@ -21,13 +21,21 @@ from __future__ import annotations
 
 import threading
 from contextlib import suppress
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from dbanon.db.connection import sibling
 from dbanon.db.settings import analyze_stage
-from dbanon.setlogic import composition, grouped_map
+from dbanon.setlogic import composition, grouped_map, measured_map
+
+Mapped = grouped_map.Mapped | measured_map.Judged  # a run's rows as arrays
+
+
+def guard(rows: Mapped) -> Any:
+    """The module that measures and writes a run's map from its arrays."""
+    return measured_map if isinstance(rows, measured_map.Judged) else grouped_map
 
 LOCK_TIMEOUT = "1s"  # the writer only creates and drops the next map's own tables
 
@@ -38,9 +46,9 @@ class Beside:
     (or writes it there), `abandon` drops a written one after the run rolled back."""
 
     def __init__(self, conn: psycopg.Connection, release_id: int,
-                 rows: grouped_map.Mapped) -> None:  # fmt: skip
-        self._release_id, self._rows = release_id, rows
-        self._kept = grouped_map.prepare(conn, release_id, rows)
+                 rows: Mapped) -> None:  # fmt: skip
+        self._release_id, self._rows, self._guard = release_id, rows, guard(rows)
+        self._kept = self._guard.prepare(conn, release_id, rows)
         self._fresh: dict[str | None, sql.Identifier] | None = None  # written and committed
         self._thread: threading.Thread | None = None
         self._side: psycopg.Connection | None = None
@@ -58,7 +66,7 @@ class Beside:
         assert self._side is not None
         try:
             fresh = composition.fresh_tables(self._side, self._release_id)
-            grouped_map.write(self._side, self._kept, fresh)
+            self._guard.write(self._side, self._kept, fresh)
             for table in fresh.values():
                 analyze_stage(self._side, table)
             self._side.commit()
@@ -75,11 +83,12 @@ class Beside:
     def finish(self, conn: psycopg.Connection) -> None:
         """The map in place of the old one, in the run's transaction."""
         self._join()
-        self._rows.runs.pop(self._release_id, None)  # the map is replaced: figures are stale
+        if isinstance(self._rows, grouped_map.Mapped):  # the map is replaced: figures stale
+            self._rows.runs.pop(self._release_id, None)
         if self._fresh is not None:
             composition.swap_in(conn, self._release_id, self._fresh, analyzed=True)
         else:
-            grouped_map.put(conn, self._kept)
+            self._guard.put(conn, self._kept)
         self._close()
 
     def abandon(self, conn: psycopg.Connection) -> None:

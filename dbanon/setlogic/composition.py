@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import psycopg
 from psycopg import sql
@@ -164,22 +164,19 @@ def same_fp(stored: sql.Composable, cols: list[Column], kind: str,
 
 
 NEW = sql.Identifier("dbanon_new_rows")  # this run's rows, read by measure and store
-# A method that measures its rows itself (LAG: several bucketised attributes) stages, besides
-# (key, gid, pset, shown, pr, pv), each distinct set of plausible values once: (pset, vals).
-PSETS = sql.Identifier("dbanon_plausible_sets")
 
 
 @dataclass(frozen=True)
 class Rows:
     """This run's rows for the map: (key, gid, t, fp), and with `buckets` also b (the row's
     bucket) and u (what the map keeps as its group: the unit its next run persists); gid NULL
-    for a source row the release left out (withheld). `measured`: the method judged each row
-    itself (pr, pv: its plausible rows and fewest values, NULL for a new person) and staged
-    the values the map keeps (pset into PSETS) and what the release showed of it (shown)."""
+    for a source row the release left out (withheld). (A method that judges its rows itself,
+    LAG, keeps its map from its arrays: dbanon.setlogic.measured_map.)"""
+
+    measured: ClassVar[bool] = False  # measured here, not by the method
 
     ident: sql.Identifier
     buckets: bool = False
-    measured: bool = False
     old: bool = False  # the rows carry the map's (mapped, old, old_sid) already: `with_old`
 
 
@@ -223,20 +220,6 @@ def new_rows(
         # b and u, every source row in the bucket form (cbg)
         return Rows(stage, buckets={"b", "u"} <= set(columns), old=set(OLD) <= set(columns))
     w = sql.SQL("st.w") if "w" in columns else sql.SQL("NULL::int4")
-    if "pset" in columns:  # a measured stage, fingerprinted as its rows streamed out (LAG)
-        # What each row showed numbered as it is read (`_store_measured` keeps each once): by
-        # one sort of the rows on its hash (then its value, on a tie; deterministic), not a
-        # hash of a million arrays into a join, nor a sort of them by their elements.
-        conn.execute(
-            sql.SQL(
-                "CREATE TEMP TABLE {new} ON COMMIT DROP AS "
-                "SELECT st.key, st.gid, st.pset, st.shown, st.pr, st.pv, st.fp, (dense_rank() "
-                "OVER (ORDER BY hash_array_extended(st.shown, 0), st.shown) - 1)::int4 AS sid "
-                "FROM {stage} st"
-            ).format(new=NEW, stage=stage)
-        )
-        analyze_stage(conn, NEW)
-        return Rows(NEW, measured=True)
     fp = fingerprint(released, kind=fingerprint_kind(conn, source, released))
     if "b" not in columns:
         conn.execute(
@@ -302,15 +285,6 @@ def measure(
 def _measure(
     conn: psycopg.Connection, release_id: int, rows: Rows, k: int, values_needed: int
 ) -> Composition:
-    if rows.measured:
-        return _figures(conn.execute(
-            sql.SQL(
-                "SELECT count(*), min(pr), min(pv), count(*) FILTER (WHERE pr < %(k)s), "
-                "count(*) FILTER (WHERE pv < %(l)s) FROM {} "
-                "WHERE pr IS NOT NULL AND gid IS NOT NULL"
-            ).format(rows.ident),
-            {"k": k, "l": values_needed},
-        ).fetchone())  # fmt: skip
     if rows.buckets:
         return _figures(conn.execute(
             sql.SQL(_MEASURE_BUCKETS).format(
@@ -378,8 +352,6 @@ def spread_of(
 
 def released_tags(conn: psycopg.Connection, rows: Rows) -> dict[str, int]:
     """The release's rows per tagged sensitive value (what `spread_of` reads)."""
-    if rows.measured:
-        raise ValueError("a method that measures its own rows promises no spread of values")
     return dict(conn.execute(
         sql.SQL("SELECT t, count(*) FROM {} WHERE gid IS NOT NULL AND t IS NOT NULL "
                 "GROUP BY t").format(rows.ident)
@@ -391,8 +363,6 @@ def _categories(
 ) -> tuple[int | None, int]:
     """The fewest categories of `spread` that a persisting row's plausible values (its map
     values among its new class's) fill to their need, and the rows left below its least."""
-    if rows.measured:
-        raise ValueError("a method that measures its own rows promises no spread of values")
     conn.execute(
         sql.SQL("CREATE TEMP TABLE {} (t text PRIMARY KEY, cat text, need int4) "
                 "ON COMMIT DROP").format(SPREAD)
@@ -514,10 +484,7 @@ def store(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
     into fresh tables and swapped in for the old ones; the key is not indexed: every reader
     joins the whole map by hash."""
     fresh = fresh_tables(conn, release_id)
-    if rows.measured:
-        _store_measured(conn, release_id, rows, fresh)
-    else:
-        _store_grouped(conn, release_id, rows, fresh)
+    _store_grouped(conn, release_id, rows, fresh)
     swap_in(conn, release_id, fresh)  # after every read of the old map above
 
 
@@ -530,32 +497,6 @@ def fresh_tables(conn: psycopg.Connection, release_id: int) -> dict[str | None, 
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["sets"], SETS))
     conn.execute(sql.SQL("CREATE TABLE {} {}").format(fresh["shown"], SHOWN))
     return fresh
-
-
-def _store_measured(
-    conn: psycopg.Connection, release_id: int, rows: Rows, fresh: dict[str | None, sql.Identifier]
-) -> None:
-    """A method that judged its rows itself staged their value sets (PSETS, each sorted and
-    without repeats) and what the release showed of each row, numbered (`new_rows`): both
-    kept once, in the map's sets and shown values."""
-    conn.execute(
-        sql.SQL(
-            "INSERT INTO {sets} SELECT (dense_rank() OVER (ORDER BY vals) - 1)::int4, vals "
-            "FROM (SELECT DISTINCT vals FROM {psets} WHERE vals IS NOT NULL) d;"
-            "INSERT INTO {shown} SELECT DISTINCT ON (sid) sid, shown FROM {rows} "
-            "WHERE shown IS NOT NULL ORDER BY sid"
-        ).format(sets=fresh["sets"], psets=PSETS, shown=fresh["shown"], rows=rows.ident)
-    )
-    conn.execute(
-        sql.SQL(
-            """INSERT INTO {fresh} (release_id, key, gid, vid, sid, fp)
-               SELECT %(rid)s, n.key, coalesce(n.gid, -1), pv.vid,
-                      CASE WHEN n.shown IS NOT NULL THEN n.sid END, n.fp
-               FROM {rows} n LEFT JOIN (SELECT p.pset, s.vid FROM {psets} p
-                                        JOIN {sets} s ON s.vals = p.vals) pv USING (pset)"""
-        ).format(fresh=fresh[None], rows=rows.ident, psets=PSETS, sets=fresh["sets"]),
-        {"rid": release_id},
-    )
 
 
 def _prepare(conn: psycopg.Connection, release_id: int, rows: Rows) -> None:
