@@ -254,3 +254,48 @@ def test_the_map_holds_what_the_release_shows(conn: psycopg.Connection, dsn: str
             mine = {t for t in vals if t.startswith(a + "\x1f")}
             assert mine <= was[key], (key, a)
     assert {g: sorted(s) for g, s in by_group.items()} == shown
+
+
+def test_labels_of_dates_numerics_and_floats(conn: psycopg.Connection, dsn: str) -> None:
+    """Each group's labels (made in numpy from the streamed text) are what SQL makes of its
+    rows (found through the private map): a date, numeric or float QI the text of its least
+    and greatest values ([lo,hi], or the value), a text one the value its rows agree on or
+    '*', and NULL where its rows flagged it."""
+    from psycopg import sql
+
+    from dbanon.setlogic.composition import table
+
+    rng = random.Random(5)
+    rows = [(i, f"2021-0{rng.randint(1, 9)}-{rng.randint(10, 28)}", rng.choice(
+        ["1.50", "2.25", "10", "3.125", "-0.5", "1234567.000001"]), rng.choice(
+        [0.1, 2.5, 1e-7, 3.0, 12345.678]), rng.choice("ab"), f"v{rng.randint(0, 5)}")
+        for i in range(1, 161)]  # fmt: skip
+    flags = {c: {r[0] for r in rows if rng.random() < 0.25} for c in ("d", "x")}
+    fresh_tables(conn, [("id", "int"), ("d", "date"), ("x", "numeric"), ("y", "float8"),
+                        ("b", "text"), ("s", "text")], rows, flags)  # fmt: skip
+    assert cli(dsn, "publish", "r", "--source", "p.t", "--key", "id", "--qi", "d,x,y,b",
+               "--sensitive", "s", "--algorithm", "lag", "--k", "3", "--l", "2", "--flags",
+               "p.f", "--seed", "8").exit_code == 0  # fmt: skip
+    rid = conn.execute("SELECT id FROM dbanon.release WHERE name = 'r'").fetchone()[0]
+    shown = dict(conn.execute("SELECT DISTINCT group_id, ROW(d, x, y, b)::text FROM released.r"))
+    assert len(shown) == conn.execute(
+        "SELECT count(DISTINCT group_id) FROM released.r").fetchone()[0]  # one label a group
+    def label(c: str, text: str = "({})::text") -> sql.Composable:
+        """[lo,hi] or the value, each as `text` writes it."""
+        lo, hi = text.format(f"min({c})"), text.format(f"max({c})")
+        return sql.SQL(f"CASE WHEN min({c}) = max({c}) THEN {lo} ELSE '[' || {lo} || ',' || "
+                       f"{hi} || ']' END")  # fmt: skip
+
+    number = "trim_scale(({})::numeric)::text"  # numerics without trailing zeros: 2.50 -> 2.5
+    expected = dict(conn.execute(sql.SQL(
+        "SELECT m.gid, ROW(CASE WHEN bool_or(fd.id IS NULL) THEN {d} END, "
+        "CASE WHEN bool_or(fx.id IS NULL) THEN {x} END, {y}, "
+        "CASE WHEN min(t.b) = max(t.b) THEN min(t.b) ELSE '*' END)::text "
+        "FROM {map} m JOIN p.t t ON t.id::text = m.key "
+        "LEFT JOIN p.f fd ON fd.id = t.id AND fd.column_name = 'd' "
+        "LEFT JOIN p.f fx ON fx.id = t.id AND fx.column_name = 'x' "
+        "WHERE m.gid >= 0 GROUP BY m.gid"
+    ).format(d=label("t.d"), x=label("t.x", number), y=label("t.y", number),
+             map=table(rid))))
+    assert shown == expected
+    assert any(v.startswith("(,") for v in shown.values())  # some group shows d NULL

@@ -29,7 +29,6 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import Counts, History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
-from dbanon.db.catalog import Column
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, quote_name
 from dbanon.methods.base import BuildContext, Method, Option
@@ -80,24 +79,6 @@ RANGES = Option(
     "ranges (int4range...).",
     generalise.RANGE_FORMS,
 )
-
-
-def generalised(r: Resolved, col: Column) -> sql.Composable:
-    """Aggregate expression that generalises a QI column over one group: a numeric or date
-    QI's [min, max]. The grouping methods label categorical QIs per group in numpy
-    (`stage_labels`); for methods that still label them in SQL (cbg, lag) a categorical QI
-    is its hierarchy's LCA (dbanon.lca), or without one the value if the group agrees, else
-    '*'."""
-    if col.name in r.hierarchies:
-        return sql.SQL("dbanon.lca({}, array_agg(DISTINCT {}::text))").format(
-            sql.Literal(r.hierarchies[col.name].name), col.ident
-        )
-    if r.is_categorical(col):
-        return sql.SQL(
-            "CASE WHEN min({c}::text) = max({c}::text) THEN min({c}::text) ELSE '*' END"
-        ).format(c=col.ident)
-    low, high = (sql.SQL("{}({})").format(sql.SQL(f), col.ident) for f in ("min", "max"))
-    return generalise.closed_range(col, low, high, r.options["ranges"])
 
 
 def history(conn: psycopg.Connection, r: Resolved, keys: Keys) -> History | None:

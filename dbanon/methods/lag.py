@@ -21,6 +21,7 @@ dbanon.algorithms.lag_persist says; `regroup` starts over and is refused when it
 from __future__ import annotations
 
 import secrets
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -30,12 +31,16 @@ from psycopg import sql
 from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
+from dbanon.core.generalise import base_type
+from dbanon.core.groupsort import distinct
+from dbanon.db.catalog import Column
 from dbanon.db.rows import Dictionary, Field, copy_rows
-from dbanon.db.stream import Coded, Values, copy_columns
+from dbanon.db.stream import Coded, Values
 from dbanon.errors import DbanonError
-from dbanon.methods import register
+from dbanon.methods import grouped_rows, register
 from dbanon.methods.base import Built, Check, Option, model_check
-from dbanon.methods.grouped import RANGES, encode, generalised
+from dbanon.methods.grouped import RANGES, encode
+from dbanon.methods.grouped_rows import INTEGERS, labels_of, span
 from dbanon.methods.localanatomy import (
     COPY,
     FLAGS,
@@ -44,9 +49,6 @@ from dbanon.methods.localanatomy import (
     Extracted,
     LaidOut,
     LocalAnatomy,
-    create_like,
-    retype,
-    with_null,
 )
 from dbanon.metrics.loss import group_sizes
 from dbanon.models.base import Target
@@ -224,50 +226,48 @@ class LAG(LocalAnatomy):
         buckets = {a: b[kept] for a, b in layout.buckets.items()}
         return kept, whole_gid[kept], buckets, figures, judge, whole_gid
 
+    def texted(self, r: Resolved) -> list[Column]:
+        """Numeric and date QIs whose text is not their integer's: their labels are made from
+        it (`materialise`)."""
+        return [c for c in r.qi if not r.is_categorical(c)
+                and base_type(c) not in INTEGERS]  # fmt: skip
+
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier,
         ex: Extracted, order: np.ndarray, row_id: np.ndarray, gid: np.ndarray | None,
         bucket: dict[str, np.ndarray],
     ) -> None:  # fmt: skip
-        """Each group's labels in SQL (flagged cells NULL, the rest generalised over the
-        group) over the rows' values written from the arrays (no join with the source),
-        streamed out once per group; NAME written from them and the arrays with one binary
-        COPY, the rows in `order` (a fresh secret permutation): no join of the labels back to
-        the rows, no sort of the release to shuffle it."""
+        """NAME written from the arrays with one binary COPY, the rows in `order` (a fresh
+        secret permutation): each group labelled once in numpy, as the grouping methods label
+        theirs (grouped_rows.labels_of: a numeric or date QI by the text of its least and
+        greatest rows, a categorical one by its hierarchy's LCA, else the value its rows agree
+        on or '*'), and NULL in a QI its rows flagged. A group's rows share their flags (LAG
+        groups within QI-partition subsets): a group is flagged in a QI or not at all."""
         assert gid is not None
-        whole = np.zeros(ex.n, dtype=np.int32)
+        whole = np.full(ex.n, -1, dtype=np.int32)
         whole[row_id > 0] = gid
-        create_like(conn, sql.SQL("NULL::int4 AS gid"), r.qi, r, VALUES, ex.textual, temp=True)
-        fields = [Field.int4(whole)]
-        for c in r.qi:  # a flagged cell NULL, as NAME shows it
-            v = ex.shown[c.name]
-            fields.append(Field.entries(with_null(v), v.codes if c.name not in bucket else
-                                        np.where(bucket[c.name] > 0, np.int32(len(v)), v.codes)))
-        copy_rows(conn, COPY.format(VALUES), fields, order)
-        retype(conn, VALUES, r.qi, ex.textual)
-        groups = sql.SQL("SELECT gid, {gen} FROM {rows} GROUP BY gid").format(
-            rows=VALUES,
-            gen=sql.SQL(", ").join(
-                sql.SQL("CASE WHEN count({c}) > 0 THEN {g} END AS {c}").format(
-                    c=c.ident, g=generalised(r, c)
-                )
-                for c in r.qi
-            ),
-        )  # fmt: skip
-        conn.execute(sql.SQL(
-            "CREATE TABLE {main} AS SELECT NULL::int4 AS {rid}, NULL::int4 AS {gid}, {out} "
-            "FROM ({groups}) g WITH NO DATA"
-        ).format(main=main, rid=sql.Identifier(ROW_ID), gid=sql.Identifier(GROUP_ID),
-                 out=sql.SQL(", ").join(sql.SQL("g.{}").format(c.ident) for c in r.qi),
-                 groups=groups))  # fmt: skip
-        ids, *labels = copy_columns(conn, groups, ["int4", *(["values"] * len(r.qi))])
-        place = np.full(int(whole.max()) + 1, -1, dtype=np.int64)
-        place[np.asarray(ids)] = np.arange(len(ids))
-        at = place[whole]  # each row's group among those streamed (rows not released: unused)
-        copy_rows(conn, COPY.format(main), [
-            Field.int4(row_id), Field.int4(whole),
-            *(Field.entries(Dictionary.of_values(v), v.codes, at) for v in labels),
-        ], order)  # fmt: skip
+        shown = whole >= 0
+        qi = self.qi_arrays(r, ex)
+        texts = [ex.texts[c.name] if c.name in ex.texts else span(ex.data[c.name])
+                 for c in r.qi if not r.is_categorical(c)]  # fmt: skip
+        fields, _ = labels_of(conn, r, whole, qi.num, texts, replace(qi, cat=qi.cat[shown]),
+                              sets=False)  # fmt: skip
+        del qi, texts
+        present = distinct(whole[shown].astype(np.int64))  # the groups, as labels_of places them
+        gpos = np.searchsorted(present, whole[shown])
+        size = np.bincount(gpos, minlength=len(present))
+        for i, c in enumerate(r.qi):
+            if c.name in bucket:
+                flagged = np.bincount(gpos, weights=bucket[c.name][shown] > 0,
+                                      minlength=len(present))  # fmt: skip
+                assert ((flagged == 0) | (flagged == size)).all(), "a group's rows share flags"
+                fields[i] = _null_in(fields[i], flagged > 0)
+        conn.execute(sql.SQL("CREATE TABLE {} ({} int4, {} int4, {})").format(
+            main, sql.Identifier(ROW_ID), sql.Identifier(GROUP_ID),
+            sql.SQL(", ").join(sql.SQL("{} text").format(c.ident) for c in r.qi)))  # fmt: skip
+        copy_rows(conn, COPY.format(main), [Field.int4(row_id), Field.int4(whole), *fields],
+                  order)  # fmt: skip
+        grouped_rows.retype(conn, r, main, r.options.get("ranges") == "typed", set())
 
     def checks(self, r: Resolved, built: list[Built]) -> list[Check]:
         """Local anatomy's checks, and k-anonymity of NAME over its QI columns."""
@@ -276,7 +276,19 @@ class LAG(LocalAnatomy):
         return [model_check(k, target), *super().checks(r, built)]  # type: ignore[arg-type]
 
 
-VALUES = sql.Identifier("dbanon_lag_values")  # (gid, qi...): each released row's, as shown
+
+
+def _null_in(labels: Field, groups: np.ndarray) -> Field:
+    """A field of group labels (an entry per group, read through each row's group) with NULL
+    for the groups `groups` marks."""
+    d = labels.dictionary
+    assert d is not None and labels.via is not None
+    null = len(d)
+    with_null = Dictionary(np.append(d.starts, 0), np.append(d.lens, -1).astype(np.int32), d.data)
+    ids = (np.arange(len(groups), dtype=np.int64) if labels.values is None
+           else np.asarray(labels.values, dtype=np.int64).copy())  # fmt: skip
+    ids[groups] = null
+    return Field.entries(with_null, ids, labels.via)
 
 
 def _tag(value: Any) -> str:

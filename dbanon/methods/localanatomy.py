@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from dbanon.algorithms.localanatomy import Principle, local_anatomy, parse_principles
+from dbanon.core import generalise
 from dbanon.core.flags import COLUMN, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
@@ -231,6 +232,11 @@ class LocalAnatomy(Method):
             algo.append((c, len(exprs)))
             exprs.append(expr)
             kinds.append(kind if kind == "float8" else "values")
+        texted = {}  # the text of QIs whose labels the method makes from it
+        for c in self.texted(r):
+            texted[c.name] = len(exprs)
+            exprs.append(generalise.value(c, sql.SQL("s.{}").format(c.ident), "text"))
+            kinds.append("key")
         # The QIs the flags relation names (the others' masks are all False).
         flagged_cols = [a.column for a in self.attributes(r) if a.in_main]
         rel = relation_of(conn, r.options["flags"], r.key) if r.options.get("flags") else None
@@ -275,7 +281,12 @@ class LocalAnatomy(Method):
             flagged[c.name] = np.ones(n, dtype=bool)
         return Extracted(n, shown, data, names, coded, flagged, textual,
                          streamed[-1] if keys else None,  # type: ignore[arg-type]
-                         streamed[-2] if keys else None, fp_kind)  # type: ignore[arg-type]
+                         streamed[-2] if keys else None, fp_kind,  # type: ignore[arg-type]
+                         {c: streamed[at] for c, at in texted.items()})  # type: ignore[misc]
+
+    def texted(self, r: Resolved) -> list[Column]:
+        """QIs whose text the extract streams too (LA: none; it releases QIs as they are)."""
+        return []
 
     def released_rows(
         self, r: Resolved, ex: Extracted
@@ -451,6 +462,7 @@ class Extracted:
     keys: Keys | None = None
     fp: np.ndarray | None = None  # int64
     fp_kind: str | None = None
+    texts: dict[str, Keys] = field(default_factory=dict)  # `LocalAnatomy.texted`'s, as text
 
 
 COPY = sql.SQL("COPY {} FROM STDIN (FORMAT BINARY)")
