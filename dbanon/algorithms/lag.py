@@ -40,10 +40,10 @@ from dbanon.core.groupsort import by_group
 
 def qi_partition(flagged: np.ndarray) -> np.ndarray:
     """Subset id per row: rows with the same flagged attributes (bool (n, d)) share one."""
-    if flagged.shape[1] == 0:
-        return np.zeros(flagged.shape[0], dtype=np.int64)
-    weights = 1 << np.arange(flagged.shape[1], dtype=np.int64)
-    return (flagged.astype(np.int64) * weights).sum(axis=1)
+    out = np.zeros(flagged.shape[0], dtype=np.int64)
+    for j in range(flagged.shape[1]):  # a column at a time: no (n, d) int64 copy
+        out |= flagged[:, j].astype(np.int64) << j
+    return out
 
 
 def columns(qi: QIArrays, rows: np.ndarray, keep_num: np.ndarray, keep_cat: np.ndarray) -> QIArrays:
@@ -64,10 +64,10 @@ def _distance(qi: QIArrays, u: int) -> np.ndarray:
     return d
 
 
-def leaf_order(qi: QIArrays) -> np.ndarray:
+def leaf_order(qi: QIArrays, out: np.ndarray | None = None) -> np.ndarray:
     """Categorical codes as positions along each hierarchy's leaves (siblings adjacent), float
-    (n, q); a flat hierarchy orders its values by label."""
-    out = np.zeros(qi.cat.shape, dtype=np.float64)
+    (n, q), written into `out` if given; a flat hierarchy orders its values by label."""
+    out = np.zeros(qi.cat.shape, dtype=np.float64) if out is None else out
     for j, h in enumerate(qi.hierarchies):
         table = h.ancestor_table()
         leaves = sorted(h.leaves.values(), key=lambda x, t=table, h=h: (
@@ -84,7 +84,9 @@ def median_cuts(qi: QIArrays, k: int) -> np.ndarray:
     gid = np.zeros(n, dtype=np.int64)
     if qi.width == 0 or n < 2 * k:
         return gid
-    x = np.hstack([qi.num, leaf_order(qi)])
+    x = np.empty((n, qi.width), dtype=np.float64)  # the columns written in place: no hstack
+    x[:, : qi.num.shape[1]] = qi.num
+    leaf_order(qi, x[:, qi.num.shape[1] :])
     if not np.isnan(x).any():  # the loop below, compiled (NaN: numpy's own median and sort)
         from dbanon.algorithms.topdown import median_cut_groups  # numba: when built
 

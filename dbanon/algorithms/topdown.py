@@ -73,7 +73,8 @@ def median_cut_groups(x: np.ndarray, k: int) -> np.ndarray:
     gid = np.zeros(n, dtype=np.int64)
     rows = np.arange(n)
     spare = np.empty(n, dtype=np.int64)
-    stack = np.empty((2 * n + 2, 2), dtype=np.int64)
+    # The sets on the stack are disjoint, each of k rows or more: n // k of them at most.
+    stack = np.empty((n // max(k, 1) + 2, 2), dtype=np.int64)
     stack[0, 0], stack[0, 1] = 0, n
     top, next_id = 1, 0
     spread = np.empty(d)

@@ -84,14 +84,16 @@ def judged(
     set_tags = list(index)
     rank = _rank(set_tags)
     groups = int(gid.max(initial=-1)) + 1
-    # Each group's values: the values of its rows' buckets, every attribute's.
-    owner, elems = [], []
+    # Each group's values: the values of its rows' buckets, every attribute's, as one key
+    # (group, rank) a pair (memory: one int64 per pair, not a group's and a value's).
+    width = max(len(rank), 1)
+    keys_of = []
     for a in attrs:
         g, c = class_values(gid, buckets[a], codes[a])
-        owner.append(g)
-        elems.append(code_of[a][c])
-    g_sets = _sets(np.concatenate([np.zeros(0, np.int64), *owner]),
-                   np.concatenate([np.zeros(0, np.int64), *elems]), groups, rank)  # fmt: skip
+        keys_of.append(g * width + rank[code_of[a][c]])
+        del g, c
+    g_sets = _from_keys(np.concatenate([np.zeros(0, np.int64), *keys_of]), width, groups, rank)
+    del keys_of
     # Each judged person's plausible values, once per distinct object (rows of a class share).
     judged_rows = np.fromiter(known, dtype=np.int64, count=len(known))
     which = np.empty(len(known), dtype=np.int64)
@@ -109,17 +111,20 @@ def judged(
                         j_owner.append(ids[id(plausible)])
                         j_elems.append(int(code_of[a][c]))
         which[i], pr[i], pv[i] = ids[id(plausible)], rows_now, fewest
-    j_sets = _sets(np.asarray(j_owner, dtype=np.int64), np.asarray(j_elems, dtype=np.int64),
-                   len(ids), rank)  # fmt: skip
+    j_sets = _from_keys(np.asarray(j_owner, dtype=np.int64) * width + rank[np.asarray(
+        j_elems, dtype=np.int64)], width, len(ids), rank)  # fmt: skip
     # Equal sets (a group's and a person's alike) kept once; an empty one is none.
     every = Sets(np.r_[g_sets.offs, g_sets.offs[-1] + j_sets.offs[1:]],
                  np.r_[g_sets.elems, j_sets.elems])  # fmt: skip
+    del g_sets, j_sets
     real = np.flatnonzero(every.sizes() > 0)
     set_id = np.full(len(every), _NULL32, dtype=np.int64)
     kept = every.take(real)
+    del every
     found, firsts = _set_ids(kept.offs, kept.elems)
     set_id[real] = found
     sets = kept.take(firsts)
+    del kept, found, firsts
     # The map's rows: every released row, and every person judged; a person's set, else her
     # group's.
     released = gid >= 0
@@ -145,13 +150,13 @@ def _rank(tags: list[str]) -> np.ndarray:
     return rank
 
 
-def _sets(owner: np.ndarray, elems: np.ndarray, count: int, rank: np.ndarray) -> Sets:
-    """`count` sets from (set, element) pairs, each set's distinct elements by `rank`."""
-    key = distinct(owner * max(len(rank), 1) + rank[elems]) if len(owner) else owner
-    by_rank = np.argsort(rank)
+def _from_keys(key: np.ndarray, width: int, count: int, rank: np.ndarray) -> Sets:
+    """`count` sets from keys set * width + element rank (repeats allowed), each set's
+    distinct elements by rank."""
+    key = distinct(key) if len(key) else key.astype(np.int64)
     offs = np.zeros(count + 1, dtype=np.int64)
-    np.cumsum(np.bincount(key // max(len(rank), 1), minlength=count), out=offs[1:])
-    return Sets(offs, by_rank[key % max(len(rank), 1)] if len(key) else key)
+    np.cumsum(np.bincount(key // width, minlength=count), out=offs[1:])
+    return Sets(offs, np.argsort(rank)[key % width])
 
 
 def _shown(gid: np.ndarray, buckets: dict[str, np.ndarray]
