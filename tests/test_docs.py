@@ -107,6 +107,11 @@ def test_a_later_scale_run_replaces_its_methods_figures(tmp_path, monkeypatch) -
     _, rows = figures._floor_rows(100)
     assert {r["name"]: r["ratio"] for r in rows} == {"mondrian": 2.5, "anatomy": 4.0}
     assert "`mondrian`: a later run (floor_100_later.json, floor 3.00 s" in figures._later_said(100)
+    # runs numbered by session: the tenth after the ninth, though "wave10" < "wave9" as text
+    (bench / "floor_100_wave9.json").write_text(json.dumps(run(2.0, mondrian=3.5)))
+    (bench / "floor_100_wave10.json").write_text(json.dumps(run(2.0, mondrian=1.5)))
+    _, rows = figures._floor_rows(100)
+    assert {r["name"]: r["ratio"] for r in rows}["mondrian"] == 1.5
 
 
 def test_a_floor_each_run_shows_the_ratio_to_the_floor_just_before(tmp_path, monkeypatch) -> None:  # noqa: ANN001

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -491,10 +492,13 @@ def _floor_rows(rows: int = 1_000_000) -> tuple[dict[str, Any], list[dict[str, A
 
 
 def _later_runs(rows: int) -> list[dict[str, Any]]:
-    """Later runs of some methods at ROWS (docs/scale-bench/floor_ROWS_*.json, in name order),
-    each with the floor measured in it: their figures replace those methods' in the tables."""
+    """Later runs of some methods at ROWS (docs/scale-bench/floor_ROWS_*.json, in name order,
+    numbers by value: wave10 after wave9), each with the floor measured in it: their figures
+    replace those methods' in the tables."""
     return [json.loads(p.read_text()) | {"file": p.name}
-            for p in sorted((DOCS / "scale-bench").glob(f"floor_{rows}_*.json"))]  # fmt: skip
+            for p in sorted((DOCS / "scale-bench").glob(f"floor_{rows}_*.json"),
+                            key=lambda p: [int(t) if t.isdigit() else t
+                                           for t in re.split(r"(\d+)", p.name)])]  # fmt: skip
 
 
 def _later_said(rows: int) -> str:
