@@ -172,7 +172,7 @@ class LAG(LocalAnatomy):
             kept, gid, buckets, figures, _ = super().lay_out(conn, r, ex, attrs)
             whole_gid = np.full(n, -1, dtype=np.int64)
             whole_gid[kept] = gid
-            whole = {a: np.zeros(n, dtype=np.int64) for a in buckets}
+            whole = {a: np.zeros(n, dtype=np.int32) for a in buckets}  # ids < 2^31
             for a, b in buckets.items():
                 whole[a][kept] = b
             judge = lag_persist.Judge(cells, whole, known, k)
@@ -303,7 +303,7 @@ def _codes(
 ) -> tuple[np.ndarray, list[str]]:
     """Per row a code of its flagged value's tag (-1: not flagged), and the tag of each code
     (`names`: the value at each place, where `values` are places in the value order)."""
-    codes = np.full(len(values), -1, dtype=np.int64)
+    codes = np.full(len(values), -1, dtype=np.int32)  # half the bytes: a code per row
     if not flagged.any():
         return codes, []
     uniq, inverse = np.unique(values[flagged], return_inverse=True)  # equal values, equal tags
