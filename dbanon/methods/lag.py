@@ -12,10 +12,11 @@ the LCA in the QI's hierarchy or '*' without one. It promises k-anonymity of `NA
 columns (NULL, a flagged cell, a value of its own) and local anatomy's l-diversity.
 
 Across refreshes (docs/composition.md): every run keeps a map of each row's group, buckets
-and plausible values per attribute (composition's "measured" form: LAG judges each row
-itself, `lag_persist.Judge`, and the lifecycle's gate refuses a run that narrows anyone below
-k rows or l values). The default `--refresh-policy persist` lays the refresh out as
-dbanon.algorithms.lag_persist says; `regroup` starts over and is refused when it narrows.
+and plausible values per attribute, made from the run's arrays (dbanon.setlogic.measured_map:
+LAG judges each row itself, `lag_persist.Judge`, and the lifecycle's gate refuses a run that
+narrows anyone below k rows or l values). The default `--refresh-policy persist` lays the
+refresh out as dbanon.algorithms.lag_persist says; `regroup` starts over and is refused when it
+narrows.
 """
 
 from __future__ import annotations
