@@ -299,3 +299,30 @@ def test_labels_of_dates_numerics_and_floats(conn: psycopg.Connection, dsn: str)
              map=table(rid))))
     assert shown == expected
     assert any(v.startswith("(,") for v in shown.values())  # some group shows d NULL
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_first_seen_numbers_values_as_the_rows_first_show_them(seed: int) -> None:
+    """first_seen (a streamed column as the Coded that Coded.of would make of its decoded
+    values: values in the order rows first show them, NULL among them) against that plain
+    reading, on random columns with and without a NULL entry and entries no row uses."""
+    import numpy as np
+
+    from dbanon.db.stream import Values
+    from dbanon.methods.lag import first_seen
+
+    rng = np.random.default_rng(seed)
+    for t in range(25):
+        m, n = int(rng.integers(1, 30)), int(rng.integers(0, 400))
+        words = [f"w{i}".encode() for i in range(m)]
+        lens = np.array([-1 if t % 3 == 0 and i == 0 else len(w) for i, w in enumerate(words)],
+                        dtype=np.int32)  # fmt: skip
+        starts = np.zeros(m, np.int64)
+        np.cumsum(np.maximum(lens[:-1], 0), out=starts[1:])
+        data = np.frombuffer(b"".join(w for w, ln in zip(words, lens, strict=True) if ln >= 0),
+                             dtype=np.uint8)  # fmt: skip
+        codes = rng.integers(0, m, n).astype(np.int32)
+        coded = first_seen(Values(codes, starts, lens, data))
+        plain = [None if lens[e] < 0 else words[e].decode() for e in codes.tolist()]
+        assert list(coded.values) == list(dict.fromkeys(plain))
+        assert [coded.values[i] for i in np.asarray(coded.codes).tolist()] == plain

@@ -315,8 +315,11 @@ def _codes(
 def first_seen(v: Values) -> Coded:
     """A column streamed as Values as a Coded whose values come in the order the rows first
     show them (NULL too), as Coded.of would number them: no Python object per row."""
-    first = np.unique(v.codes, return_index=True)
-    order = first[0][np.argsort(first[1], kind="stable")]
+    n = len(v.codes)
+    first = np.full(len(v), n, dtype=np.int64)  # each code's first row (n: none), in one pass
+    np.minimum.at(first, v.codes, np.arange(n))  # (np.unique sorted the codes: 0.06 s each)
+    present = np.flatnonzero(first < n)
+    order = present[np.argsort(first[present], kind="stable")]
     renumber = np.empty(len(v), dtype=np.int32)
     renumber[order] = np.arange(len(order), dtype=np.int32)
     raw = v.data.tobytes()
