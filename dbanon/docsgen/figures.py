@@ -99,8 +99,7 @@ def _kmember_scale() -> str:
         exact = _pick(rows, rows=n, mode="exact")
         part = _pick(rows, rows=n, mode="partitioned", block_size=16000)
         d = [100 * (float(part[c]) - float(exact[c])) for c in ("ncp_height", "ncp_leaf")]
-        lines.append(f"at {n:,} rows {d[0]:+.2f} pt by ncp_height and {d[1]:+.2f} pt by "
-                     "ncp_leaf")  # fmt: skip
+        lines.append(f"at {n:,} rows {d[0]:+.2f} pt by ncp_height and {d[1]:+.2f} pt by ncp_leaf")
     text += ("\n\nPartitioned (default 16,000-row blocks) minus exact: " + "; ".join(lines)
              + "." + _source("kmember-scale/scale.csv", "dbanon experiment kmember-scale"))
     return text
@@ -492,13 +491,10 @@ def _floor_rows(rows: int = 1_000_000) -> tuple[dict[str, Any], list[dict[str, A
 
 
 def _later_runs(rows: int) -> list[dict[str, Any]]:
-    """Later runs of some methods at ROWS (docs/scale-bench/floor_ROWS_*.json, in name order,
-    numbers by value: wave10 after wave9), each with the floor measured in it: their figures
-    replace those methods' in the tables."""
+    """Later runs at ROWS (scale-bench/floor_ROWS_*.json; wave10 after wave9): their figures win."""
+    files = (DOCS / "scale-bench").glob(f"floor_{rows}_*.json")
     return [json.loads(p.read_text()) | {"file": p.name}
-            for p in sorted((DOCS / "scale-bench").glob(f"floor_{rows}_*.json"),
-                            key=lambda p: [int(t) if t.isdigit() else t
-                                           for t in re.split(r"(\d+)", p.name)])]  # fmt: skip
+            for p in sorted(files, key=lambda p: re.sub(r"\d+", lambda m: m[0].zfill(9), p.name))]
 
 
 def _later_said(rows: int) -> str:

@@ -195,7 +195,7 @@ def shown_columns(r: Resolved) -> list[Column]:
     return [*r.sensitive, *r.keep]
 
 
-INTEGERS = {"smallint", "integer"}  # their text is their integer's: not streamed
+_INTEGERS = {"smallint", "integer"}  # their text is their integer's: not streamed
 _TEXTS = {"text", "character varying"}  # their binary form is their text's
 
 
@@ -233,7 +233,7 @@ def _extract(
     sensitive_text = with_sensitive and stream is None and bool(r.sensitive)
     exprs, kinds = _qi_columns(r, with_sensitive and not sensitive_text, stream)
     nums = [c for c in r.qi if not r.is_categorical(c)]
-    texted = [c for c in nums if generalise.base_type(c) not in INTEGERS]
+    texted = [c for c in nums if generalise.base_type(c) not in _INTEGERS]
     exprs += [generalise.value(c, sql.SQL("s.{}").format(c.ident), "text") for c in texted]
     kinds += ["key"] * len(texted)
     textual = as_text(conn, shown_columns(r))
@@ -256,7 +256,7 @@ def _extract(
         head, at = head + 1, at + 1
     # An integer QI's values are its normalised ones times its span (QIArrays.build's
     # divisor), exactly: only that span is kept, no second array of them.
-    ints = {c.name: span(np.asarray(v)) for c, v in zip(
+    ints = {c.name: _span(np.asarray(v)) for c, v in zip(
         r.qi, values[: len(r.qi)], strict=True) if c in nums and c not in texted}  # fmt: skip
     keys, qi, sensitive = _decoded(r, keys, values[:head], with_sensitive, raw=True)
     given = iter(values[head : head + len(texted)])
@@ -292,7 +292,7 @@ def _extract(
                      state, old, sizes)  # type: ignore[arg-type]
 
 
-def span(values: np.ndarray) -> float:
+def _span(values: np.ndarray) -> float:
     """What QIArrays.build divides a numeric column by (its span, 1 for a constant one)."""
     span = float(values.max() - values.min()) if len(values) else 0.0
     return span if span > 0 else 1.0
@@ -322,16 +322,6 @@ def label_groups(
     `sets=False`: a categorical QI without a hierarchy is the value its group agrees on, else
     `*` (its flat hierarchy's root), never the set of values present."""
     assert ex.qi is not None
-    return labels_of(conn, r, gid, ex.qi.num, ex.texts, qi, sets=sets)
-
-
-def labels_of(
-    conn: psycopg.Connection, r: Resolved, gid: np.ndarray, num: np.ndarray,
-    texts: list[Keys | float], qi: QIArrays, *, sets: bool = True,
-) -> tuple[list[Field], dict[str, float]]:  # fmt: skip
-    """`label_groups` from its parts: `num`, every row's numeric QIs as QIArrays normalises
-    them; `texts`, per numeric QI its rows' text (Keys) or, an integer one, its span (`num`
-    times it is the integer); `qi`, the categorical QIs of the rows released."""
     gid = np.asarray(gid, dtype=np.int32)  # as the map holds them (`mapped`): half the bytes
     shown = gid >= 0
     index = generalise.GroupIndex.of(gid if shown.all() else gid[shown])
@@ -352,9 +342,9 @@ def labels_of(
             fields.append(Field.entries(Dictionary.of(labels), ids, gpos))
             cats += 1
             continue
-        key = np.ascontiguousarray(num[:, nums])
+        key = np.ascontiguousarray(ex.qi.num[:, nums])
         lo, hi = kernels.group_ends(gpos, key, groups)
-        given = texts[nums]
+        given = ex.texts[nums]
         if isinstance(given, Keys):
             text = Dictionary.of_keys(given)
             _bounds(conn, col, gpos, key, text, lo, hi)

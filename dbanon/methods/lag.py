@@ -41,7 +41,7 @@ from dbanon.errors import DbanonError
 from dbanon.methods import grouped_rows, register
 from dbanon.methods.base import Built, Check, Option, model_check
 from dbanon.methods.grouped import RANGES, encode
-from dbanon.methods.grouped_rows import INTEGERS, labels_of, span
+from dbanon.methods.grouped_rows import _INTEGERS, _span
 from dbanon.methods.localanatomy import (
     COPY,
     FLAGS,
@@ -231,7 +231,7 @@ class LAG(LocalAnatomy):
         """Numeric and date QIs whose text is not their integer's: their labels are made from
         it (`materialise`)."""
         return [c for c in r.qi if not r.is_categorical(c)
-                and base_type(c) not in INTEGERS]  # fmt: skip
+                and base_type(c) not in _INTEGERS]  # fmt: skip
 
     def materialise(
         self, conn: psycopg.Connection, r: Resolved, attrs: list[Attribute], main: sql.Identifier,
@@ -240,7 +240,7 @@ class LAG(LocalAnatomy):
     ) -> None:  # fmt: skip
         """NAME written from the arrays with one binary COPY, the rows in `order` (a fresh
         secret permutation): each group labelled once in numpy, as the grouping methods label
-        theirs (grouped_rows.labels_of: a numeric or date QI by the text of its least and
+        theirs (grouped_rows.label_groups: a numeric or date QI by the text of its least and
         greatest rows, a categorical one by its hierarchy's LCA, else the value its rows agree
         on or '*'), and NULL in a QI its rows flagged. A group's rows share their flags (LAG
         groups within QI-partition subsets): a group is flagged in a QI or not at all."""
@@ -249,12 +249,16 @@ class LAG(LocalAnatomy):
         whole[row_id > 0] = gid
         shown = whole >= 0
         qi = self.qi_arrays(r, ex)
-        texts = [ex.texts[c.name] if c.name in ex.texts else span(ex.data[c.name])
+        texts = [ex.texts[c.name] if c.name in ex.texts else _span(ex.data[c.name])
                  for c in r.qi if not r.is_categorical(c)]  # fmt: skip
-        fields, _ = labels_of(conn, r, whole, qi.num, texts, replace(qi, cat=qi.cat[shown]),
-                              sets=False)  # fmt: skip
-        del qi, texts
-        present = distinct(whole[shown].astype(np.int64))  # the groups, as labels_of places them
+        assert ex.keys is not None and ex.fp is not None and ex.fp_kind is not None
+        # What label_groups reads of a grouping run's rows: its QI arrays and numeric texts.
+        rows = grouped_rows.Extracted(ex.keys, qi, None, texts, [], set(), None, ex.fp,
+                                      ex.fp_kind, None, None, None)  # fmt: skip
+        fields, _ = grouped_rows.label_groups(conn, r, rows, replace(qi, cat=qi.cat[shown]),
+                                              whole, sets=False)  # fmt: skip
+        del qi, texts, rows
+        present = distinct(whole[shown].astype(np.int64))  # the groups, as label_groups places them
         gpos = np.searchsorted(present, whole[shown])
         size = np.bincount(gpos, minlength=len(present))
         for i, c in enumerate(r.qi):
