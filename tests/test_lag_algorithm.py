@@ -163,3 +163,25 @@ def test_thesis_lag_2_groups_hold_k_rows_and_never_borrow(seed: int, k: int) -> 
         big += len(rows) >= 2 * k
     # No re-balancing: some classes stay at 2k rows or more (Top-down leaves none, above).
     assert big > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_select_and_middle_are_the_order_statistics_numpy_gives(seed: int) -> None:
+    """The compiled cuts' selection (Mondrian's quickselect, in place) finds the value np.sort
+    puts at kth, leaves no larger value before it nor smaller after it, and their median is
+    np.median's, on runs of duplicates as on distinct values."""
+    from dbanon.algorithms.mondrian import _select as select
+    from dbanon.algorithms.topdown import middle
+
+    rng = np.random.default_rng(seed)
+    for t in range(400):
+        n = int(rng.integers(1, 80))
+        a = (rng.integers(0, int(rng.integers(1, 5)), n).astype(np.float64) if t % 2
+             else rng.normal(size=n))  # fmt: skip
+        kth = int(rng.integers(0, n))
+        b = a.copy()
+        v = select(b, kth)
+        assert v == np.sort(a)[kth] == b[kth]
+        assert (b[:kth] <= v).all() and (b[kth + 1:] >= v).all()
+        assert np.array_equal(np.sort(b), np.sort(a))  # a permutation of the values
+        assert middle(a.copy()) == np.median(a)

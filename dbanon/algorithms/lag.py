@@ -36,6 +36,7 @@ import numpy as np
 
 from dbanon.algorithms.base import QIArrays
 from dbanon.core.groupsort import by_group
+from dbanon.core.hierarchy import Hierarchy
 
 
 def qi_partition(flagged: np.ndarray) -> np.ndarray:
@@ -64,33 +65,55 @@ def _distance(qi: QIArrays, u: int) -> np.ndarray:
     return d
 
 
-def leaf_order(qi: QIArrays, out: np.ndarray | None = None) -> np.ndarray:
-    """Categorical codes as positions along each hierarchy's leaves (siblings adjacent), float
-    (n, q), written into `out` if given; a flat hierarchy orders its values by label."""
-    out = np.zeros(qi.cat.shape, dtype=np.float64) if out is None else out
+def positions(h: Hierarchy) -> np.ndarray:
+    """Each of a hierarchy's codes at its place along the leaves (siblings adjacent), in
+    [0, 1]; a flat hierarchy orders its values by label."""
+    table = h.ancestor_table()
+    leaves = sorted(h.leaves.values(), key=lambda x, t=table, h=h: (
+        tuple(int(a) for a in t[x, h.height - 1:0:-1]), h.labels[x]))  # fmt: skip
+    pos = np.zeros(table.shape[0], dtype=np.float64)
+    pos[leaves] = np.arange(len(leaves)) / max(len(leaves) - 1, 1)
+    return pos
+
+
+def leaf_order(qi: QIArrays) -> np.ndarray:
+    """Categorical codes as positions along each hierarchy's leaves, float (n, q)."""
+    out = np.zeros(qi.cat.shape, dtype=np.float64)
     for j, h in enumerate(qi.hierarchies):
-        table = h.ancestor_table()
-        leaves = sorted(h.leaves.values(), key=lambda x, t=table, h=h: (
-            tuple(int(a) for a in t[x, h.height - 1:0:-1]), h.labels[x]))  # fmt: skip
-        pos = np.zeros(table.shape[0], dtype=np.float64)
-        pos[leaves] = np.arange(len(leaves)) / max(len(leaves) - 1, 1)
-        out[:, j] = pos[qi.cat[:, j]]
+        out[:, j] = positions(h)[qi.cat[:, j]]
     return out
+
+
+def matrix(qi: QIArrays, rows: np.ndarray, keep_num: np.ndarray, keep_cat: np.ndarray
+           ) -> np.ndarray:  # fmt: skip
+    """Some rows' values of some columns, column by column (float64 (w, m)): numbers as they
+    are, categories at their `positions`. Taken straight from the whole table's arrays, with
+    no copy of the subset's own QIArrays (30 MiB of a 1M-row run's peak)."""
+    x = np.empty((len(keep_num) + len(keep_cat), len(rows)), dtype=np.float64)
+    for i, j in enumerate(keep_num.tolist()):
+        np.take(qi.num[:, j], rows, out=x[i])
+    for i, j in enumerate(keep_cat.tolist(), start=len(keep_num)):
+        np.take(positions(qi.hierarchies[j]), qi.cat[:, j][rows], out=x[i])
+    return x
 
 
 def median_cuts(qi: QIArrays, k: int) -> np.ndarray:
     """LAG_1 on one subset (Algorithm 5.2): group ids 0..g-1."""
-    n = qi.n
+    every = np.arange(qi.n)
+    return cuts(matrix(qi, every, np.arange(qi.num.shape[1]), np.arange(qi.cat.shape[1])), k)
+
+
+def cuts(x: np.ndarray, k: int) -> np.ndarray:
+    """`median_cuts` of the rows of x, given column by column (float64 (w, n), overwritten)."""
+    n = x.shape[1]
     gid = np.zeros(n, dtype=np.int64)
-    if qi.width == 0 or n < 2 * k:
+    if x.shape[0] == 0 or n < 2 * k:
         return gid
-    x = np.empty((n, qi.width), dtype=np.float64)  # the columns written in place: no hstack
-    x[:, : qi.num.shape[1]] = qi.num
-    leaf_order(qi, x[:, qi.num.shape[1] :])
     if not np.isnan(x).any():  # the loop below, compiled (NaN: numpy's own median and sort)
         from dbanon.algorithms.topdown import median_cut_groups  # numba: when built
 
-        return median_cut_groups(np.ascontiguousarray(x, dtype=np.float64), k)
+        return median_cut_groups(x, k)
+    x = x.T  # rows, as the loop reads them
     stack, next_id = [np.arange(n)], 0
     while stack:
         idx = stack.pop()
@@ -194,12 +217,15 @@ def ncp_split(qi: QIArrays, k: int, rng: np.random.Generator, rounds: int = 3,
 
 
 # The generalisations by name (LAG_1, LAG_2 as Top-down, LAG_2 as Algorithm 5.3 is written):
-# one subset's QIs, k and the run's generator in, group ids 0..g-1 out.
-SPLITS: dict[str, Callable[[QIArrays, int, np.random.Generator], np.ndarray]] = {
-    "partition": lambda qi, k, rng: median_cuts(qi, k),
-    "ncp": lambda qi, k, rng: ncp_split(qi, k, rng),
-    "ncp-thesis": lambda qi, k, rng: ncp_split(qi, k, rng, split=_as_written),
-}
+# the table's QIs, a subset's rows and unflagged columns (numeric, categorical), k and the run's
+# generator in, the subset's group ids 0..g-1 out.
+SPLITS: dict[str, Callable[[QIArrays, np.ndarray, np.ndarray, np.ndarray, int,
+                            np.random.Generator], np.ndarray]] = {
+    "partition": lambda qi, rows, kn, kc, k, rng: cuts(matrix(qi, rows, kn, kc), k),
+    "ncp": lambda qi, rows, kn, kc, k, rng: ncp_split(columns(qi, rows, kn, kc), k, rng),
+    "ncp-thesis": lambda qi, rows, kn, kc, k, rng: ncp_split(columns(qi, rows, kn, kc), k, rng,
+                                                            split=_as_written),
+}  # fmt: skip
 VARIANTS = tuple(SPLITS)
 
 
@@ -225,11 +251,10 @@ def generalise(
             continue
         keep_num = np.flatnonzero(~flagged_num[rows[0]])
         keep_cat = np.flatnonzero(~flagged_cat[rows[0]])
-        part = columns(qi, rows, keep_num, keep_cat)
-        if part.width == 0:
+        if len(keep_num) + len(keep_cat) == 0:
             local = np.zeros(len(rows), dtype=np.int64)
         else:
-            local = SPLITS[variant](part, k, rng)
+            local = SPLITS[variant](qi, rows, keep_num, keep_cat, k, rng)
         gid[rows] = local + next_id
         next_id += int(local.max()) + 1
     # Group ids: a permutation drawn from the seed, not the order of the subsets and cuts (which
