@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dbanon.core.groupsort import by_group, distinct
+from dbanon.core.groupsort import by_group, distinct, unique_inverse
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -24,3 +24,21 @@ def test_distinct_is_np_unique(dtype: type, high: int) -> None:
         values = rng.integers(-high, high, n, endpoint=True).astype(dtype)
         got = distinct(values)
         assert got.dtype == values.dtype and np.array_equal(got, np.unique(values))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.float64])
+def test_unique_inverse_is_numpys(dtype: type) -> None:
+    """Ranked by a bincount (small non-negative integers) or by np.unique (anything else),
+    the distinct values and each value's rank are np.unique's, dtypes included."""
+    rng = np.random.default_rng(0)
+    cases = [rng.integers(0, 50, 1000), rng.integers(0, 3, 10), np.array([7]),
+             rng.integers(0, 10**9, 500)]  # fmt: skip
+    if np.dtype(dtype).kind != "u":
+        cases.append(rng.integers(-5, 5, 300))
+    for values in cases:
+        v = values.astype(dtype)
+        uniq, inverse = unique_inverse(v)
+        want_uniq, want_inverse = np.unique(v, return_inverse=True)
+        assert uniq.dtype == want_uniq.dtype and np.array_equal(uniq, want_uniq)
+        assert np.array_equal(inverse, want_inverse.reshape(-1))
+        assert np.array_equal(uniq[inverse], v)

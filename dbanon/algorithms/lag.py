@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.core.groupsort import by_group
+from dbanon.core.groupsort import by_group, unique_inverse
 from dbanon.core.hierarchy import Hierarchy
 
 
@@ -277,7 +277,7 @@ def ncp(qi: QIArrays, flagged_num: np.ndarray, flagged_cat: np.ndarray, gid: np.
         return 0.0
     total = float((gid < 0).sum() * qi.width)
     kept = gid >= 0
-    g = np.unique(gid[kept], return_inverse=True)[1].reshape(-1)
+    g = unique_inverse(gid[kept])[1]
     groups = int(g.max()) + 1 if len(g) else 0
     order = by_group(g)
     for i in range(qi.num.shape[1]):
@@ -316,5 +316,5 @@ def _extremes(values: np.ndarray, live: np.ndarray, g: np.ndarray, order: np.nda
 def discernibility(gid: np.ndarray) -> int:
     """DM (2.4): sum of squared group sizes; a suppressed row costs the table's size."""
     kept = gid[gid >= 0]
-    sizes = np.bincount(np.unique(kept, return_inverse=True)[1].reshape(-1)) if len(kept) else []
+    sizes = np.bincount(unique_inverse(kept)[1]) if len(kept) else []
     return int((np.asarray(sizes, dtype=np.int64) ** 2).sum() + (gid < 0).sum() * len(gid))

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dbanon.core.groupsort import unique_inverse
 from dbanon.errors import quote_ident
 
 PRINCIPLES = ("l", "t")
@@ -77,8 +78,8 @@ def parse_principles(text: str | None, default_l: int) -> dict[str, Principle]:
 
 def ordered_codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Codes 0..m-1 of values in value order, and the distinct values."""
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return inverse.reshape(-1).astype(np.int64), uniq
+    uniq, inverse = unique_inverse(values)
+    return inverse.astype(np.int64), uniq
 
 
 def ineligible(codes: np.ndarray, l: int) -> int | None:  # noqa: E741 - the paper's name

@@ -38,3 +38,19 @@ def distinct(values: np.ndarray) -> np.ndarray:
     0.02 s sorted (tests/test_groupsort.py compares the two)."""
     ordered = np.sort(np.asarray(values).ravel())
     return ordered[np.r_[True, ordered[1:] != ordered[:-1]]] if len(ordered) else ordered
+
+
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(values, return_inverse=True)`, the inverse flat. Small non-negative integers
+    (group ids, places in a value order: at most twice the rows) are ranked by one bincount,
+    with no sort: np.unique sorted each of a 10M-row LAG run's group ids and codes, 1-2 s a
+    call."""
+    v = np.asarray(values).ravel()
+    if len(v) and (v.dtype.kind == "i" or (v.dtype.kind == "u" and v.dtype.itemsize < 8)):
+        low, top = int(v.min()), int(v.max())
+        if low >= 0 and top < 2 * len(v) + 1024:
+            present = np.bincount(v, minlength=top + 1) > 0
+            rank = np.cumsum(present) - 1
+            return np.flatnonzero(present).astype(v.dtype), rank[v]
+    uniq, inverse = np.unique(v, return_inverse=True)
+    return uniq, inverse.reshape(-1)

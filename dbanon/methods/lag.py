@@ -33,7 +33,7 @@ from dbanon.algorithms import lag_persist
 from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.lag import VARIANTS, discernibility, generalise, ncp
 from dbanon.core.generalise import base_type
-from dbanon.core.groupsort import distinct
+from dbanon.core.groupsort import distinct, unique_inverse
 from dbanon.db.catalog import Column
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.stream import Coded, Values
@@ -311,8 +311,8 @@ def _codes(
     codes = np.full(len(values), -1, dtype=np.int32)  # half the bytes: a code per row
     if not flagged.any():
         return codes, []
-    uniq, inverse = np.unique(values[flagged], return_inverse=True)  # equal values, equal tags
-    codes[flagged] = inverse.reshape(-1)
+    uniq, inverse = unique_inverse(values[flagged])  # equal values, equal tags
+    codes[flagged] = inverse
     return codes, [_tag(v if names is None else names[v]) for v in uniq.tolist()]
 
 
