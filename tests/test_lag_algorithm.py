@@ -185,3 +185,28 @@ def test_select_and_middle_are_the_order_statistics_numpy_gives(seed: int) -> No
         assert (b[:kth] <= v).all() and (b[kth + 1:] >= v).all()
         assert np.array_equal(np.sort(b), np.sort(a))  # a permutation of the values
         assert middle(a.copy()) == np.median(a)
+
+
+def test_group_extremes_are_numpys_per_group_max_and_min() -> None:
+    """One compiled pass per column gives each group's max and min of its live rows (NaN
+    winning, as np.maximum.at's), and which groups have any, for floats and integer codes."""
+    from dbanon.algorithms.topdown import group_extremes
+
+    rng = np.random.default_rng(5)
+    n, groups = 2000, 150
+    g = rng.integers(0, groups, n)
+    live = rng.random(n) < 0.8
+    floats = rng.normal(size=n)
+    floats[rng.random(n) < 0.01] = np.nan
+    for values in (floats, rng.integers(0, 40, n)):
+        hi, lo, seen = group_extremes(values, live, g, groups)
+        want_hi = np.full(groups, -np.inf)
+        want_lo = np.full(groups, np.inf)
+        with np.errstate(invalid="ignore"):  # NaN in, NaN out: what is compared
+            np.maximum.at(want_hi, g[live], values[live].astype(np.float64))
+            np.minimum.at(want_lo, g[live], values[live].astype(np.float64))
+        want_seen = np.bincount(g[live], minlength=groups) > 0
+        assert np.array_equal(seen, want_seen)
+        assert np.array_equal(hi[seen].astype(np.float64), want_hi[seen], equal_nan=True)
+        assert np.array_equal(lo[seen].astype(np.float64), want_lo[seen], equal_nan=True)
+        assert hi.dtype == values.dtype

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dbanon.algorithms.base import QIArrays
-from dbanon.core.groupsort import by_group, unique_inverse
+from dbanon.core.groupsort import unique_inverse
 from dbanon.core.hierarchy import Hierarchy
 
 
@@ -271,7 +271,9 @@ def ncp(qi: QIArrays, flagged_num: np.ndarray, flagged_cat: np.ndarray, gid: np.
     normalised size of its generalisation (numeric: range / domain width; categorical: height
     of the group's LCA / tree height), flagged cells 0 (they are bucketised, not generalised),
     divided by rows x QI attributes. Suppressed rows (gid -1) count as fully generalised.
-    Each group's extremes are found over its rows sorted once by group (`_extremes`)."""
+    Each group's extremes are found in one compiled pass over the rows (`group_extremes`)."""
+    from dbanon.algorithms.topdown import group_extremes  # numba: when built
+
     n = qi.n
     if n == 0 or qi.width == 0:
         return 0.0
@@ -279,10 +281,9 @@ def ncp(qi: QIArrays, flagged_num: np.ndarray, flagged_cat: np.ndarray, gid: np.
     kept = gid >= 0
     g = unique_inverse(gid[kept])[1]
     groups = int(g.max()) + 1 if len(g) else 0
-    order = by_group(g)
     for i in range(qi.num.shape[1]):
         live = ~flagged_num[kept, i]
-        hi, lo, seen = _extremes(qi.num[kept, i], live, g, order, groups)
+        hi, lo, seen = group_extremes(qi.num[kept, i], live, g, groups)
         span = np.where(seen, hi - lo, 0.0)
         total += float(span[g[live]].sum())
     for j, h in enumerate(qi.hierarchies):
@@ -290,27 +291,10 @@ def ncp(qi: QIArrays, flagged_num: np.ndarray, flagged_cat: np.ndarray, gid: np.
         live = ~flagged_cat[kept, j]
         level = np.full(groups, h.height, dtype=np.int64)
         for lv in range(h.height - 1, -1, -1):
-            hi, lo, seen = _extremes(anc[:, lv], live, g, order, groups)
+            hi, lo, seen = group_extremes(np.ascontiguousarray(anc[:, lv]), live, g, groups)
             level = np.where(seen & (hi == lo), lv, level)
         total += float((level[g[live]] / h.height).sum())
     return total / (n * qi.width)
-
-
-def _extremes(values: np.ndarray, live: np.ndarray, g: np.ndarray, order: np.ndarray,
-              groups: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
-    """Per group the greatest and least of its live rows' values, and whether it has any:
-    one reduceat over the rows in group order (np.maximum.at took 0.1 s a column at 1M)."""
-    rows = order[live[order]]
-    v, gg = values[rows], g[rows]
-    hi = np.zeros(groups, dtype=values.dtype)
-    lo = np.zeros(groups, dtype=values.dtype)
-    seen = np.zeros(groups, dtype=bool)
-    if len(rows):
-        starts = np.flatnonzero(np.r_[True, gg[1:] != gg[:-1]])
-        at = gg[starts]
-        hi[at], lo[at], seen[at] = np.maximum.reduceat(v, starts), np.minimum.reduceat(
-            v, starts), True  # fmt: skip
-    return hi, lo, seen
 
 
 def discernibility(gid: np.ndarray) -> int:

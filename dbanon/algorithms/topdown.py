@@ -231,3 +231,25 @@ def class_value_pairs(
                 out_c[first:p] = np.sort(out_c[first:p])
         total = p
     return out_g, out_c
+
+
+@njit(cache=True)
+def group_extremes(values: np.ndarray, live: np.ndarray, g: np.ndarray, groups: int
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # fmt: skip
+    """Per group (ids 0..groups-1) the greatest and least of its live rows' values, and
+    whether it has any: one pass over the rows in their order, no sort. A NaN wins, as in
+    np.maximum and np.minimum."""
+    hi = np.zeros(groups, dtype=values.dtype)
+    lo = np.zeros(groups, dtype=values.dtype)
+    seen = np.zeros(groups, dtype=np.bool_)
+    for r in range(len(values)):
+        if live[r]:
+            x, v = g[r], values[r]
+            if not seen[x]:
+                hi[x], lo[x], seen[x] = v, v, True
+            else:
+                if v > hi[x] or v != v:
+                    hi[x] = v
+                if v < lo[x] or v != v:
+                    lo[x] = v
+    return hi, lo, seen
