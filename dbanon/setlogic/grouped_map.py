@@ -76,6 +76,11 @@ class Sets:
     def sizes(self) -> np.ndarray:
         return np.diff(self.offs)
 
+    def then(self, other: Sets) -> Sets:
+        """These sets, then `other`'s, as one."""
+        return Sets(np.r_[self.offs, self.offs[-1] + other.offs[1:]],
+                    np.r_[self.elems, other.elems])  # fmt: skip
+
     def take(self, which: np.ndarray) -> Sets:
         """Sets which[0], which[1], ... of these."""
         which = np.asarray(which, dtype=np.int64)
@@ -90,8 +95,6 @@ class Sets:
         return np.repeat(np.arange(len(self), dtype=np.int64), self.sizes())
 
 
-def _concat(a: Sets, b: Sets) -> Sets:
-    return Sets(np.r_[a.offs, a.offs[-1] + b.offs[1:]], np.r_[a.elems, b.elems])
 
 
 _NO_SETS = Sets(np.zeros(1, np.int64), np.zeros(0, np.int64))
@@ -102,7 +105,7 @@ def _aligned(wanted: np.ndarray, found: np.ndarray, sets: Sets) -> tuple[np.ndar
     where it does not: a set the map lost keeps no value, as composition's LEFT JOIN reads
     it)."""
     ok, at = _found(wanted, found)
-    return ok, _concat(sets, Sets(np.zeros(2, np.int64), _NO_SETS.elems)).take(
+    return ok, sets.then(Sets(np.zeros(2, np.int64), _NO_SETS.elems)).take(
         np.where(ok, at, len(sets)))
 
 class Codes:
@@ -126,10 +129,15 @@ class Codes:
 
     def rank(self) -> np.ndarray:
         """Each code's place when the tags are sorted by their text."""
-        order = np.array(sorted(range(len(self.tags)), key=self.tags.__getitem__), np.int64)
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        return rank
+        return text_rank(self.tags)
+
+
+def text_rank(tags: list[str]) -> np.ndarray:
+    """Each tag's place when the tags are sorted by their text (code points)."""
+    order = np.array(sorted(range(len(tags)), key=tags.__getitem__), np.int64)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return rank
 
 
 def read_sets(conn: psycopg.Connection, rel: sql.Composable, ids: np.ndarray,
@@ -162,7 +170,7 @@ def read_sets(conn: psycopg.Connection, rel: sql.Composable, ids: np.ndarray,
 
 
 @njit(cache=True)
-def _set_ids(offs: np.ndarray, elems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def set_ids(offs: np.ndarray, elems: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(id of each set, the first set of each id): equal sets (same elements in the same
     order) share an id. Sets are hashed, and sets with one hash compared element by
     element, so no two different sets ever share an id."""
@@ -440,8 +448,8 @@ def prepare(conn: psycopg.Connection, release_id: int, rows: Mapped) -> Prepared
         old_vid = np.asarray(old.vid, dtype=np.int64)[held] if len(held) else held
         wanted = distinct(old_vid[old_vid >= 0])
         ids, sets = read_sets(conn, composition.sets_of(conn, release_id), wanted, codes)
-        every = _concat(run.kept, _by_rank(sets, rank))
-        set_id, first = _set_ids(every.offs, every.elems)
+        every = run.kept.then(_by_rank(sets, rank))
+        set_id, first = set_ids(every.offs, every.elems)
         set_rows = every.take(first)
         has, at = _found(old_vid, ids)
         held_vid[has] = set_id[len(run.kept) + at[has]]
@@ -486,11 +494,11 @@ def write(conn: psycopg.Connection, kept: Prepared, fresh: dict[str | None, sql.
     codes = run.codes
     if codes is not None and kept.set_rows is not None and run.shown is not None:
         tags = Dictionary.of(codes.tags)
-        _copy_sets(conn, fresh["sets"], np.arange(len(kept.set_rows)), kept.set_rows, tags)
+        copy_sets(conn, fresh["sets"], np.arange(len(kept.set_rows)), kept.set_rows, tags)
         present = np.flatnonzero(run.shown.sizes() > 0)
-        _copy_sets(conn, fresh["shown"], present, run.shown.take(present), tags)
+        copy_sets(conn, fresh["shown"], present, run.shown.take(present), tags)
         if kept.held_shown is not None and len(kept.held_shown[0]):
-            _copy_sets(conn, fresh["shown"], kept.held_shown[0], kept.held_shown[1], tags)
+            copy_sets(conn, fresh["shown"], kept.held_shown[0], kept.held_shown[1], tags)
 
 
 _NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL, in an int32 array
@@ -516,7 +524,7 @@ def _by_rank(sets: Sets, rank: np.ndarray) -> Sets:
     return Sets(sets.offs, sets.elems[order])
 
 
-def _copy_sets(conn: psycopg.Connection, table: sql.Identifier, ids: np.ndarray, sets: Sets,
+def copy_sets(conn: psycopg.Connection, table: sql.Identifier, ids: np.ndarray, sets: Sets,
                tags: Dictionary) -> None:  # fmt: skip
     """Rows (id, text[]) of a map's sets or shown values."""
     copy_rows(

@@ -35,7 +35,7 @@ from dbanon.db.stream import Keys
 from dbanon.models.base import Spread
 from dbanon.setlogic import composition
 from dbanon.setlogic.composition import Composition
-from dbanon.setlogic.grouped_map import Sets, _copy_sets, _set_ids
+from dbanon.setlogic.grouped_map import Sets, copy_sets, set_ids, text_rank
 
 SEP = "\x1f"  # between an attribute's name and a value or bucket in the map's tags
 _NULL32 = np.iinfo(np.int32).min  # an id the map leaves NULL
@@ -82,7 +82,7 @@ def judged(
         code_of[a] = np.array([index.setdefault(f"{a}{SEP}{t}", len(index)) for t in tags[a]],
                               dtype=np.int64)  # fmt: skip
     set_tags = list(index)
-    rank = _rank(set_tags)
+    rank = text_rank(set_tags)
     groups = int(gid.max(initial=-1)) + 1
     # Each group's values: the values of its rows' buckets, every attribute's, as one key
     # (group, rank) a pair (memory: one int64 per pair, not a group's and a value's).
@@ -114,14 +114,13 @@ def judged(
     j_sets = _from_keys(np.asarray(j_owner, dtype=np.int64) * width + rank[np.asarray(
         j_elems, dtype=np.int64)], width, len(ids), rank)  # fmt: skip
     # Equal sets (a group's and a person's alike) kept once; an empty one is none.
-    every = Sets(np.r_[g_sets.offs, g_sets.offs[-1] + j_sets.offs[1:]],
-                 np.r_[g_sets.elems, j_sets.elems])  # fmt: skip
+    every = g_sets.then(j_sets)
     del g_sets, j_sets
     real = np.flatnonzero(every.sizes() > 0)
     set_id = np.full(len(every), _NULL32, dtype=np.int64)
     kept = every.take(real)
     del every
-    found, firsts = _set_ids(kept.offs, kept.elems)
+    found, firsts = set_ids(kept.offs, kept.elems)
     set_id[real] = found
     sets = kept.take(firsts)
     del kept, found, firsts
@@ -140,14 +139,6 @@ def judged(
     pr, pv = pr[persisting], pv[persisting]
     return Judged(keys, rows, gid[rows].astype(np.int32), vid[rows], sid[rows], np.asarray(fp),
                   fp_kind, sets, set_tags, shown, shown_tags, pr, pv, first)
-
-
-def _rank(tags: list[str]) -> np.ndarray:
-    """Each tag's place when sorted by its text (code points)."""
-    order = np.array(sorted(range(len(tags)), key=tags.__getitem__), dtype=np.int64)
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return rank
 
 
 def _from_keys(key: np.ndarray, width: int, count: int, rank: np.ndarray) -> Sets:
@@ -253,9 +244,9 @@ def write(conn: psycopg.Connection, kept: tuple[int, Judged],
         Field.int4(rows.sid, null=_NULL32),
         Field(composition.fp_field(rows.fp_kind), rows.fp, rows.rows),
     ], np.arange(len(rows.rows)))  # fmt: skip
-    _copy_sets(conn, fresh["sets"], np.arange(len(rows.sets)), rows.sets,
+    copy_sets(conn, fresh["sets"], np.arange(len(rows.sets)), rows.sets,
                Dictionary.of(rows.set_tags))  # fmt: skip
-    _copy_sets(conn, fresh["shown"], np.arange(len(rows.shown)), rows.shown, rows.shown_tags)
+    copy_sets(conn, fresh["shown"], np.arange(len(rows.shown)), rows.shown, rows.shown_tags)
 
 
 def put(conn: psycopg.Connection, kept: tuple[int, Judged]) -> None:
