@@ -74,3 +74,20 @@ def test_a_first_publish_names_true_counts_of_unknown_keys(
         "'1001', '1002', '1003', '1004', '1005', ... (135 in all)"
     ) in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_flags_keyed_as_text_or_as_the_source_flag_the_same_rows(
+    conn: psycopg.Connection, dsn: str
+) -> None:
+    """A flags relation keyed by the source key's own integer type is joined on the keys as
+    they are; one keyed by text, on their text: both flag the same rows of every column."""
+    flags = load(conn)
+    conn.execute("CREATE TABLE h.flags_text AS SELECT id::text AS id, column_name FROM h.flags")
+    for name, rel in (("bi", "h.flags"), ("bt", "h.flags_text")):
+        code, out = cli_json(dsn, "publish", name, "--source", "h.bank", "--key", "id", "--qi",
+                             ",".join(QI), "--sensitive", "dx", "--algorithm", "localanatomy",
+                             "--l", "3", "--flags", rel)  # fmt: skip
+        assert code == 0, out
+        for col, ids in flags.items():
+            got = conn.execute(f"SELECT count(*) FROM released.{name}_{col}_idt").fetchone()[0]
+            assert got == len(ids), (name, col)

@@ -26,7 +26,7 @@ from psycopg import sql
 
 from dbanon.algorithms.localanatomy import Principle, local_anatomy, parse_principles
 from dbanon.core import generalise
-from dbanon.core.flags import COLUMN, relation_of, stale
+from dbanon.core.flags import COLUMN, key_form, relation_of, stale
 from dbanon.core.flags import validate as validate_flags
 from dbanon.db import catalog
 from dbanon.db.catalog import Column
@@ -245,10 +245,11 @@ class LocalAnatomy(Method):
             exprs += [sql.SQL("coalesce(f.{}, false)::int4").format(sql.Identifier(f"f{i}"))
                       for i in range(len(flagged_cols))]  # fmt: skip
             kinds += ["int4"] * len(flagged_cols)
+            form = key_form(conn, rel, r.key)  # keys as they are where one integer type
             joined = sql.SQL(
-                " LEFT JOIN (SELECT {k}::text AS k, {per} FROM {f} GROUP BY 1) f "
-                "ON f.k = s.{key}::text"
-            ).format(k=sql.Identifier(r.key.name), f=rel.ident, key=r.key.ident,
+                " LEFT JOIN (SELECT {k} AS k, {per} FROM {f} GROUP BY 1) f ON f.k = {key}"
+            ).format(k=form(sql.Identifier(r.key.name)), f=rel.ident,
+                     key=form(sql.SQL("s.{}").format(r.key.ident)),
                      per=sql.SQL(", ").join(
                          sql.SQL("bool_or({c}::text = {n}) AS {a}").format(
                              c=sql.Identifier(COLUMN), n=sql.Literal(n),
