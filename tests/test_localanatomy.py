@@ -351,3 +351,27 @@ def test_released_classes_are_the_group_bys(
     seen = report["released_classes"]
     assert (out["classes"], out["min_class_size"], seen["max_size"], out["rows"]) == got
     assert got[0] < got[3]  # classes of more than one row: the counting is tested
+
+
+def test_data_makes_each_rows_place_in_the_value_order_on_every_read() -> None:
+    """A column streamed as values is held as its codes and each value's place (bytes'
+    order, NULL last); every read gives the rows' places, a fresh array each time."""
+    import numpy as np
+
+    from dbanon.db.stream import Values
+    from dbanon.methods.localanatomy import Data, value_order
+
+    raw = b"pearapple"
+    v = Values(np.array([0, 1, 2, 1, 0], np.int32), np.array([0, 4, 9], np.int64),
+               np.array([4, 5, -1], np.int32), np.frombuffer(raw, np.uint8))  # fmt: skip
+    places, names = value_order(v)
+    assert names == ["apple", "pear", None]
+    data = Data()
+    data.hold("n", np.array([1.5, 2.0, 0.0, 3.0, 1.0]))
+    data.place("fruit", places, v.codes)
+    assert list(data) == ["n", "fruit"] and len(data) == 2
+    assert data["fruit"].tolist() == [1, 0, 2, 0, 1]
+    first = data["fruit"]
+    first[:] = 9  # a reader's own copy: the next read is untouched
+    assert data["fruit"].tolist() == [1, 0, 2, 0, 1]
+    assert data["n"].tolist() == [1.5, 2.0, 0.0, 3.0, 1.0]
