@@ -9,6 +9,7 @@ import pytest
 from psycopg import sql
 
 from dbanon.db import stream
+from dbanon.db.catalog import NUMERIC, Column
 
 VALUES = ["", "a", "é", "Ünïcødé ✓", "x" * 300, "tab\there", "13021", None]
 
@@ -53,6 +54,44 @@ def test_columns_agree_with_psycopg(
     if chunk is None:  # one chunk: values numbered in the order of their bytes, NULL last
         known = [x for x in t.values if x is not None]  # type: ignore[union-attr]
         assert known == sorted(known, key=str.encode) and t.values[-1] is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("chunk", [None, 64])
+def test_integer_keys_sent_binary_read_as_the_servers_text(
+    conn: psycopg.Connection, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An "intkey" column (an int2, int4 or int8 sent binary) gives the bytes of the same
+    column cast to text, to the extremes of each type; a NULL in it is refused."""
+    if chunk:
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+    rng = np.random.default_rng(7)
+    for typ, bits in (("int2", 16), ("int4", 32), ("int8", 64)):
+        low, high = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        drawn = rng.integers(low, high, size=3000, dtype=np.int64, endpoint=True).tolist()
+        values = [0, 1, -1, 9, 10, -10, 99, -100, low, high, low + 1, high - 1, *drawn]
+        conn.execute(sql.SQL("CREATE TEMP TABLE {} (v {})").format(
+            sql.Identifier(f"k_{typ}"), sql.SQL(typ)))  # fmt: skip
+        with conn.cursor().copy(sql.SQL("COPY {} FROM STDIN").format(
+                sql.Identifier(f"k_{typ}"))) as copy:  # fmt: skip
+            for v in values:
+                copy.write_row((v,))
+        query = sql.SQL("SELECT v, v::text FROM {}").format(sql.Identifier(f"k_{typ}"))
+        got, want = stream.copy_columns(conn, query, ["intkey", "key"])
+        assert isinstance(got, stream.Keys) and isinstance(want, stream.Keys)
+        assert got.blob.tobytes() == want.blob.tobytes()
+        assert got.lens.tolist() == want.lens.tolist() and list(got) == [str(v) for v in values]
+    with pytest.raises(ValueError, match="NULL"):
+        stream.copy_columns(conn, sql.SQL("SELECT NULL::int4 FROM generate_series(1, 3)"),
+                            ["intkey"])  # fmt: skip
+
+
+def test_key_field_sends_integer_keys_as_they_are() -> None:
+    for typ, kind in (("integer", "intkey"), ("bigint", "intkey"), ("smallint", "intkey"),
+                      ("text", "key"), ("numeric", "key"), ("uuid", "key")):  # fmt: skip
+        col = Column("id", typ, NUMERIC, True)
+        expr, got = stream.key_field(col, "s")
+        assert got == kind
+        assert ("::text" in repr(expr)) == (kind == "key")
 
 
 @pytest.mark.parametrize("chunk", [None, 64, 1000])

@@ -78,6 +78,22 @@ def concat(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return out
 
 
+@njit(cache=True, nogil=True)
+def binary_ints(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Binary int2/int4/int8 fields (big-endian, their width their length) as int64; a NULL
+    field (-1) reads as 0."""
+    out = np.zeros(len(lens), np.int64)
+    for i in range(len(lens)):
+        w = lens[i]
+        if w <= 0:
+            continue
+        v = np.int64(np.int8(buf[offs[i]]))  # the sign, from the first byte
+        for b in range(1, w):
+            v = (v << 8) | np.int64(buf[offs[i] + b])
+        out[i] = v
+    return out
+
+
 @njit(cache=True, inline="always")
 def _copy(out: np.ndarray, p: int, src: np.ndarray, s: int, n: int) -> None:
     """out[p:p + n] = src[s:s + n], through views: the compiler then knows they do not
@@ -460,11 +476,10 @@ def prefixed_int_texts(prefix: np.ndarray, v: np.ndarray
     n, width = len(v), len(prefix)
     lens = np.empty(n, np.int32)
     for i in range(n):
-        x = v[i]
-        d = 1 if x >= 0 else 2
-        x = abs(x)
+        x = _magnitude(v[i])
+        d = 1 if v[i] >= 0 else 2
         while x >= 10:
-            x //= 10
+            x //= np.uint64(10)
             d += 1
         lens[i] = width + d
     starts = np.zeros(n, np.int64)
@@ -474,17 +489,22 @@ def prefixed_int_texts(prefix: np.ndarray, v: np.ndarray
     for i in range(n):
         for j in range(width):
             out[starts[i] + j] = prefix[j]
-        x, p = v[i], starts[i] + lens[i] - 1
-        if x < 0:
+        x, p = _magnitude(v[i]), starts[i] + lens[i] - 1
+        if v[i] < 0:
             out[starts[i] + width] = 45  # -
-        x = abs(x)
         while True:
-            out[p] = 48 + x % 10
+            out[p] = 48 + x % np.uint64(10)
             p -= 1
-            x //= 10
+            x //= np.uint64(10)
             if x == 0:
                 break
     return starts, lens, out
+
+
+@njit(cache=True, inline="always")
+def _magnitude(x: np.int64) -> np.uint64:
+    """|x| without overflow (the least int8 has no positive twin)."""
+    return np.uint64(x) if x >= 0 else np.uint64(-(x + 1)) + np.uint64(1)
 
 
 @njit(cache=True, nogil=True)

@@ -17,17 +17,21 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
 from psycopg import pq, sql
 
+if TYPE_CHECKING:
+    from dbanon.db.catalog import Column
+
 CHUNK = 1 << 23  # bytes of stream indexed at once (8 MiB)
 # Keys are short: the blob starts at this many bytes per expected row and grows as needed.
 _KEY_BYTES = 16
 _HEADER = b"PGCOPY\n\xff\r\n\x00" + bytes(8)  # signature, flags 0, no header extension
-KINDS = ("float8", "int8", "int4", "text", "key", "values")
+KINDS = ("float8", "int8", "int4", "text", "key", "intkey", "values")
+_KEYS = ("key", "intkey")  # received as Keys: text bytes ("intkey": an integer's, sent binary)
 
 
 def copy_out(
@@ -143,7 +147,7 @@ class _Column:
         self.n = 0
         dtype = {"float8": np.float64, "int8": np.int64, "int4": np.int32}.get(kind, np.int32)
         self.out = np.empty(rows, dtype=dtype)  # values, codes, or key lengths
-        self.blob = np.empty(_KEY_BYTES * rows if kind == "key" else 0, dtype=np.uint8)
+        self.blob = np.empty(_KEY_BYTES * rows if kind in _KEYS else 0, dtype=np.uint8)
         self.used = 0  # bytes of blob in use
         self.index: dict[str | None, int] = {}  # text: distinct value -> code
         if kind == "values":  # the dictionary so far, and its hash table (see _values)
@@ -168,8 +172,13 @@ class _Column:
             part[:] = _k().gather(buf, offs, lens, 4).view(">i4").reshape(-1)
         elif self.kind == "values":
             self._values(buf, offs, lens, part)
-        elif self.kind == "key":
-            raw = _k().concat(buf, offs, lens)
+        elif self.kind in _KEYS:
+            if self.kind == "key":
+                raw = _k().concat(buf, offs, lens)
+            elif (lens < 0).any():
+                raise ValueError("COPY stream: an integer key column holds a NULL")
+            else:
+                _, lens, raw = _k().int_texts(_k().binary_ints(buf, offs, lens))
             self.blob = _grow(self.blob, self.used, len(raw))
             self.blob[self.used : self.used + len(raw)] = raw
             self.used += len(raw)
@@ -224,7 +233,7 @@ class _Column:
         theirs = other.out[:m]
         if self.kind in ("float8", "int8", "int4"):
             part[:] = theirs
-        elif self.kind == "key":
+        elif self.kind in _KEYS:
             self.blob = _grow(self.blob, self.used, other.used)
             self.blob[self.used : self.used + other.used] = other.blob[: other.used]
             self.used += other.used
@@ -260,6 +269,20 @@ class _Column:
         return Keys(self.blob[: self.used], filled)
 
 
+INTEGER_KEYS = ("smallint", "integer", "bigint")
+
+
+def key_field(key: Column, ref: str | None = None) -> tuple[sql.Composable, str]:
+    """A key column's expression in an extract (over the source's alias `ref`) and its COPY
+    kind. Keys are held and matched as their text (the map keeps them so); an integer key is
+    sent as its binary integer and its text made here ("intkey"): the server's output function
+    and text send took 0.13 s of every half million rows, the client's digits take 0.01 s."""
+    ident = key.ident if ref is None else sql.SQL("{}.{}").format(sql.Identifier(ref), key.ident)
+    if key.type in INTEGER_KEYS:
+        return ident, "intkey"
+    return sql.SQL("{}::text").format(ident), "key"
+
+
 def copy_columns(
     conn: psycopg.Connection,
     query: sql.Composable,
@@ -269,7 +292,8 @@ def copy_columns(
 ) -> list[np.ndarray | Coded | Keys | Values]:
     """Columns of a query's result, streamed with binary COPY: per `kinds`, a float64 array
     (NaN for NULL) for "float8", an int64 array for "int8" (NOT NULL columns), an int32 array
-    for "int4" (no NULL), a Coded for "text", Keys for "key", Values for "values" (any type).
+    for "int4" (no NULL), a Coded for "text", Keys for "key" (text) and "intkey" (an int2, int4
+    or int8 made text), Values for "values" (any type).
     The query must produce float8, int8, int4 and text columns of those types; `rows`, the rows
     expected, sizes the arrays;
     `progress` hears the rows received so far after each chunk."""

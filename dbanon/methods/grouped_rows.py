@@ -39,7 +39,7 @@ from dbanon.db.catalog import Column
 from dbanon.db.parts import Where, copy_parts
 from dbanon.db.parts import where as where_clause
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
-from dbanon.db.stream import Coded, Keys
+from dbanon.db.stream import Coded, Keys, key_field
 from dbanon.errors import DbanonError, offenders, quote_ident, quote_name
 from dbanon.setlogic import composition
 from dbanon.setlogic.grouped_map import Mapped, OldMap
@@ -73,8 +73,9 @@ def _qi_columns(
     r: Resolved, with_sensitive: bool, stream: tuple[sql.Composable, str] | None
 ) -> tuple[list[sql.Composable], list[str]]:
     """The extract's key, QI (and sensitive) expressions over `s`, with their COPY kinds."""
-    exprs: list[sql.Composable] = [sql.SQL("{}::text").format(r.key.ident)]
-    kinds = ["key"]
+    key, kind = key_field(r.key)
+    exprs: list[sql.Composable] = [key]
+    kinds = [kind]
     for col in r.qi:
         if r.is_categorical(col):
             exprs.append(sql.SQL("{}::text").format(col.ident))

@@ -32,7 +32,7 @@ from dbanon.db import catalog
 from dbanon.db.catalog import Column
 from dbanon.db.parts import copy_parts, where
 from dbanon.db.rows import Dictionary, Field, as_text, copy_rows
-from dbanon.db.stream import Keys, Values
+from dbanon.db.stream import Keys, Values, key_field
 from dbanon.errors import DbanonError, quote_ident
 from dbanon.methods import register
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
@@ -259,8 +259,9 @@ class LocalAnatomy(Method):
         if keys:  # and the fingerprint its map keeps of each row, made as the rows stream
             fp_kind = composition.fingerprint_kind(conn, r.source, r.released_columns)
             exprs.append(composition.fingerprint_bits(r.released_columns, "s", fp_kind))
-            exprs.append(sql.SQL("s.{}::text").format(r.key.ident))
-            kinds += ["int8", "key"]
+            key, kind = key_field(r.key, "s")
+            exprs.append(key)
+            kinds += ["int8", kind]
         streamed = copy_parts(conn, lambda cond: sql.SQL("SELECT {} FROM {} s{}{}").format(
             sql.SQL(", ").join(exprs), r.source.ident, joined, where(cond)),
             r.source, "s", kinds, r.rows)  # fmt: skip

@@ -58,7 +58,7 @@ from dbanon.db.aside import Aside
 from dbanon.db.parts import copy_parts, where
 from dbanon.db.rows import Dictionary, Field, copy_rows
 from dbanon.db.settings import analyze_stage
-from dbanon.db.stream import Keys
+from dbanon.db.stream import Keys, key_field
 from dbanon.errors import DbanonError, idents, quote_ident
 from dbanon.methods.base import BuildContext, Built, Check, Method, Option
 from dbanon.methods.grouped_rows import as_text, retype
@@ -570,7 +570,8 @@ class PerturbingMethod(Method):
         by_name = {c.name: c for c in [*r.sensitive, *r.keep]}
         shown = [by_name[n] for n in names if n not in perturbed]
         textual = as_text(conn, shown)
-        exprs = [sql.SQL("{}::text").format(r.key.ident)]
+        key, kind = key_field(r.key)
+        exprs = [key]
         exprs += [sql.SQL("{}::float8").format(c.ident) for c in r.qi]
         exprs += [sql.SQL("{}::text" if c.name in textual else "{}").format(c.ident)
                   for c in shown]  # fmt: skip
@@ -580,7 +581,7 @@ class PerturbingMethod(Method):
         keys, *cols, ranks = copy_parts(
             conn, lambda cond: sql.SQL("SELECT {} FROM {} s{}").format(
                 sql.SQL(", ").join(exprs), r.source.ident, where(cond)),
-            r.source, "s", ["key", *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
+            r.source, "s", [kind, *["float8"] * m, *["key"] * len(shown), "key"], r.rows,
             lambda n: r.say(f"streaming rows out with COPY: {n:,} of {r.rows:,}"),
         )  # fmt: skip
         assert isinstance(keys, Keys) and isinstance(ranks, Keys)
