@@ -168,6 +168,32 @@ def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
     assert code == 0 and out["warnings"] == []
 
 
+@pytest.mark.parametrize("algorithm", ["mondrian", "kmember"])
+def test_build_counted_sensitive_share_is_the_releases(
+    crm: psycopg.Connection, dsn: str, algorithm: str
+) -> None:
+    """A grouping build counts its sensitive column's unique share from the values it streamed
+    (no GROUP BY of the release): the figure is the released rows' own, NULL one value among
+    the others, an empty text another; and where the column's type does not compare as its
+    text (numeric: 1.0 = 1.00), the release is counted by SQL, with the same answer."""
+    crm.execute("ALTER TABLE crm.customers ADD COLUMN note text, ADD COLUMN amount numeric")
+    crm.execute("""UPDATE crm.customers SET
+                       note = CASE WHEN id % 5 = 0 THEN NULL WHEN id % 7 = 0 THEN ''
+                                   WHEN id % 3 = 0 THEN 'n' || id ELSE city END,
+                       amount = CASE WHEN id % 4 = 0 THEN 1.0 WHEN id % 4 = 1 THEN 1.00
+                                     ELSE id END""")  # fmt: skip
+    crm.commit()
+    for col in ("note", "amount"):
+        name = f"{algorithm}_{col}"
+        code, out = cli_json(dsn, "publish", name, "--source", "crm.customers", "--key", "id",
+                             "--qi", "age,sex", "--k", "5", "--sensitive", col,
+                             "--algorithm", algorithm)  # fmt: skip
+        assert code == 0, out
+        shares = cli_json(dsn, "report", name)[1]["method_metrics"]["unique_share"]
+        want = unique_share(crm, f"released.{name}", [col])
+        assert 0 < want < 1 and shares[col] == pytest.approx(want, abs=1e-6), (col, shares)
+
+
 def test_bucketising_methods_need_no_warning_and_take_no_keep(
     crm: psycopg.Connection, dsn: str
 ) -> None:

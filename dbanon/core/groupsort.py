@@ -54,3 +54,11 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             return np.flatnonzero(present).astype(v.dtype), rank[v]
     uniq, inverse = np.unique(v, return_inverse=True)
     return uniq, inverse.reshape(-1)
+
+
+def unique_share(codes: np.ndarray) -> float:
+    """The share of rows whose code no other row has (codes: small non-negative integers, equal
+    codes equal values), as identifying.unique_share counts a column with a GROUP BY."""
+    if not len(codes):
+        return 0.0
+    return float((np.bincount(codes) == 1).sum()) / len(codes)

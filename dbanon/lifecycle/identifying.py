@@ -103,11 +103,13 @@ def _percent(share: float) -> str:
 
 
 def gate(
-    conn: psycopg.Connection, r: Resolved, built: list[Built], rel: sql.Composable | None = None
+    conn: psycopg.Connection, r: Resolved, built: list[Built], rel: sql.Composable | None = None,
+    counted: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Refuse a release whose kept columns single out rows (see the module doc); returns the
     figures for the run record: unique shares and warnings about sensitive columns. `rel`:
-    the relation read, by default what the method's checks read of its first relation."""
+    the relation read, by default what the method's checks read of its first relation;
+    `counted`: sensitive columns' shares the build counted (BuildContext.unique_shares)."""
     rel = rel if rel is not None else r.method.checked_relation(r, built)
     limit = float(r.spec.max_unique_share)
     allowed = set(r.spec.allow_identifying)
@@ -144,7 +146,9 @@ def gate(
     warnings = []
     if not r.method.sensitive_apart:
         for c in r.sensitive:
-            share = unique_share(conn, rel, [c.name])
+            share = (counted or {}).get(c.name)
+            if share is None:
+                share = unique_share(conn, rel, [c.name])
             shares[c.name] = share
             if share > limit:
                 warnings.append(

@@ -232,7 +232,7 @@ def _publish(
         say("verifying the release")
         from dbanon.metrics.exposure import at_publish  # numba: loaded by publishes only
         with sizes.shared(conn):  # the release's class sizes, counted once for all three
-            checked = verify(conn, r, built)
+            checked = verify(conn, r, built, ctx.unique_shares)
             if ctx.classes is not None:  # counted by the build: the figures read it, not a check
                 sizes.remember(conn, r.method.checked_relation(r, built),
                                [c.name for c in r.qi], ctx.classes)  # fmt: skip

@@ -16,8 +16,12 @@ from dbanon.lifecycle.resolve import resolve
 from dbanon.methods.base import Built, Resolved, failed
 
 
-def verify(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[str, Any]:
-    """Run every check the method names on the built relations; the first failure aborts."""
+def verify(
+    conn: psycopg.Connection, r: Resolved, built: list[Built],
+    counted: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """Run every check the method names on the built relations; the first failure aborts.
+    `counted`: the sensitive columns' unique shares the build counted (identifying.gate)."""
     figures: dict[str, Any] = {}
     checks = r.method.checks(r, built)
     if not checks:
@@ -27,7 +31,8 @@ def verify(conn: psycopg.Connection, r: Resolved, built: list[Built]) -> dict[st
         if not result.holds:
             raise failed(r.spec.name, check, result)
         figures.update(result.figures)
-    figures.update(identifying.gate(conn, r, built))  # no --keep column singles people out
+    figures.update(identifying.gate(conn, r, built, counted=counted))  # no --keep column
+    # singles people out
     return figures
 
 

@@ -29,6 +29,8 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import Counts, History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
+from dbanon.core.groupsort import unique_share
+from dbanon.db.rows import equal_as_bytes
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, quote_name
 from dbanon.methods.base import BuildContext, Method, Option
@@ -362,6 +364,9 @@ class GroupingMethod(Method):
         ctx.say("materialising the release")
         built = ctx.made(r.objects[0])
         released = np.where(withheld, -1, gid)
+        if ex.tags is not None and equal_as_bytes(conn, r.source, r.sensitive[:1]):
+            shown_tags = ex.tags.codes[~withheld] if withheld.any() else ex.tags.codes
+            ctx.unique_shares = {r.sensitive[0].name: unique_share(shown_tags)}
         labels, value_sets = label_groups(conn, r, ex, shown_qi, released)
         ex = replace(ex, qi=None)  # the QI arrays go before the rows are written
         qi = shown_qi = None  # type: ignore[assignment]
