@@ -168,14 +168,15 @@ def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
     assert code == 0 and out["warnings"] == []
 
 
-@pytest.mark.parametrize("algorithm", ["mondrian", "kmember"])
+@pytest.mark.parametrize("algorithm", ["mondrian", "kmember", "hamdist", "hamdist-view"])
 def test_build_counted_sensitive_share_is_the_releases(
     crm: psycopg.Connection, dsn: str, algorithm: str
 ) -> None:
-    """A grouping build counts its sensitive column's unique share from the values it streamed
-    (no GROUP BY of the release): the figure is the released rows' own, NULL one value among
-    the others, an empty text another; and where the column's type does not compare as its
-    text (numeric: 1.0 = 1.00), the release is counted by SQL, with the same answer."""
+    """A build counts its sensitive column's unique share from what it read (a grouping build
+    from the values it streamed where they compare as bytes, else by SQL; a projection from
+    its candidates' label classes, when every row is released): no GROUP BY of the release,
+    and the figure is still the released rows' own, NULL one value among the others, an empty
+    text another, numeric 1.0 and 1.00 one value."""
     crm.execute("ALTER TABLE crm.customers ADD COLUMN note text, ADD COLUMN amount numeric")
     crm.execute("""UPDATE crm.customers SET
                        note = CASE WHEN id % 5 = 0 THEN NULL WHEN id % 7 = 0 THEN ''
@@ -185,9 +186,12 @@ def test_build_counted_sensitive_share_is_the_releases(
     crm.commit()
     for col in ("note", "amount"):
         name = f"{algorithm}_{col}"
-        code, out = cli_json(dsn, "publish", name, "--source", "crm.customers", "--key", "id",
-                             "--qi", "age,sex", "--k", "5", "--sensitive", col,
-                             "--algorithm", algorithm)  # fmt: skip
+        method, _, view = algorithm.partition("-")
+        shape = ["--as", "view" if view else "table"] if method == "hamdist" else []
+        code, out = cli_json(dsn, "publish", name.replace("-", "_"), "--source",
+                             "crm.customers", "--key", "id", "--qi", "age,sex", "--k", "5",
+                             "--sensitive", col, "--algorithm", method, *shape)  # fmt: skip
+        name = name.replace("-", "_")
         assert code == 0, out
         shares = cli_json(dsn, "report", name)[1]["method_metrics"]["unique_share"]
         want = unique_share(crm, f"released.{name}", [col])

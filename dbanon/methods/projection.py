@@ -481,6 +481,12 @@ class ProjectionMethod(Method):
             ctx.say(f"searching {len(ranked)} features for a {k}-anonymous subset")
             found = search_source(conn, r, ranked, k, held)
         search = time.perf_counter() - started
+        per_class = self._candidates(conn, r).per_class
+        if searched and per_class is not None:  # every row released: the label's classes
+            sizes = per_class[1]  # are the source's, counted with the candidates (its rows
+            # per class of the label's own equality, NULL one), not by a GROUP BY of it
+            ctx.unique_shares = {r.sensitive[0].name: float((sizes == 1).sum() / sizes.sum())
+                                 if sizes.sum() else 0.0}  # fmt: skip
         ctx.lap("search")
         as_view = r.options.get("as", "view") == "view"
         built = ctx.made(r.objects[0], "view" if as_view else "table")
