@@ -270,6 +270,36 @@ def test_onehot_candidates_count_each_smallest_class_as_one_query_per_feature(
         assert [f.name for f in features if f.column == "c"] == ["c=7"]
 
 
+def test_a_tables_sample_is_drawn_as_a_views(conn: psycopg.Connection) -> None:
+    """rfka's sample of a table is drawn over its rows' ctids, then read by ctid: the same
+    rows in the same order as `ORDER BY random() LIMIT n` of every row (a view over the same
+    table, which has no ctid, draws so) under the same seed; a sample of all rows is all."""
+    from types import SimpleNamespace
+
+    from dbanon.db.catalog import CATEGORICAL, NUMERIC, Column, Relation
+    from dbanon.methods.projection import design_matrix, plain_features
+
+    rng = random.Random(3)
+    rows = [(rng.randrange(90), rng.choice(["x", "y", "z"]), rng.choice("abcd"))
+            for _ in range(3000)]  # fmt: skip
+    make_table(conn, "s", "drawn", [("age", "int"), ("c", "text"), ("label", "text")], rows)
+    conn.execute("DELETE FROM s.drawn WHERE age % 7 = 0")  # ctids with gaps
+    conn.execute("CREATE VIEW s.drawn_v AS SELECT * FROM s.drawn")
+    qi = [Column("age", "integer", NUMERIC, False), Column("c", "text", CATEGORICAL, False)]
+    label = [Column("label", "text", CATEGORICAL, False)]
+    got = {}
+    for kind, name in (("r", "drawn"), ("v", "drawn_v")):
+        r = SimpleNamespace(qi=qi, sensitive=label, rows=len(rows),
+                            source=Relation("s", name, kind),
+                            is_categorical=lambda c: c.kind == CATEGORICAL)  # fmt: skip
+        got[kind] = [design_matrix(conn, r, plain_features(r), n, 11)  # type: ignore[arg-type]
+                     for n in (500, 2000)]  # fmt: skip
+    for (x, y), (xv, yv) in zip(got["r"], got["v"], strict=True):
+        assert len(x) in (500, 2000) and np.array_equal(x, xv) and np.array_equal(y, yv)
+    first = [a for (a,) in conn.execute("SELECT age FROM s.drawn LIMIT 500")]
+    assert got["r"][0][0][:, 0].tolist() != first  # a draw, not the table's first rows
+
+
 @pytest.mark.parametrize("n", [0, 40, 300])
 def test_onehot_candidates_counted_by_label_are_hamdist_counts(
     conn: psycopg.Connection, n: int

@@ -286,7 +286,17 @@ def design_matrix(
     )
     if 0 < sample < r.rows:
         conn.execute("SELECT setseed(%s)", [(seed % 2**31) / 2**31])
-        query = sql.SQL("{} ORDER BY random() LIMIT {}").format(query, sql.Literal(sample))
+        if r.source.kind in ("r", "m"):  # a row's ctid names it (not across partitions)
+            # The same draw (random() once per row, in scan order) over the rows' ctids only,
+            # then the sample's rows by ctid in the draw's order: the features' expressions
+            # of the sample alone, not of every row before the top-N (0.7 -> 0.2 s at 1M).
+            query = sql.SQL(
+                "SELECT x.* FROM unnest(ARRAY(SELECT ctid FROM {src} ORDER BY random() "
+                "LIMIT {n})) WITH ORDINALITY AS dbanon_sample(t, o), "
+                "LATERAL ({query} WHERE ctid = dbanon_sample.t) x ORDER BY dbanon_sample.o"
+            ).format(src=r.source.ident, n=sql.Literal(sample), query=query)
+        else:
+            query = sql.SQL("{} ORDER BY random() LIMIT {}").format(query, sql.Literal(sample))
     data = copy_out(conn, query, [*types, "text"])
     x = np.column_stack(
         [
