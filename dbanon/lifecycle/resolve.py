@@ -297,16 +297,50 @@ def resolve(
     return r
 
 
+# A column type's own extended hash function (its default hash opclass's), by base type name;
+# varchar is hashed as the text it is.
+_COLUMN_HASHES = {
+    "smallint": "hashint2extended", "integer": "hashint4extended", "bigint": "hashint8extended",
+    "text": "hashtextextended", "character varying": "hashtextextended",
+    "character": "hashbpcharextended", "numeric": "hash_numeric_extended",
+    "real": "hashfloat4extended", "double precision": "hashfloat8extended",
+    "date": "hashdateextended", "timestamp without time zone": "timestamp_hash_extended",
+    "timestamp with time zone": "timestamptz_hash_extended", "uuid": "uuid_hash_extended",
+}  # fmt: skip
+
+
+def _column_hashes(cols: Sequence[Column]) -> sql.Composable | None:
+    """Each row's hash as the XOR of its columns' own hashes, each column with its own seed
+    (its place), NULL as 0; None when a column's type is not in _COLUMN_HASHES."""
+    from dbanon.core.generalise import base_type
+
+    parts = []
+    for i, c in enumerate(cols):
+        fn = _COLUMN_HASHES.get(base_type(c))
+        if fn is None:
+            return None
+        cast = sql.SQL("::text") if base_type(c) == "character varying" else sql.SQL("")
+        parts.append(sql.SQL("coalesce({}(t.{}{}, {}), 0)").format(
+            sql.SQL(fn), c.ident, cast, sql.Literal(i)))  # fmt: skip
+    return sql.SQL(" # ").join(parts) if parts else None
+
+
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
     """Row count and an order-independent hash of the source rows, to tell when it changed:
-    the sum of each row's hash_record_extended (each value hashed by its type: 0.47 s of the
-    server at a million rows) where every column's type has a hash function, else of the hash
-    of the row's text (0.77 s: every value through its output function). The first kind is
-    marked `r`, so the two never compare equal. Summed as int8 (the server adds them in 128
-    bits, exactly: the same figure as a sum of numerics, which cost 10-20 % more per row)."""
+    the sum of each row's hash, made of its values' own hashes. Where every column's type is a
+    common one (`_COLUMN_HASHES`), the XOR of each column's hash under its own seed (0.16 s of
+    the server at a million rows, kind `c`); else where every type has a hash function, the
+    row's hash_record_extended (0.33-0.47 s: the row made a record first, kind `r`); else the
+    hash of the row's text (0.77 s: every value through its output function). The kinds are
+    marked, so two never compare equal. Summed as int8 (the server adds them in 128 bits,
+    exactly: the same figure as a sum of numerics, which cost 10-20 % more per row)."""
     from dbanon.setlogic.composition import RECORD, fingerprint_kind
 
-    if fingerprint_kind(conn, rel, list(catalog.columns(conn, rel).values())) == RECORD:
+    cols = list(catalog.columns(conn, rel).values())
+    by_column = _column_hashes(cols)
+    if by_column is not None:
+        hashed, kind = by_column, "c"
+    elif fingerprint_kind(conn, rel, cols) == RECORD:
         hashed, kind = sql.SQL("hash_record_extended(t, 0)"), "r"
     else:
         hashed, kind = sql.SQL("hashtextextended(t::text, 0)"), ""
