@@ -168,7 +168,8 @@ def test_kmember_sensitive_email_publishes_with_a_warning_report_shows_it(
     assert code == 0 and out["warnings"] == []
 
 
-@pytest.mark.parametrize("algorithm", ["mondrian", "kmember", "hamdist", "hamdist-view"])
+@pytest.mark.parametrize("algorithm",
+                         ["mondrian", "kmember", "hamdist", "hamdist-view", "noise"])
 def test_build_counted_sensitive_share_is_the_releases(
     crm: psycopg.Connection, dsn: str, algorithm: str
 ) -> None:
@@ -187,10 +188,13 @@ def test_build_counted_sensitive_share_is_the_releases(
     for col in ("note", "amount"):
         name = f"{algorithm}_{col}"
         method, _, view = algorithm.partition("-")
-        shape = ["--as", "view" if view else "table"] if method == "hamdist" else []
+        shape = (["--columns", "age,income", "--size", "0.1", "--seed", "2"]
+                 if method == "noise" else ["--qi", "age,sex", "--k", "5"])  # fmt: skip
+        if method == "hamdist":
+            shape += ["--as", "view" if view else "table"]
         code, out = cli_json(dsn, "publish", name.replace("-", "_"), "--source",
-                             "crm.customers", "--key", "id", "--qi", "age,sex", "--k", "5",
-                             "--sensitive", col, "--algorithm", method, *shape)  # fmt: skip
+                             "crm.customers", "--key", "id", "--sensitive", col,
+                             "--algorithm", method, *shape)  # fmt: skip
         name = name.replace("-", "_")
         assert code == 0, out
         shares = cli_json(dsn, "report", name)[1]["method_metrics"]["unique_share"]

@@ -56,7 +56,7 @@ from dbanon.db import catalog
 from dbanon.db.ahead import ahead
 from dbanon.db.aside import Aside
 from dbanon.db.parts import copy_parts, where
-from dbanon.db.rows import Dictionary, Field, copy_rows
+from dbanon.db.rows import Dictionary, Field, copy_rows, equal_as_bytes
 from dbanon.db.settings import analyze_stage
 from dbanon.db.stream import Keys, key_field
 from dbanon.errors import DbanonError, idents, quote_ident
@@ -323,6 +323,7 @@ class PerturbingMethod(Method):
             for done in measured:
                 done.result()
         del columns  # the release is written from the keys, `out` and the shown columns
+        ctx.unique_shares = _counted_shares(conn, r, rows)
         ctx.lap("stream")
         ctx.say("writing the release")
         self._materialise(conn, r, ctx, rows, dict(zip([c.name for c in r.qi], zip(
@@ -671,6 +672,24 @@ class Streamed:
     names: list[str]  # the released columns, in the release's order (but its row id)
     shown: dict[str, Keys]  # each other released column's values, in their binary form
     textual: set[str]  # those of them streamed as text (a type without a binary form)
+
+
+def _counted_shares(conn: psycopg.Connection, r: Resolved, rows: Streamed) -> dict[str, float]:
+    """Each sensitive column's unique share (identifying.gate) from the values streamed: every
+    row is released with them as they are, so where equal values are equal bytes
+    (dbanon.db.rows.equal_as_bytes) their bytes tell the release's classes of them."""
+    from dbanon.core.groupsort import unique_share  # numba: loaded by publishes only
+    from dbanon.db.copykernels import dedupe
+
+    out = {}
+    for c in r.sensitive:
+        keys = rows.shown.get(c.name)
+        if keys is None or c.name in rows.textual or not equal_as_bytes(conn, r.source, [c]):
+            continue
+        d = Dictionary.of_keys(keys)
+        codes, first = dedupe(d.data, d.starts, d.lens)
+        out[c.name] = unique_share(np.where(codes < 0, len(first), codes))  # NULL: one value
+    return out
 
 
 def _first(ranks: np.ndarray, k: int) -> np.ndarray:
