@@ -297,38 +297,55 @@ def resolve(
     return r
 
 
-# A column type's own extended hash function (its default hash opclass's), by base type name;
-# varchar is hashed as the text it is.
-_COLUMN_HASHES = {
-    "smallint": "hashint2extended", "integer": "hashint4extended", "bigint": "hashint8extended",
-    "text": "hashtextextended", "character varying": "hashtextextended",
-    "character": "hashbpcharextended", "numeric": "hash_numeric_extended",
-    "real": "hashfloat4extended", "double precision": "hashfloat8extended",
-    "date": "hashdateextended", "timestamp without time zone": "timestamp_hash_extended",
-    "timestamp with time zone": "timestamptz_hash_extended", "uuid": "uuid_hash_extended",
-}  # fmt: skip
+# Base types whose values the fingerprint hashes with their type's own function (kind `c`):
+# common ones, whose default hash opclass has an extended function on every server dbanon
+# runs on (looked up in the catalog: names differ across versions, date's for one).
+_COLUMN_HASHED = frozenset({
+    "smallint", "integer", "bigint", "text", "character varying", "character", "numeric",
+    "real", "double precision", "date", "timestamp without time zone",
+    "timestamp with time zone", "uuid",
+})  # fmt: skip
 
 
-def _column_hashes(cols: Sequence[Column]) -> sql.Composable | None:
-    """Each row's hash as the XOR of its columns' own hashes, each column with its own seed
-    (its place), NULL as 0; None when a column's type is not in _COLUMN_HASHES."""
+def _column_hashes(conn: psycopg.Connection, rel: Relation,
+                   cols: Sequence[Column]) -> sql.Composable | None:  # fmt: skip
+    """Each row's hash as the XOR of its columns' own hashes (their type's default hash
+    opclass's extended function, where it takes the type itself: before PostgreSQL 17 date's
+    is int4's; varchar's is text's), each column with its own seed (its place), NULL as 0;
+    None when a column is of another type or has none."""
     from dbanon.core.generalise import base_type
 
+    if not cols or any(base_type(c) not in _COLUMN_HASHED for c in cols):
+        return None
+    found = dict(conn.execute(
+        """SELECT a.attname, (n.nspname, f.proname)
+           FROM pg_attribute a
+           JOIN pg_opclass c ON c.opcdefault
+                AND c.opcmethod = (SELECT oid FROM pg_am WHERE amname = 'hash')
+                AND c.opcintype = CASE WHEN a.atttypid = 'varchar'::regtype THEN 'text'::regtype
+                                       ELSE a.atttypid END
+           JOIN pg_amproc p ON p.amprocfamily = c.opcfamily AND p.amprocnum = 2
+                AND p.amproclefttype = c.opcintype AND p.amprocrighttype = c.opcintype
+           JOIN pg_proc f ON f.oid = p.amproc AND f.proargtypes[0] = c.opcintype
+           JOIN pg_namespace n ON n.oid = f.pronamespace
+           WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped""",
+        [rel.ident.as_string(conn)],
+    ).fetchall())  # fmt: skip
     parts = []
     for i, c in enumerate(cols):
-        fn = _COLUMN_HASHES.get(base_type(c))
+        fn = found.get(c.name)
         if fn is None:
             return None
         cast = sql.SQL("::text") if base_type(c) == "character varying" else sql.SQL("")
         parts.append(sql.SQL("coalesce({}(t.{}{}, {}), 0)").format(
-            sql.SQL(fn), c.ident, cast, sql.Literal(i)))  # fmt: skip
-    return sql.SQL(" # ").join(parts) if parts else None
+            sql.Identifier(*fn), c.ident, cast, sql.Literal(i)))  # fmt: skip
+    return sql.SQL(" # ").join(parts)
 
 
 def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
     """Row count and an order-independent hash of the source rows, to tell when it changed:
     the sum of each row's hash, made of its values' own hashes. Where every column's type is a
-    common one (`_COLUMN_HASHES`), the XOR of each column's hash under its own seed (0.16 s of
+    common one (`_COLUMN_HASHED`), the XOR of each column's hash under its own seed (0.16 s of
     the server at a million rows, kind `c`); else where every type has a hash function, the
     row's hash_record_extended (0.33-0.47 s: the row made a record first, kind `r`); else the
     hash of the row's text (0.77 s: every value through its output function). The kinds are
@@ -337,7 +354,7 @@ def fingerprint(conn: psycopg.Connection, rel: Relation) -> str:
     from dbanon.setlogic.composition import RECORD, fingerprint_kind
 
     cols = list(catalog.columns(conn, rel).values())
-    by_column = _column_hashes(cols)
+    by_column = _column_hashes(conn, rel, cols)
     if by_column is not None:
         hashed, kind = by_column, "c"
     elif fingerprint_kind(conn, rel, cols) == RECORD:
