@@ -488,6 +488,25 @@ def test_bad_weights_are_named(conn: psycopg.Connection) -> None:
     assert KAnonymity(3).check(conn, tgt).holds
 
 
+@pytest.mark.parametrize("kind", ["smallint", "int", "bigint", "numeric", "float8"])
+def test_weights_sum_exactly_whatever_their_type(conn: psycopg.Connection, kind: str) -> None:
+    """int2/int4 weights are summed as they are (into a bigint), others cast: each class's size
+    is the exact sum either way, past int4's range too, and a bad weight is still named."""
+    big = 30_000 if kind == "smallint" else 2_000_000_000
+    rows = [(1, "a", big), (1, "b", big), (1, "c", 7), (2, "a", 3), (2, "b", 1)]
+    make_table(conn, "e", "t", [("g", "int"), ("s", "text"), ("w", kind)], rows)
+    tgt = Target(sql.Identifier("e", "t"), ["g"], "s", count="w")
+    k = KAnonymity(4).check(conn, tgt)
+    assert k.holds and k.figures["min_class_size"] == 4
+    every = KAnonymity(2 * big + 8).check(conn, tgt)  # both classes small: every row summed
+    assert not every.holds and every.figures["rows_in_small_classes"] == 2 * big + 11
+    f = FrequencyLDiversity(2).check(conn, tgt)  # group 2: a in 3 of 4 rows
+    assert not f.holds and math.isclose(f.figures["max_frequency"], 3 / 4)
+    conn.execute("UPDATE e.t SET w = 0 WHERE s = 'c'")
+    with pytest.raises(DbanonError, match="must hold positive whole numbers; 1 row"):
+        KAnonymity(2).check(conn, tgt)
+
+
 def test_null_is_a_sensitive_value(conn: psycopg.Connection) -> None:
     """A NULL sensitive value counts as a value: class 1 = {NULL, a}, class 2 = {NULL, NULL}."""
     rows = [(1, None), (1, "a"), (2, None), (2, None)]

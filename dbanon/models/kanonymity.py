@@ -54,7 +54,7 @@ class KAnonymity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         if target.split is None and target.count is None and target.worst == "failing":
             held = self._from_sizes(conn, target)
             if held is not None:
@@ -142,7 +142,7 @@ class AlphaKAnonymity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         test = self.class_test(target)
         classes, bad, figs, worst = class_summary(
             conn,
@@ -195,7 +195,7 @@ class PKAnonymity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         test = self.class_test(target)
         classes, bad, figs, worst = class_summary(
             conn,

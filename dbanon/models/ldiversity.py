@@ -49,7 +49,7 @@ class DistinctLDiversity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
@@ -93,7 +93,7 @@ class EntropyLDiversity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
@@ -146,7 +146,7 @@ class RecursiveCLDiversity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,
@@ -199,7 +199,7 @@ class FrequencyLDiversity(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         classes, failing, figs, worst = class_summary(
             conn,
             target,

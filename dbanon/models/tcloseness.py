@@ -182,7 +182,7 @@ class TCloseness(PrivacyModel):
         )
 
     def check(self, conn: psycopg.Connection, target: Target) -> CheckResult:
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         ground = self.resolve_ground(conn, target)
         classes, failing, figs, worst = class_summary(
             conn,

@@ -137,7 +137,7 @@ class ThetaKAnonymity(PrivacyModel):
         bitmasks (`masked_test`) where the relation's values are few, else over cells."""
         from dbanon.metrics.vulnerability import PER_CLASS, TOTALS, from_totals
 
-        target.validate(conn, self)
+        target = target.validate(conn, self)
         bound = self.categories.bind(conn)
         test = self.class_test(target)
         masked = None
