@@ -47,9 +47,10 @@ from dbanon.setlogic.grouped_map import Mapped, OldMap
 if TYPE_CHECKING:
     from dbanon.methods.base import Resolved
 
-def codes(values: np.ndarray) -> tuple[np.ndarray, list[str | None]]:
-    """Integer codes of sensitive values (NULL a value of its own) and the value of each code."""
-    coded = Coded.of(values)
+def codes(values: np.ndarray | Coded) -> tuple[np.ndarray, list[str | None]]:
+    """Integer codes of sensitive values (NULL a value of its own) and the value of each code:
+    a Coded's own, else counted from the values."""
+    coded = values if isinstance(values, Coded) else Coded.of(values)
     return coded.codes, coded.values
 
 

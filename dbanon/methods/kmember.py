@@ -52,6 +52,7 @@ class KMember(GroupingMethod):
         "(with `--p`, at least p sensitive values among them)"
     )
     requires = ("k-anonymity", "p-k-anonymity")
+    coded_sensitive = True  # its models count values
     randomised = True
     options: ClassVar[tuple[Option, ...]] = (
         RANGES,

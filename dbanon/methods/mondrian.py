@@ -38,6 +38,7 @@ class Mondrian(GroupingMethod):
         "their sensitive value no more surely than the promised l-diversity lets"
     )
     requires = ("k-anonymity",)
+    coded_sensitive = True  # its models count values
 
     def cluster(self, r: Resolved, qi: QIArrays, sensitive: np.ndarray | None) -> np.ndarray:
         from dbanon.algorithms.mondrian import mondrian
@@ -48,14 +49,15 @@ class Mondrian(GroupingMethod):
         assert sensitive is not None
         # Every l-diversity here survives unions, so a table that fails as a whole has no
         # l-diverse partition: say which value (or how few values) stands in the way.
-        counts = Counter(sensitive.tolist())
+        coded, values = codes(sensitive)
+        counts = Counter({values[c]: int(n) for c, n in enumerate(np.bincount(coded)) if n})
         if not model.class_holds(counts):
             column = r.sensitive[0].name
             top, top_rows = counts.most_common(1)[0]
             why = (
                 f"it has only {len(counts)} distinct values of {quote_ident(column)}"
                 if len(counts) < model.l  # type: ignore[attr-defined]
-                else f"{quote_ident(column)} = {top!r} holds {top_rows / len(sensitive):.1%} of "
+                else f"{quote_ident(column)} = {top!r} holds {top_rows / len(coded):.1%} of "
                     "the rows"
             )
             raise ValueError(
