@@ -214,7 +214,7 @@ def floor(conn: psycopg.Connection, src: sql.Identifier, rows: int) -> dict[str,
     # in a secret order as dbanon's own table releases shuffle (dbanon.db.shuffle): the
     # cheapest honest shuffle, sorted in parallel (random() sorts in the leader alone)
     write = timed(sql.SQL("CREATE TABLE {} AS SELECT {} FROM {} s ORDER BY {}").format(
-        scratch, cols, src, shuffle_key(Relation(SCHEMA, f"census_{rows}"), "s")), fresh=True)
+        scratch, cols, src, shuffle_key(Relation(SCHEMA, f"census_{rows}"), "s", conn)), fresh=True)
     group = timed(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} GROUP BY {}) c").format(
         scratch, sql.SQL(", ").join(map(sql.Identifier, QI))), fresh=False)  # fmt: skip
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(scratch))

@@ -126,7 +126,7 @@ class FullDomain(Method):
             ctx.lap("cluster")
         shown = [c.name for c in [*r.sensitive, *r.keep]]  # released as they are
         select = release_select(source, r.qi, hierarchies, levels, shown, r.models,
-                                ranges=r.options["ranges"], judged=judged)  # fmt: skip
+                                ranges=r.options["ranges"], judged=judged, conn=conn)  # fmt: skip
         built = ctx.made(r.objects[0], "view" if as_view else "table")
         # security_barrier: a consumer's own (leaky) WHERE functions run only on rows the view
         # shows, never on rows of the classes it suppresses.

@@ -327,7 +327,7 @@ def search_source(
 
 def projection_select(
     r: Resolved, chosen: list[Feature], extra: list[str], k: int, suppress: bool = True,
-    ordered: bool = True,
+    ordered: bool = True, conn: psycopg.Connection | None = None,
 ) -> sql.Composable:
     """The live projection: chosen features, label and kept columns of the rows whose class
     has at least k rows at read time, in random order (see the module doc). Not `suppress`:
@@ -345,7 +345,8 @@ def projection_select(
     if not suppress:  # a table's rows: in a secret order the server sorts in parallel
         return sql.SQL("SELECT {} FROM {} s{}").format(
             inner, r.source.ident,
-            sql.SQL(" ORDER BY {}").format(shuffle_key(r.source, "s")) if ordered else sql.SQL(""),
+            sql.SQL(" ORDER BY {}").format(shuffle_key(r.source, "s", conn)) if ordered
+            else sql.SQL(""),
         )  # fmt: skip
     return sql.SQL(
         "SELECT {out} FROM (SELECT {inner}, count(*) OVER (PARTITION BY {exprs}) AS {size} "
@@ -510,7 +511,8 @@ class ProjectionMethod(Method):
         picked = {f.name for f in found.chosen}
         shown = [f for f in features if f.name in picked]
         # A table of what the search just found k-anonymous has no class under k to leave out.
-        select = projection_select(r, shown, extra, k, suppress=as_view or not searched)
+        select = projection_select(r, shown, extra, k, suppress=as_view or not searched,
+                                   conn=conn)  # fmt: skip
         # the rows' shuffle (and a view's class count) sorted in memory, as fulldomain's release
         with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):
             conn.execute(sql.SQL(create).format(r.stored(built), select))

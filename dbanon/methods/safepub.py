@@ -283,7 +283,7 @@ class SafePub(Method):
             searched = {}
         select = release_select(
             SAMPLE, r.qi, hierarchies, levels, [c.name for c in [*r.sensitive, *r.keep]],
-            [KAnonymity(self.k(r))], ranges=r.options["ranges"],
+            [KAnonymity(self.k(r))], ranges=r.options["ranges"], conn=conn,
         )  # fmt: skip
         built = ctx.made(r.objects[0])
         with local_settings(conn, work_mem=work_mem_at_least(conn, RELEASE_WORK_MEM)):

@@ -64,6 +64,7 @@ def release_select(
     shuffle: bool = True,
     ranges: str = generalise.DEFAULT_FORM,
     judged: bool = False,
+    conn: psycopg.Connection | None = None,
 ) -> sql.Composable:
     """A SELECT of the source generalised to `levels`, every class that breaks a model left out.
 
@@ -173,7 +174,7 @@ def release_select(
     order = sql.SQL(" ORDER BY random()") if shuffle else sql.SQL("")
     if judged:  # a table's rows (a view judges at every read): sorted in parallel
         if shuffle:
-            order = sql.SQL(" ORDER BY {}").format(shuffle_key(source, "s"))
+            order = sql.SQL(" ORDER BY {}").format(shuffle_key(source, "s", conn))
         return sql.SQL("SELECT {cols} FROM {src}{order}").format(cols=cols, src=src, order=order)
     large = sql.SQL("SELECT {cols}{cls} FROM {src} WHERE {key} NOT IN ({small})").format(
         cols=cols,
