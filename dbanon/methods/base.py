@@ -153,9 +153,11 @@ class BuildContext:
     # build from the rows it wrote: read by the figures, never by a check (which counts its own).
     classes: dict[int, int] | None = None
     # Per sensitive column released row by row: the share of released rows whose value no
-    # other released row has, counted by the build from the values it streamed where equal
-    # values are equal bytes (dbanon.db.rows.equal_as_bytes); the gate's warning reads it
-    # instead of a GROUP BY of the release (dbanon.lifecycle.identifying). None: not counted.
+    # other released row has, counted by the build where it can be as the release's GROUP BY
+    # would: from the values it streamed where equal values are equal bytes
+    # (dbanon.db.rows.equal_as_bytes), or from a projection's label classes, which use the
+    # label's own equality. The gate's warning reads it instead of a GROUP BY of the release
+    # (dbanon.lifecycle.identifying). None: not counted.
     unique_shares: dict[str, float] | None = None
 
     def build_name(self, obj: str) -> str:
