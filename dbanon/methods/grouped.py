@@ -417,9 +417,9 @@ class GroupingMethod(Method):
         least = max(f[0] for f in floors), max(f[1] for f in floors)  # type: ignore[index]
         alone = sensitive is None or least[1] <= 1  # the rows alone decide
         codes = np.zeros(0, dtype=np.int64)
-        if isinstance(sensitive, Coded):
+        if not alone and isinstance(sensitive, Coded):  # each row's value as a code: its own
             codes = sensitive.codes.astype(np.int64)
-        elif not alone:  # each row's value as a code
+        elif not alone:
             keys = _keys(sensitive)
             index = {v: i for i, v in enumerate(dict.fromkeys(keys))}
             codes = np.fromiter(map(index.__getitem__, keys), np.int64, len(keys))

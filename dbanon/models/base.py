@@ -159,11 +159,10 @@ class Target:
                 f"count column {quote_ident(self.count)} of {self.describe(conn)} must be numeric"
             )
         w = sql.Identifier(self.count)
-        whole = oid in _INTEGERS  # no fraction to look for
         bad = conn.execute(
             sql.SQL(
                 "SELECT count(*), min({w}::text) FROM {rel} WHERE {w} IS NULL OR {w} < 1"
-                + ("" if whole else " OR {w} <> trunc({w}::numeric)")
+                + ("" if oid in _INTEGERS else " OR {w} <> trunc({w}::numeric)")
             ).format(w=w, rel=self.relation)
         ).fetchone()
         if bad[0]:
@@ -171,10 +170,11 @@ class Target:
                 f"count column {quote_ident(self.count)} of {self.describe(conn)} must hold "
                 f"positive whole numbers; {bad[0]} row(s) do not, e.g. {bad[1] or 'NULL'}"
             )
-        return replace(self, count_int=oid in _INTEGERS[:2])
+        return replace(self, count_int=oid in _SUMMED_AS_BIGINT)
 
 
-_INTEGERS = (21, 23, 20)  # int2, int4, int8
+_SUMMED_AS_BIGINT = (21, 23)  # int2, int4: PostgreSQL's sum of them is a bigint
+_INTEGERS = (*_SUMMED_AS_BIGINT, 20)  # and int8: whole numbers, no fraction to look for
 
 
 def _label(names: Sequence[str], exprs: Sequence[sql.Composable]) -> sql.Composable:
