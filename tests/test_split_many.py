@@ -70,6 +70,30 @@ def test_split_large_keeps_the_splits_one_call_a_group_keeps(seed: int) -> None:
     assert (np.bincount(one) < 2 * k).sum() < len(np.unique(one))  # and some were not
 
 
+@pytest.mark.parametrize("spread", [(1, 0), (3, 7), (2, -5)])
+def test_split_large_numbers_any_ids_as_dense_parts(spread: tuple[int, int]) -> None:
+    """An algorithm's ids need not be 0..p-1: parts numbered apart, shifted or negative (in
+    any group of the one call) are the same parts, split and numbered as dense ones are."""
+    qi, sens = _table(3)
+    k = 3
+    gid = np.random.default_rng(9).integers(0, qi.n // (4 * k), qi.n)
+    scale, shift = spread
+
+    def many(roots: list[np.ndarray]) -> list[np.ndarray]:
+        out = mondrian_many(qi, k, roots)
+        return [ids * scale + shift * (i % 3) for i, ids in enumerate(out)]
+
+    def holds(rows: np.ndarray) -> bool:
+        return len(np.unique(sens[rows])) >= 3
+
+    def cluster(rows: np.ndarray) -> np.ndarray:
+        return mondrian(persist.subset(qi, rows), k)
+
+    one = persist.split_large(gid.copy(), cluster, holds, k)
+    assert np.array_equal(persist.split_large(gid.copy(), cluster, holds, k, many=many), one)
+    assert len(np.unique(gid)) < one.max() + 1  # some splits were kept
+
+
 def test_split_large_tries_one_at_a_time_when_the_rows_together_fail() -> None:
     """`many` raising ValueError (the table as a whole not diverse) or returning None (no
     such call) leaves the attempts to `cluster`, one a group."""

@@ -58,7 +58,7 @@ from dbanon.algorithms.nearest import (
     parts,
     walk,
 )
-from dbanon.core.groupsort import distinct
+from dbanon.core.groupsort import by_group, distinct, unique_inverse
 
 Holds = Callable[[np.ndarray], bool]  # row indexes of a group -> whether it keeps the models
 Cluster = Callable[[np.ndarray], np.ndarray]  # row indexes -> group ids of just those rows
@@ -349,11 +349,11 @@ def persist_groups(
     previous = np.asarray(previous, dtype=np.int64)
     gid = np.full(n, -1, dtype=np.int64)
     old = previous >= 0
-    gid[old] = np.unique(previous[old], return_inverse=True)[1].reshape(-1)
+    gid[old] = unique_inverse(previous[old])[1]
     suspect = old if unchanged is None else old & ~unchanged  # known unchanged rows stay
     if replace_moved and suspect.any():  # the guard (or class size) keeps a moved row's promise
         gid[moved(qi, gid, suspect)] = -1
-        gid[gid >= 0] = np.unique(gid[gid >= 0], return_inverse=True)[1].reshape(-1)
+        gid[gid >= 0] = unique_inverse(gid[gid >= 0])[1]
         old = gid >= 0
     groups = int(gid.max()) + 1 if old.any() else 0
     intact = _intact(gid, previous, groups, unchanged, sizes)
@@ -402,9 +402,8 @@ def split_large(
     every part judged in one pass; where it cannot (None, or ValueError: the rows together
     fail the model), one at a time."""
     sizes = np.bincount(gid)
-    order = np.argsort(gid, kind="stable")
+    order = by_group(gid, sizes)
     bounds = np.r_[0, np.cumsum(sizes)]
-    nxt = len(sizes)
     large = sizes >= 2 * k
     if keep is not None:
         large &= ~keep[: len(sizes)]
@@ -425,52 +424,58 @@ def split_large(
     splits = _split_many(groups, many, holds) if many is not None and groups else None
     if splits is None:
         splits = forked_map(split, groups) if forked else [split(rows) for rows in groups]
-    for rows, sub in zip(groups, splits, strict=True):
-        if sub is None:
-            continue
-        for p in range(1, int(sub.max()) + 1):
-            gid[rows[sub == p]] = nxt
-            nxt += 1
-    return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    taken = [i for i, sub in enumerate(splits) if sub is not None]
+    if taken:  # part p > 0 of the i-th split group: a new id after those of the earlier ones
+        rows = np.concatenate([groups[i] for i in taken])
+        sub = np.concatenate([splits[i] for i in taken]).astype(np.int64)
+        extra = np.array([int(splits[i].max()) for i in taken], dtype=np.int64)
+        first = len(sizes) - 1 + np.cumsum(extra) - extra  # its part 1's id, less one
+        new = np.repeat(first, [len(groups[i]) for i in taken]) + sub
+        gid[rows[sub > 0]] = new[sub > 0]
+    return unique_inverse(gid)[1].astype(np.int32)
 
 
 def _split_many(
     groups: list[np.ndarray], many: ClusterMany, holds: Holds
 ) -> list[np.ndarray | None] | None:
     """`split_large`'s `split` of every group: the algorithm's parts by one `many` call and
-    every part judged by one `each_holds`; None where `many` cannot make the attempts."""
+    every part judged by one `each_holds`; None where `many` cannot make the attempts. The
+    groups' parts are numbered across groups at once (group i's after group i-1's), not a
+    group at a time: a refresh splits thousands of groups of a few rows."""
     try:
         subs = many(groups)
     except ValueError:
         return None
     if subs is None:
         return None
-    subs = [_dense(np.asarray(sub)) for sub in subs]
-    parts = [int(sub.max(initial=-1)) + 1 for sub in subs]
-    rows, sizes, owner = [], [], []
-    for i, (group, sub, p) in enumerate(zip(groups, subs, parts, strict=True)):
-        if p < 2:
-            continue
-        at = np.argsort(sub, kind="stable")  # each part's rows in the group's order
-        rows.append(group[at])
-        sizes.append(np.bincount(sub, minlength=p))
-        owner.append(np.full(p, i))
-    if not rows:
-        return [None] * len(groups)
-    order = np.concatenate(rows)
-    bounds = np.r_[0, np.cumsum(np.concatenate(sizes))]
-    ok = each_holds(holds, order, bounds, np.arange(len(bounds) - 1))
+    sizes = np.array([len(g) for g in groups], dtype=np.int64)
+    starts = np.cumsum(sizes) - sizes
+    ids = np.concatenate([np.asarray(sub, dtype=np.int64) for sub in subs])
+    owner = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+    low = np.minimum.reduceat(ids, starts)
+    width = np.maximum.reduceat(ids, starts) - low + 1
+    ids -= low[owner]
+    ids += (np.cumsum(width) - width)[owner]  # disjoint ranges, in the groups' order
+    part = unique_inverse(ids)[1]  # every part of every group, dense, in that order
+    first = np.minimum.reduceat(part, starts)
+    parts = np.maximum.reduceat(part, starts) - first + 1
+    sub = part - first[owner]  # each group's own parts 0..p-1, as _dense numbers them
+    tried = np.repeat(parts >= 2, parts)  # per part: whether its group split at all
+    at = by_group(part)
+    bounds = np.r_[0, np.cumsum(np.bincount(part))]
+    ok = each_holds(holds, np.concatenate(groups)[at], bounds, np.flatnonzero(tried))
     failed = np.zeros(len(groups), dtype=bool)
-    failed[np.concatenate(owner)[~ok]] = True
-    return [sub if p >= 2 and not failed[i] else None
-            for i, (sub, p) in enumerate(zip(subs, parts, strict=True))]  # fmt: skip
+    failed[np.repeat(np.arange(len(groups)), parts)[tried][~ok]] = True
+    keep = (parts >= 2) & ~failed
+    return [sub[starts[i] : starts[i] + sizes[i]] if keep[i] else None
+            for i in range(len(groups))]  # fmt: skip
 
 
 def _dense(ids: np.ndarray) -> np.ndarray:
     """Group ids renumbered 0..p-1 in order (as they come from most algorithms already)."""
     if ids.dtype.kind in "iu" and len(ids) and ids.min() >= 0 and np.bincount(ids).all():
         return ids
-    return np.unique(ids, return_inverse=True)[1].reshape(-1)
+    return unique_inverse(ids)[1]
 
 
 def _intact(
@@ -506,7 +511,7 @@ def _fill_short(
     if not len(loose) or not groups:
         return held
     placed = np.flatnonzero(gid >= 0)
-    order = placed[np.argsort(gid[placed], kind="stable")]
+    order = placed[by_group(gid[placed])]
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     sizes = np.diff(bounds)
     judged = np.flatnonzero((sizes > 0) & ~intact[:groups])
@@ -604,7 +609,7 @@ def merge_failing(
     `_CANDIDATES` nearest, the nearest whose union holds, else the nearest. `intact` groups
     are known to hold (as released, `persist_groups`, or as judged since) and are not judged
     again."""
-    order = np.argsort(gid, kind="stable")
+    order = by_group(gid, np.bincount(gid, minlength=groups))
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     present = np.flatnonzero(np.diff(bounds) > 0)
     judged = present if intact is None else present[~intact[present]]
@@ -620,7 +625,7 @@ def merge_failing(
         if not _merge_counted(gid, order, bounds, mask, qi.num, qi.cat, qi.lca, qi.height,
                               cnum, near_of, counts):  # fmt: skip
             raise ValueError("the whole table does not satisfy the promised models")
-        return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+        return unique_inverse(gid)[1].astype(np.int32)
     members = {g: order[bounds[g] : bounds[g + 1]] for g in present.tolist()}
     failing = set(failed.tolist())
     ccat = near_of.ccat  # the centres' values as the walks read them
@@ -647,7 +652,7 @@ def merge_failing(
         else:
             failing.add(into)
             heapq.heappush(queue, (len(rows), into))
-    return np.unique(gid, return_inverse=True)[1].reshape(-1).astype(np.int32)
+    return unique_inverse(gid)[1].astype(np.int32)
 
 
 def _merge_into(
