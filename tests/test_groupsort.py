@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dbanon.core.groupsort import by_group, distinct, unique_inverse
+from dbanon.core.groupsort import by_group, distinct, distinct_each, unique_inverse
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -42,3 +42,17 @@ def test_unique_inverse_is_numpys(dtype: type) -> None:
         assert uniq.dtype == want_uniq.dtype and np.array_equal(uniq, want_uniq)
         assert np.array_equal(inverse, want_inverse.reshape(-1))
         assert np.array_equal(uniq[inverse], v)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_distinct_each_counts_each_groups_values(seed: int) -> None:
+    """Groups in any order, some judged twice, some empty: each one's own distinct codes."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    gid = rng.integers(0, int(rng.integers(1, 80)), n)
+    codes = rng.integers(0, int(rng.integers(1, 12)), n).astype(np.int32)
+    order = np.argsort(gid, kind="stable")
+    bounds = np.searchsorted(gid[order], np.arange(int(gid.max()) + 3))  # two empty at the end
+    groups = rng.integers(0, len(bounds) - 1, 40)
+    want = [len(np.unique(codes[gid == g])) for g in groups]
+    assert distinct_each(order, bounds, groups, codes).tolist() == want

@@ -56,6 +56,32 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return uniq, inverse.reshape(-1)
 
 
+@njit(cache=True, nogil=True)
+def _distinct_each(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray,
+                   codes: np.ndarray, width: int) -> np.ndarray:  # fmt: skip
+    seen = np.full(width, -1, dtype=np.int64)  # the last group that held each code
+    out = np.zeros(len(groups), dtype=np.int64)
+    for i in range(len(groups)):
+        g = groups[i]
+        for j in range(bounds[g], bounds[g + 1]):
+            c = codes[order[j]]
+            if seen[c] != i:
+                seen[c] = i
+                out[i] += 1
+    return out
+
+
+def distinct_each(order: np.ndarray, bounds: np.ndarray, groups: np.ndarray,
+                  codes: np.ndarray) -> np.ndarray:  # fmt: skip
+    """Per group g of `groups`, how many distinct codes its rows order[bounds[g]:bounds[g + 1]]
+    hold (codes: small non-negative integers). One pass with a mark per code, no sort: a
+    refresh judges the l-diversity of thousands of groups at once."""
+    codes = np.asarray(codes)
+    width = int(codes.max(initial=-1)) + 1
+    return _distinct_each(np.asarray(order, dtype=np.int64), np.asarray(bounds, np.int64),
+                          np.asarray(groups, dtype=np.int64), codes, width)  # fmt: skip
+
+
 def unique_share(codes: np.ndarray) -> float:
     """The share of rows whose code no other row has (codes: small non-negative integers, equal
     codes equal values), as identifying.unique_share counts a column with a GROUP BY."""

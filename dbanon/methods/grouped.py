@@ -29,7 +29,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import Counts, History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
-from dbanon.core.groupsort import unique_share
+from dbanon.core.groupsort import distinct_each, unique_share
 from dbanon.db.rows import equal_as_bytes
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, quote_name
@@ -431,12 +431,7 @@ class GroupingMethod(Method):
             if alone:
                 distinct = (sizes > 0).astype(np.int64)
             else:
-                width = int(codes.max(initial=0)) + 1
-                owner = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
-                at = np.arange(len(owner)) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-                rows = order[np.repeat(bounds[groups], sizes) + at]
-                pairs = np.unique(owner * width + codes[rows])
-                distinct = np.bincount(pairs // width, minlength=len(groups))
+                distinct = distinct_each(order, bounds, groups, codes)
             return (sizes >= least[0]) & (distinct >= least[1])
 
         def counted(rows: np.ndarray) -> bool:
