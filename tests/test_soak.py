@@ -236,6 +236,13 @@ def test_isolated_runs_record_their_cost_and_the_unchanged_refresh(dsn: str) -> 
 
     assert runs[2]["digest"] == hashlib.md5("\n".join(mine).encode()).hexdigest()  # noqa: S324
     assert cost["unchanged_same_release"] == (runs[2]["digest"] == runs[1]["digest"])
+    # each run began on settled tables: the churned source vacuumed and analyzed by the bench
+    # (last_vacuum: a VACUUM of ours, where autovacuum's would be last_autovacuum)
+    settled = db.conn.execute(
+        "SELECT last_vacuum IS NOT NULL AND last_analyze IS NOT NULL AND n_dead_tup = 0 "
+        "FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'bank_mondrian'",
+        [bench_soak.SCHEMA]).fetchone()  # fmt: skip
+    assert settled == (True,)
     db.close()
 
 

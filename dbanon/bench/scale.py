@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,9 +167,9 @@ def anatomy_groups(conn: psycopg.Connection, qit: sql.Composable, st: sql.Compos
 SETTLED = ("dbanon_store", "dbanon", OUT)
 
 
-def settle(conn: psycopg.Connection) -> None:
+def settle(conn: psycopg.Connection, schemas: Sequence[str] = SETTLED) -> None:
     """Before the floor and each method: what earlier runs wrote is flushed (CHECKPOINT) and
-    vacuumed and analyzed (VACUUM (ANALYZE) of the tables in SETTLED written since their last),
+    vacuumed and analyzed (VACUUM (ANALYZE) of the tables in `schemas` written since their last),
     so that no method pays for its predecessor's release, as the server's checkpointer and
     autovacuum would make it pay, the next method's measured window being the first they
     wake in. A role that may not (CHECKPOINT needs pg_checkpoint) leaves it to the server."""
@@ -177,7 +177,7 @@ def settle(conn: psycopg.Connection) -> None:
         "SELECT schemaname, relname FROM pg_stat_user_tables WHERE schemaname = ANY(%s) "
         "AND (n_mod_since_analyze > 0 OR n_ins_since_vacuum > 0 OR n_dead_tup > 0) "
         "ORDER BY 1, 2",
-        [list(SETTLED)],
+        [list(schemas)],
     ).fetchall()
     conn.commit()
     autocommit, conn.autocommit = conn.autocommit, True
