@@ -292,6 +292,12 @@ def test_floor_each_measures_a_floor_just_before_every_method(dsn: str) -> None:
                          "--methods", "mondrian")  # fmt: skip
     assert code == 0 and out["floor_each"] is False
     assert "near_floor_ratio" not in out["methods"]["mondrian"]
+    with psycopg.connect(dsn) as conn:  # the bench's table is keyed as a DBA's table is
+        key = conn.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary",
+            ["dbanon_bench_scale.census_300"]).fetchall()  # fmt: skip
+    assert key == [("id",)]
 
 
 def test_long_phases_report_rows_streamed_and_blocks_clustered(dsn: str) -> None:

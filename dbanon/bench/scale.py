@@ -69,7 +69,10 @@ def table(rows: int) -> sql.Identifier:
 
 
 def make_table(conn: psycopg.Connection, rows: int) -> sql.Identifier:
-    """The census-like table of `rows` rows (made once, then reused), analysed."""
+    """The census-like table of `rows` rows (made once, then reused), analysed, its key `id`
+    the primary key, as a DBA's census or customer table has one: without it every method's
+    validation counts the distinct keys itself (0.15-0.5 s at 1M rows), a check that a
+    table with a primary key does not need and the floor does not pay."""
     t = table(rows)
     conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
 
@@ -90,6 +93,12 @@ def make_table(conn: psycopg.Connection, rows: int) -> sql.Identifier:
                FROM generate_series(1, {n}) g"""
         ).format(t=t, cats=sql.SQL(", ").join(cats), n=sql.Literal(rows))
     )
+    keyed = conn.execute(
+        "SELECT 1 FROM pg_index WHERE indrelid = %s::regclass AND indisprimary",
+        [t.as_string(conn)],
+    ).fetchone()  # fmt: skip
+    if keyed is None:  # a table an earlier bench made without one
+        conn.execute(sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id)").format(t))
     conn.execute(sql.SQL("ANALYZE {}").format(t))
     conn.commit()
     return t
