@@ -300,6 +300,24 @@ def test_floor_each_measures_a_floor_just_before_every_method(dsn: str) -> None:
     assert key == [("id",)]
 
 
+def test_repeat_reports_each_methods_median_run(dsn: str) -> None:
+    """`--repeat`: each method published that many times, each run after its own floor; the
+    figures are the median run's, the near-floor ratio the median of the runs' own, the peak
+    RSS the largest, and every run is kept."""
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5",
+                         "--methods", "mondrian,noise", "--floor-each", "--repeat", "3")  # fmt: skip
+    assert code == 0 and out["repeat"] == 3, out
+    for name, m in out["methods"].items():
+        runs = m["repeats"]
+        assert len(runs) == 3, name
+        assert m["seconds"] == sorted(r["seconds"] for r in runs)[1], name
+        assert m["near_floor_ratio"] == sorted(r["near_floor_ratio"] for r in runs)[1], name
+        assert m["peak_rss_mb"] == max(r["peak_rss_mb"] for r in runs), name
+        assert m["floor_ratio"] == pytest.approx(m["seconds"] / out["floor"]["seconds"],
+                                                 rel=0.01)  # fmt: skip
+        assert m["checked"]["holds"] is True, name
+
+
 def test_long_phases_report_rows_streamed_and_blocks_clustered(dsn: str) -> None:
     """A publish tells its progress listener how many rows have streamed out of how many, and
     how many k-member blocks are clustered of how many; the CLI shows it only on a terminal,

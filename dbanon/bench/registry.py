@@ -145,13 +145,14 @@ bench(Runner(
 
 
 def _scale(
-    s: Session, rows: int, k: int, l_: int, methods: list[str], floor_each: bool = False
+    s: Session, rows: int, k: int, l_: int, methods: list[str], floor_each: bool = False,
+    repeat: int = 1,
 ) -> dict:
     from dbanon.bench.scale import run
     from dbanon.db.connection import resolve_dsn
 
     s.db  # the catalog the publishes need (on a fresh server too)  # noqa: B018
-    data = run(resolve_dsn(s.dsn), rows, k, l_, tuple(methods), s.say, floor_each)
+    data = run(resolve_dsn(s.dsn), rows, k, l_, tuple(methods), s.say, floor_each, repeat)
     failed = [m for m, v in data["methods"].items()
               if "error" in v or not v.get("checked", {"holds": True})["holds"]]  # fmt: skip
     return {**data, "exit": 1 if failed else 0}
@@ -188,7 +189,10 @@ bench(Runner(
      Param("methods", "words", ",".join(SCALE_METHODS), "Comma-separated subset to run."),
      Param("floor_each", "flag", False, "Measure the floor again just before each method "
            "and report the method's ratio to it too (near_floor_ratio): a shared machine's "
-           "speed drifts within a run.")),
+           "speed drifts within a run."),
+     Param("repeat", "int", 1, "Publish each method this many times: its figures are its "
+           "median run's (near_floor_ratio the median of the runs' own, peak RSS the "
+           "largest), every run kept under `repeats`.", low=1)),
     _scale, _scale_report,
 ))  # fmt: skip
 
