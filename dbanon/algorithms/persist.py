@@ -402,7 +402,7 @@ def split_large(
     every part judged in one pass; where it cannot (None, or ValueError: the rows together
     fail the model), one at a time."""
     sizes = np.bincount(gid)
-    order = by_group(gid, sizes)
+    order = by_group(gid, sizes).astype(np.int64)  # rows as the algorithms take them
     bounds = np.r_[0, np.cumsum(sizes)]
     large = sizes >= 2 * k
     if keep is not None:
@@ -609,7 +609,7 @@ def merge_failing(
     `_CANDIDATES` nearest, the nearest whose union holds, else the nearest. `intact` groups
     are known to hold (as released, `persist_groups`, or as judged since) and are not judged
     again."""
-    order = by_group(gid, np.bincount(gid, minlength=groups))
+    order = by_group(gid, np.bincount(gid, minlength=groups)).astype(np.int64)
     bounds = np.searchsorted(gid[order], np.arange(groups + 1))
     present = np.flatnonzero(np.diff(bounds) > 0)
     judged = present if intact is None else present[~intact[present]]
