@@ -304,8 +304,8 @@ def test_repeat_reports_each_methods_median_run(dsn: str) -> None:
     """`--repeat`: each method published that many times, each run after its own floor; the
     figures are the median run's, the near-floor ratio the median of the runs' own, the peak
     RSS the largest, and every run is kept."""
-    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5",
-                         "--methods", "mondrian,noise", "--floor-each", "--repeat", "3")  # fmt: skip
+    code, out = cli_json(dsn, "bench", "scale", "--rows", "300", "--k", "5", "--methods",
+                         "mondrian,noise", "--floor-each", "--repeat", "3")  # fmt: skip
     assert code == 0 and out["repeat"] == 3, out
     for name, m in out["methods"].items():
         runs = m["repeats"]
