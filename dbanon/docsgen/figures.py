@@ -504,15 +504,9 @@ def _later_said(rows: int) -> str:
     return "".join(
         f" {', '.join(f'`{n}`' for n in r['methods'] if last[n] == i)}: a later run "
         f"({r['file']}, floor {r['floor']['seconds']:.2f} s, each ratio to its own run's floor"
-        f"{_medians(r)})."
+        f"{'; each the median of {} publishes'.format(r['repeat']) if 'repeat' in r else ''})."
         for i, r in enumerate(runs) if any(last[n] == i for n in r["methods"])
     )  # fmt: skip
-
-
-def _medians(run: dict[str, Any]) -> str:
-    """How a run with `--repeat` reports each method."""
-    n = run.get("repeat", 1)
-    return f"; each method its median of {n} publishes" if n > 1 else ""
 
 
 @block("scale-floor")
