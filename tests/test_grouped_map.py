@@ -168,3 +168,36 @@ def test_the_categories_a_class_still_fills_as_the_sql_counts_them(
             grouped_map.store(conn, 700, arrays)
             composition.store(conn, 701, staged)
     assert any(seen)  # the releases narrow some people below θ: the count is exercised
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_found_by_table_or_search_as_a_binary_search_finds(seed: int) -> None:
+    """`_found` answers by a table of places where the ids are dense, by a search where not
+    (ids up to 10^12): both as np.searchsorted, negative ids and ids past the last never held."""
+    rng = np.random.default_rng(seed)
+    for top in (50, 200_000, 10**12):
+        found = np.unique(rng.integers(0, top, 300))
+        ids = np.r_[rng.integers(-3, top + 5, 2_000), found[:5], -1, top + 10**6]
+        at = np.searchsorted(found, ids)
+        held = (ids >= 0) & (at < len(found))
+        held[held] = found[at[held]] == ids[held]
+        ok, where = grouped_map._found(ids, found)
+        assert np.array_equal(ok, held) and np.array_equal(where[ok], at[held])
+    ok, _ = grouped_map._found(np.array([0, 4]), np.zeros(0, dtype=np.int64))
+    assert not ok.any()
+
+
+def test_elements_sorted_by_rank_within_each_set_whatever_order_they_came_in() -> None:
+    """`_rank_sorted` leaves sets already in rank order as they are and sorts the others (a
+    map written by the SQL path's collation), ties in their order."""
+    rng = np.random.default_rng(7)
+    rank = rng.permutation(40)
+    owner = np.sort(rng.integers(0, 30, 500))
+    elems = rng.integers(0, 40, 500)
+    expected = elems[np.lexsort((rank[elems], owner))]
+    assert np.array_equal(grouped_map._rank_sorted(owner, elems, rank), expected)
+    assert np.array_equal(grouped_map._rank_sorted(owner, expected, rank), expected)
+    inverse = np.argsort(rank)  # codes by rank: every set in order already
+    ordered = inverse[np.sort(rng.integers(0, 40, 50))]
+    assert np.array_equal(grouped_map._rank_sorted(np.zeros(50, np.int64), ordered, rank),
+                          ordered)  # fmt: skip

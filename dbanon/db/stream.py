@@ -173,8 +173,8 @@ class _Column:
         elif self.kind == "values":
             self._values(buf, offs, lens, part)
         elif self.kind in _KEYS:
-            if self.kind == "key":
-                raw = _k().concat(buf, offs, lens)
+            if self.kind == "key":  # contiguous, as _codes passes them: one compiled signature
+                raw = _k().concat(buf, np.ascontiguousarray(offs), np.ascontiguousarray(lens))
             elif (lens < 0).any():
                 raise ValueError("COPY stream: an integer key column holds a NULL")
             else:

@@ -29,7 +29,7 @@ from dbanon.algorithms.base import QIArrays
 from dbanon.algorithms.persist import Counts, History, Judge, persist_groups, subset
 from dbanon.algorithms.sealed import Repair, seal_groups
 from dbanon.core import generalise
-from dbanon.core.groupsort import distinct_each, unique_share
+from dbanon.core.groupsort import distinct_each, unique_inverse, unique_share
 from dbanon.db.rows import equal_as_bytes
 from dbanon.db.stream import Coded, Keys, copy_columns, copy_in_ids
 from dbanon.errors import DbanonError, quote_name
@@ -123,7 +123,8 @@ def history_of(conn: psycopg.Connection, r: Resolved, tags: Coded,
     if not r.sensitive or r.release_id is None:
         return None
     vid = np.asarray(vid, dtype=np.int64)
-    present = np.unique(vid[vid >= 0])
+    mapped = vid >= 0
+    present, place = unique_inverse(vid[mapped])  # the sets, and each mapped row's among them
     codes = grouped_map.Codes(tags)  # the rows' tags' codes, then new ones
     found, sets = grouped_map.read_sets(conn, composition.sets_of(conn, r.release_id), present,
                                         codes)  # fmt: skip
@@ -134,7 +135,7 @@ def history_of(conn: psycopg.Connection, r: Resolved, tags: Coded,
                                                           sets.offs[1:].tolist(), strict=True)]
     coded = codes.index
     hids = np.full(len(vid), -1, dtype=np.int64)
-    hids[vid >= 0] = np.searchsorted(present, vid[vid >= 0])
+    hids[mapped] = place
     tag = np.asarray(tags.codes, dtype=np.int64)
 
     def counts() -> dict[str, int]:
