@@ -4,10 +4,16 @@ glibc serves a large allocation with its own mmap and unmaps it when freed, but 
 first such free it raises that threshold (up to 32 MiB) and serves later arrays from the heap,
 where freed memory mostly stays with the process. A run that makes and drops many arrays of a
 column's size (8 MB a column at a million rows) then holds their sum at its peak: fixing the
-threshold made a million-row k-member publish peak at 293 MiB instead of 310, for about 5 %
-more time (24.9 s against 23.7 s, five runs each, alternating): a large array now costs a
-mapping and its first-touch page faults each time. A process that is not on glibc keeps its
-allocator's own rules.
+threshold made a million-row k-member publish peak at 293 MiB instead of 310. A process that
+is not on glibc keeps its allocator's own rules.
+
+The threshold is 1 MiB, not glibc's starting 128 KiB: below it are the arrays of a block, a
+chunk or a partition (k-member's and (θ,k)'s blocks, a COPY chunk's offsets, the compiled
+kernels' temporaries), made and dropped thousands of times a run. Mapped, each cost its
+first-touch page faults and an unmap (a TLB flush on every core the process ran on): at
+128 KiB a million-row k-member publish took 491,000 page faults and 2.4 s of system time, at
+1 MiB 320,000 and 1.6 s, its wall time 9.4 s -> 8.2 s (medians of 4, alternating) for 5 MiB
+more at its peak (296 MiB); at 2 MiB the peak was 305 MiB, at 4 MiB 319 MiB.
 
 At its end a process is left to the operating system, which frees its memory at once, rather
 than to the interpreter's teardown, which frees numba's and the run's objects one by one (0.2 s
@@ -23,7 +29,7 @@ import sys
 import threading
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
-THRESHOLD = 1 << 17  # bytes (glibc's starting value): larger arrays are mapped, unmapped freed
+THRESHOLD = 1 << 20  # bytes: larger arrays are mapped, and unmapped when freed
 
 
 def return_freed_memory() -> bool:
