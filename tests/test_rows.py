@@ -78,6 +78,18 @@ def test_every_field_kind_reads_back(
     assert got == [tuple(col[i] for col in want) for i in sorted(order.tolist())]
 
 
+def test_a_chunks_arrays_stay_below_the_processs_mmap_threshold() -> None:
+    """Rows x fields int64 arrays of one chunk are reused from the heap, not mapped afresh
+    each chunk (dbanon.db.memory fixes the threshold); chunks stay large for narrow rows."""
+    from dbanon.db import memory
+
+    for fields in range(1, 129):
+        at_once = rows.step(fields)
+        assert 1024 <= at_once <= rows.STEP
+        assert at_once * fields * 8 <= memory.THRESHOLD
+    assert rows.step(1) == rows.STEP
+
+
 def test_streamed_values_of_any_type_go_back_as_they_were(conn: psycopg.Connection) -> None:
     """A column streamed in binary ("key" kind) and written back into a column of its type
     holds the same values: numerics of many digits, ranges, json, arrays, bytea, NULL."""
