@@ -24,14 +24,15 @@ from dbanon.db import copykernels as _k
 from dbanon.db.ahead import ahead
 from dbanon.db.catalog import Column, Relation
 from dbanon.db.copykernels import BYTES, FIXED, HEX, HEX8, INT4, NULL_INT, PACKED, RHEX8, TEXTS
+from dbanon.db.memory import THRESHOLD
 from dbanon.db.stream import _HEADER, Keys, Values
 
 STEP = 1 << 15  # rows packed at once at most (two chunks in hand: one sent, one packed)
 # A chunk's arrays of rows x fields int64 (the values, their sizes, their places) stay under
-# this many bytes each, below the mmap threshold the dbanon process fixes (dbanon.db.memory):
+# this many bytes each, half the mmap threshold the dbanon process fixes (dbanon.db.memory):
 # they are then reused from the heap chunk after chunk, where larger ones were mapped, faulted
 # in and unmapped every chunk.
-CHUNK_BYTES = 1 << 19
+CHUNK_BYTES = THRESHOLD // 2
 
 
 def step(fields: int) -> int:
