@@ -56,6 +56,44 @@ def test_columns_agree_with_psycopg(
         assert known == sorted(known, key=str.encode) and t.values[-1] is None  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("chunk", [None, 4096])
+def test_text_of_many_distinct_values_in_one_chunk(
+    conn: psycopg.Connection, chunk: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk with thousands of distinct texts (past the first sizes of the table the values
+    are told apart in, which grows with them) codes each row as psycopg decodes it."""
+    if chunk:
+        monkeypatch.setattr(stream, "CHUNK", chunk)
+    query = sql.SQL(
+        "SELECT CASE WHEN i % 101 = 0 THEN NULL ELSE md5((i % 3000)::text) END "
+        "FROM generate_series(1, 9000) i"
+    )
+    (want,) = stream.copy_out(conn, query, ["text"])
+    (got,) = stream.copy_columns(conn, query, ["text"], len(want))
+    assert isinstance(got, stream.Coded)
+    assert got.objects().tolist() == want
+    assert len(got.values) == len(set(want)) > 2900
+
+
+def test_dedupe_numbers_each_distinct_text_once() -> None:
+    """The chunk kernel itself: equal bytes get one code, different bytes different codes, as
+    the table grows past its first sizes (the column's dictionary would hide a split value)."""
+    from dbanon.db.copykernels import dedupe
+
+    rng = np.random.default_rng(3)
+    texts = [f"v{int(x)}".encode() for x in rng.integers(0, 5000, size=20000)]
+    lens = np.array([len(t) for t in texts] + [-1], dtype=np.int32)
+    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    offs = np.concatenate([[0], np.cumsum(lens[:-1])[:-1], [0]]).astype(np.int32)
+    codes, first = dedupe(buf, offs, lens)
+    assert codes[-1] == -1  # NULL
+    assert len(first) == len(set(texts))
+    seen: dict[bytes, int] = {}
+    for text, code in zip(texts, codes[:-1].tolist(), strict=True):
+        assert seen.setdefault(text, code) == code
+    assert [texts[i] for i in first.tolist()] == list(seen)  # numbered as they first came
+
+
 @pytest.mark.parametrize("chunk", [None, 64])
 def test_integer_keys_sent_binary_read_as_the_servers_text(
     conn: psycopg.Connection, chunk: int | None, monkeypatch: pytest.MonkeyPatch

@@ -430,11 +430,12 @@ def _same_bytes(a: np.ndarray, s: int, b: np.ndarray, t: int, n: int) -> bool:
 @njit(cache=True, nogil=True)
 def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(local code of each field, -1 for NULL; the first field of each distinct value): a
-    chunk's text values told apart by an open-addressing hash of their bytes."""
+    chunk's text values told apart by an open-addressing hash of their bytes. The table grows
+    with the distinct values, not the rows: a chunk's 70,000 rows of a column of a few values
+    once filled a 2 MiB table (above the process's mmap threshold: mapped, zeroed and faulted
+    in per column and chunk, a third of a stream's page faults)."""
     m = len(lens)
-    size = 16
-    while size < 2 * m:
-        size *= 2
+    size = 1024
     mask = size - 1
     table = np.full(size, -1, np.int64)
     codes = np.empty(m, np.int32)
@@ -454,6 +455,16 @@ def dedupe(buf: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> tuple[np.ndar
                 first[d] = i
                 codes[i] = d
                 d += 1
+                if 2 * d > size:  # half full: twice the room, every value placed again
+                    size *= 2
+                    mask = size - 1
+                    table = np.full(size, -1, np.int64)
+                    for e in range(d):
+                        j = first[e]
+                        at = np.int64(_key_hash(buf, offs[j], lens[j]) & np.uint64(mask))
+                        while table[at] >= 0:
+                            at = (at + 1) & mask
+                        table[at] = e
                 break
             j = first[c]
             if lens[j] == ln and _same_bytes(buf, offs[j], buf, o, ln):

@@ -13,6 +13,7 @@ array value each.
 from __future__ import annotations
 
 import ctypes
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -319,6 +320,7 @@ def receive(
     job: Future | None = None  # the previous chunk, being parsed while this one is read
     seen = 0  # rows scanned so far (the parser may still be adding the latest chunk)
     messages = _messages(conn, sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query))
+    spare = _Places()
     with ThreadPoolExecutor(max_workers=1) as parser, closing(messages):
         data: bytes | memoryview = b"."
         while data:
@@ -340,9 +342,10 @@ def receive(
             buf = np.frombuffer(pending, dtype=np.uint8)  # no copy: parsed, then let go
             pos, found = 0, []
             while not finished:
+                # The fields' places: the pair the parser is not reading (it reads the
+                # previous chunk's), or fresh arrays where one chunk needs several scans.
                 cap = max(len(buf) // (2 + 4 * nf), 1)
-                offs = np.empty((cap, nf), np.int32)  # a chunk is far below 2 GiB
-                lens = np.empty((cap, nf), np.int32)
+                offs, lens = spare.take(cap, nf) if not found else _places(cap, nf)
                 rows, pos_after, state = _k().scan(buf, pos, nf, offs, lens)
                 if state < 0:
                     raise ValueError("COPY stream: a row with an unexpected number of fields")
@@ -362,6 +365,28 @@ def receive(
         if job is not None:
             job.result()
     return cols
+
+
+def _places(rows: int, fields: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays for the offsets and lengths of `rows` rows' fields (a chunk is far below 2 GiB)."""
+    return np.empty((rows, fields), np.int32), np.empty((rows, fields), np.int32)
+
+
+class _Places:
+    """Two pairs of field-place arrays used in turn: one is scanned into while the parser
+    reads the other. Arrays of a chunk's size are above the process's mmap threshold
+    (dbanon.db.memory), so fresh ones per chunk were mapped and faulted in anew each time."""
+
+    def __init__(self) -> None:
+        self.pairs: list[tuple[np.ndarray, np.ndarray] | None] = [None, None]
+        self.turn = 0
+
+    def take(self, rows: int, fields: int) -> tuple[np.ndarray, np.ndarray]:
+        self.turn ^= 1
+        pair = self.pairs[self.turn]
+        if pair is None or len(pair[0]) < rows:
+            pair = self.pairs[self.turn] = _places(rows, fields)
+        return pair[0][:rows], pair[1][:rows]
 
 
 def _add(cols: list[_Column], buf: np.ndarray, found: list[tuple[np.ndarray, np.ndarray]]
@@ -429,8 +454,9 @@ def _pulled(pg: Any, pull: Any, free: Callable[[int], None]) -> Iterator[memoryv
 
     slot = np.zeros(2, dtype=np.uint64)
     conn = int(pg.pgconn_ptr)
+    pool: list[np.ndarray] = []
     while True:
-        buf = np.empty(CHUNK + (1 << 16), dtype=np.uint8)
+        buf = _free_buffer(pool)
         pos, state = pull(conn, buf, 0, slot, CHUNK)
         if state == pqbulk.BIG:  # a row longer than the room left: taken apart
             n = int(slot[1])
@@ -446,6 +472,18 @@ def _pulled(pg: Any, pull: Any, free: Callable[[int], None]) -> Iterator[memoryv
             )
         if state == pqbulk.ENDED:
             return
+
+
+def _free_buffer(pool: list[np.ndarray]) -> np.ndarray:
+    """A chunk buffer of `pool` that nothing holds any more (the chunk before last, parsed
+    and let go), or a new one added to it: a chunk is above the process's mmap threshold
+    (dbanon.db.memory), so a fresh buffer per chunk was mapped and faulted in anew each time."""
+    for buf in pool:
+        if sys.getrefcount(buf) == 3:  # the pool, this loop and the call: nobody else
+            return buf
+    buf = np.empty(CHUNK + (1 << 16), dtype=np.uint8)
+    pool.append(buf)
+    return buf
 
 
 def copy_in_ids(
