@@ -93,6 +93,35 @@ def test_the_parts_read_the_runs_snapshot(
     assert "late" not in parted[2].values
 
 
+def test_in_a_savepoint_the_parts_read_the_snapshot_the_run_exported(
+    run: psycopg.Connection, conn: psycopg.Connection, source: Relation,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """PostgreSQL exports no snapshot in a subtransaction (the lattice search's savepoint):
+    `export=False` parts read the one the run's Aside exported as it began, and its rows;
+    without one, one stream, no error."""
+    from dbanon.db import aside
+
+    opened: list[str] = []
+    real = parts.on_snapshot
+
+    def counting(c: psycopg.Connection, snapshot: str) -> psycopg.Connection | None:
+        opened.append(snapshot)
+        return real(c, snapshot)
+
+    monkeypatch.setattr(parts, "on_snapshot", counting)
+    run.execute("SELECT 1")  # the run's snapshot, taken now
+    with run.transaction():
+        alone = parts.copy_parts(run, _query, source, "s", KINDS, 40000, export=False)
+    assert opened == [] and len(alone[0]) == 40000  # nothing exported: one stream
+    aside.Aside(run, lambda c: None).result()  # the run's Aside: exports its snapshot
+    conn.execute("DELETE FROM public.src WHERE id > 39000")  # the last part's pages
+    with run.transaction():
+        parted = parts.copy_parts(run, _query, source, "s", KINDS, 40000, export=False)
+    assert opened and set(opened) == {aside.exported(run)}
+    assert _rows(parted) == _rows(alone)  # the run's rows, in their order
+
+
 @pytest.mark.parametrize("refused", [1, 2])
 def test_where_no_second_backend_can_be_had_the_run_reads_its_part(
     run: psycopg.Connection, conn: psycopg.Connection, source: Relation,

@@ -13,6 +13,7 @@ the work runs on the run's connection when its result is asked for, as before.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable
 from contextlib import suppress
 from typing import Generic, TypeVar
@@ -24,6 +25,16 @@ from dbanon.db.connection import sibling
 
 T = TypeVar("T")
 LOCK_TIMEOUT = "100ms"
+# The snapshot each connection's latest Aside exported: its run's, valid while that
+# transaction lasts (PostgreSQL refuses an id whose transaction ended), so one that a
+# sibling can still import is the connection's current transaction's.
+_EXPORTED: weakref.WeakKeyDictionary[psycopg.Connection, str] = weakref.WeakKeyDictionary()
+
+
+def exported(conn: psycopg.Connection) -> str | None:
+    """The snapshot `conn`'s latest Aside exported, if any (see _EXPORTED): what a read
+    inside a savepoint, where PostgreSQL exports none, can give its siblings."""
+    return _EXPORTED.get(conn)
 
 
 def on_snapshot(conn: psycopg.Connection, snapshot: str) -> psycopg.Connection | None:
@@ -62,7 +73,9 @@ class Aside(Generic[T]):
         self._side: psycopg.Connection | None = None
         self._thread: threading.Thread | None = None
         self._out: tuple[bool, object] = (False, None)
-        side = on_snapshot(conn, conn.execute("SELECT pg_export_snapshot()").fetchone()[0])
+        snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+        _EXPORTED[conn] = snapshot
+        side = on_snapshot(conn, snapshot)
         if side is None:
             return
         self._side = side

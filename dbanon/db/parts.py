@@ -31,7 +31,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from dbanon.db.aside import on_snapshot
+from dbanon.db.aside import exported, on_snapshot
 from dbanon.db.catalog import Relation
 from dbanon.db.stream import receive
 
@@ -88,14 +88,20 @@ def copy_parts(
     kinds: Sequence[str],
     rows: int,
     progress: Callable[[int], None] | None = None,
+    *,
+    export: bool = True,
 ) -> Result:
     """What copy_columns(conn, query(None), kinds, rows, progress) gives (the same rows in
     the same order), streamed in parts of `rel`'s pages at once where `page_ranges` allows.
-    `query(where)` adds `where`, a condition on `alias` (the source's alias), to its rows."""
+    `query(where)` adds `where`, a condition on `alias` (the source's alias), to its rows.
+    `export=False`: inside a savepoint, where PostgreSQL exports no snapshot; the parts then
+    read the one the run's Aside exported (dbanon.db.aside.exported), or are not made."""
     conds = page_ranges(conn, rel, alias, rows)  # a query: the run's transaction is open
     sides: list[psycopg.Connection | None] = []
-    if conds is not None:
-        snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
+    snapshot = exported(conn) if conds is not None and not export else None
+    if conds is not None and (export or snapshot is not None):
+        if snapshot is None:
+            snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
         sides = [on_snapshot(conn, snapshot) for _ in conds[1:]]
     if conds is None or not any(sides):
         for s in sides:

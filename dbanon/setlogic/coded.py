@@ -277,16 +277,18 @@ class _Coded:
         cls, conn: psycopg.Connection, qis: list[_QI], source: Relation, total: int,
         with_ncp: bool, value_map: Callable[[int, list[Any], bool], None],
     ) -> _Coded | None:  # fmt: skip
-        """The source's rows read once (one binary COPY), where every QI is text (flat or a
-        stored hierarchy's) or an interval of whole numbers (integers, days); None, reading
-        nothing, otherwise. Where the fetch reads the source three times (every QI's distinct
-        values in one GROUPING SETS, 1.1 s at a million rows; each map from them; the rows as
-        level-0 codes, 1.5 s), this reads it once (0.7 s): each QI's distinct values are the
-        stream's, so its map is made from them (`value_map(i, values, is_text)`, or the stored
-        hierarchy's, made already), and each row's code is its value's in the map: a binary
-        search for numbers, the stream's own code of a text (its bytes, as the map's "C"
-        collation compares them) looked up once per distinct text."""
-        from dbanon.db.stream import Coded, copy_columns, fetch_arrays
+        """The source's rows read once (one binary COPY; in parts on several backends where
+        the source is large), where every QI is text (flat or a stored hierarchy's) or an
+        interval of whole numbers (integers, days); None, reading nothing, otherwise. Where
+        the fetch reads the source three times (every QI's distinct values in one GROUPING
+        SETS, 1.1 s at a million rows; each map from them; the rows as level-0 codes, 1.5 s),
+        this reads it once (0.7 s): each QI's distinct values are the stream's, so its map is
+        made from them (`value_map(i, values, is_text)`, or the stored hierarchy's, made
+        already), and each row's code is its value's in the map: a binary search for numbers,
+        the stream's own code of a text (its bytes, as the map's "C" collation compares them)
+        looked up once per distinct text."""
+        from dbanon.db.parts import copy_parts, where
+        from dbanon.db.stream import Coded, fetch_arrays
 
         exprs: list[sql.Composable] = []
         kinds: list[str] = []
@@ -300,9 +302,13 @@ class _Coded:
                 kinds.append("text")
             else:
                 return None
-        columns: list[Any] = copy_columns(
-            conn, sql.SQL("SELECT {} FROM {}").format(sql.SQL(", ").join(exprs), source.ident),
-            kinds, total,
+        # In parts of the source's pages on several backends where it is large (db/parts):
+        # the same rows in the same order; text codes are names, looked up below. The search
+        # runs in a savepoint: the parts read the run's snapshot, exported as it began.
+        columns: list[Any] = copy_parts(
+            conn, lambda w: sql.SQL("SELECT {} FROM {} s{}").format(
+                sql.SQL(", ").join(exprs), source.ident, where(w)),
+            source, "s", kinds, total, export=False,
         )  # fmt: skip
         d = len(qis)
         for i, (q, col) in enumerate(zip(qis, columns, strict=True)):
