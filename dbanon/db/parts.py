@@ -98,11 +98,10 @@ def copy_parts(
     read the one the run's Aside exported (dbanon.db.aside.exported), or are not made."""
     conds = page_ranges(conn, rel, alias, rows)  # a query: the run's transaction is open
     sides: list[psycopg.Connection | None] = []
-    snapshot = exported(conn) if conds is not None and not export else None
-    if conds is not None and (export or snapshot is not None):
-        if snapshot is None:
-            snapshot = conn.execute("SELECT pg_export_snapshot()").fetchone()[0]
-        sides = [on_snapshot(conn, snapshot) for _ in conds[1:]]
+    if conds is not None:
+        snapshot = (conn.execute("SELECT pg_export_snapshot()").fetchone()[0] if export
+                    else exported(conn))  # fmt: skip
+        sides = [on_snapshot(conn, snapshot) for _ in conds[1:]] if snapshot else []
     if conds is None or not any(sides):
         for s in sides:
             if s is not None:
